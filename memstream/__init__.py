@@ -1,0 +1,3 @@
+"""memstream: a streaming long-term memory engine for LLM assistants."""
+
+__version__ = "0.1.0"

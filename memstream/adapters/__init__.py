@@ -1,0 +1,1 @@
+"""Real adapters behind the ports (OpenAI-compatible LLM, sentence-transformers, Qdrant, llmlingua)."""

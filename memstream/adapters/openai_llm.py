@@ -1,0 +1,60 @@
+"""LLM port over any OpenAI-compatible endpoint (OpenAI, vLLM, llama-cpp-python's server, ...)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import openai
+import orjson
+
+from memstream.ports import LLMError, LlmResult
+
+
+class OpenAICompatibleLLM:
+    def __init__(self, base_url: str, model: str, api_key: str, *, timeout_s: float = 120.0, max_tokens: int = 1024):
+        self.model = model
+        self.max_tokens = max_tokens
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=1)
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        schema_name: str = "output",
+        max_tokens: int | None = None,
+    ) -> LlmResult:
+        kwargs: dict[str, Any] = {}
+        if json_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": dict(json_schema)},
+            }
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model,
+                messages=[dict(m) for m in messages],  # type: ignore[misc]
+                max_tokens=max_tokens or self.max_tokens,
+                temperature=0.0,
+                **kwargs,
+            )
+        except openai.OpenAIError as exc:
+            raise LLMError(f"{type(exc).__name__}: {exc}") from exc
+        if not response.choices:
+            raise LLMError("the endpoint returned no choices")
+        content = response.choices[0].message.content or ""
+        usage = response.usage
+        data = None
+        if json_schema is not None:
+            try:
+                parsed = orjson.loads(content)
+                data = parsed if isinstance(parsed, dict) else None
+            except orjson.JSONDecodeError:
+                data = None  # the caller validates and repairs
+        return LlmResult(
+            content=content,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            model=response.model or self.model,
+            data=data,
+        )

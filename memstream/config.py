@@ -1,0 +1,100 @@
+"""The one configuration object. Every knob is an environment variable with prefix ``MEMSTREAM_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
+
+ExtractMode = Literal["auto", "llm", "extractive"]
+
+
+def _default_data_dir() -> Path:
+    return Path.cwd() / ".data"
+
+
+class Settings(BaseSettings):
+    """Runtime configuration, read from ``MEMSTREAM_*`` environment variables (and ``.env``)."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=".env", extra="ignore")
+
+    # --- Kafka -------------------------------------------------------------------------------
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
+    topic_partitions: int = Field(4, ge=1, description="Partitions of every memstream topic")
+    topic_prefix: str = Field("memory", description="Prefix of every topic name")
+    max_message_bytes: int = Field(16 * 1024 * 1024, description="Largest Kafka message produced (DLQ keeps originals)")
+    max_turn_chars: int = Field(32_000, description="Longer turn texts are rejected to the dead-letter topic")
+    processing_retries: int = Field(3, ge=0, description="Retries of a failing message before it is dead-lettered")
+
+    # --- Workers -----------------------------------------------------------------------------
+    stages: str = Field("all", description="Comma-separated stages this worker runs, or 'all'")
+    data_dir: Path = Field(default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state")
+    metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
+    log_level: str = Field("info")
+
+    # --- Vector store ------------------------------------------------------------------------
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")
+    qdrant_api_key: str | None = None
+    qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant)")
+
+    # --- LLM ---------------------------------------------------------------------------------
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = no LLM (extractive mode)")
+    llm_model: str = Field("gpt-4o-mini")
+    llm_api_key: str = Field("not-needed")
+    llm_timeout_s: float = Field(120.0)
+    llm_max_tokens: int = Field(1024)
+
+    # --- Models ------------------------------------------------------------------------------
+    embedding_model: str | None = Field(None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2")
+    embedding_batch: int = Field(64, ge=1)
+    compressor_model: str | None = Field(None, description="Local LLMLingua model folder; unset = compression off (pass-through)")
+    compress_rate: float = Field(0.7, gt=0.0, le=1.0)
+
+    # --- Write path --------------------------------------------------------------------------
+    segment_threshold: float = Field(0.2, description="Cosine similarity under which consecutive turns split topics")
+    stm_tokens: int = Field(768, ge=16, description="STM flush budget in tokens")
+    stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
+    stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
+    extract_mode: ExtractMode = Field("auto", description="auto = LLM when configured, else extractive")
+
+    # --- Query path --------------------------------------------------------------------------
+    evidence_k: int = Field(10, ge=1)
+    replay_window: int = Field(1, ge=0, description="Raw turns either side of a provenance turn in Replay")
+    replay_max_tokens: int = Field(1200, ge=64)
+    query_timeout_s: float = Field(30.0, gt=0)
+
+    # --- Consolidation -----------------------------------------------------------------------
+    consolidate_tau: float = Field(0.8, description="Similarity for an older card to join a new card's update queue")
+    consolidate_top_n: int = Field(10, ge=1)
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}.{name}"
+
+    def stage_list(self) -> list[str]:
+        if self.stages.strip() in ("", "all"):
+            return list(STAGES)
+        chosen = [s.strip() for s in self.stages.split(",") if s.strip()]
+        unknown = sorted(set(chosen) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stages {unknown}; known: {', '.join(STAGES)}")
+        return [s for s in STAGES if s in chosen]
+
+    @property
+    def llm_enabled(self) -> bool:
+        return bool(self.llm_base_url)
+
+    @property
+    def effective_extract_mode(self) -> Literal["llm", "extractive"]:
+        if self.extract_mode == "auto":
+            return "llm" if self.llm_enabled else "extractive"
+        if self.extract_mode == "llm" and not self.llm_enabled:
+            raise ValueError("MEMSTREAM_EXTRACT_MODE=llm needs MEMSTREAM_LLM_BASE_URL")
+        return self.extract_mode
+
+    @property
+    def store_path(self) -> Path:
+        return self.qdrant_path or (self.data_dir / "qdrant")

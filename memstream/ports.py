@@ -1,0 +1,103 @@
+"""Small ports between the algorithms (processors/) and the outside world (adapters/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LlmResult:
+    content: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+    data: dict[str, Any] | None = None  # parsed JSON when a schema was requested
+
+
+class LLMError(RuntimeError):
+    """The LLM endpoint failed or answered something unusable."""
+
+
+class LLM(Protocol):
+    model: str
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        schema_name: str = "output",
+        max_tokens: int | None = None,
+    ) -> LlmResult:
+        """One chat completion; with ``json_schema`` the output is constrained and parsed."""
+        ...
+
+
+class Embedder(Protocol):
+    dim: int
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 vectors, shape (len(texts), dim)."""
+        ...
+
+
+class Compressor(Protocol):
+    name: str
+
+    def compress(self, text: str, *, keep_rate: float, force_keep: Sequence[str] = ()) -> str:
+        """A shorter text keeping roughly ``keep_rate`` of the tokens and every ``force_keep`` word."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoreFilter:
+    """Conditions ANDed together; the tenant is not here: every store call takes it separately."""
+
+    equals: Mapping[str, str | int | bool] = field(default_factory=dict)
+    any_of: Mapping[str, Sequence[str | int]] = field(default_factory=dict)
+    is_null: Sequence[str] = ()
+    range_ts: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StorePoint:
+    id: str
+    vector: Sequence[float]
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoreHit:
+    id: str
+    score: float
+    payload: Mapping[str, Any]
+
+
+class VectorStore(Protocol):
+    """Tenant-scoped vector store: every read takes ``tenant_id`` and applies it as a hard filter."""
+
+    def ensure_collections(self, names: Sequence[str], dim: int) -> None: ...
+
+    def upsert(self, collection: str, points: Sequence[StorePoint]) -> None: ...
+
+    def search(
+        self,
+        collection: str,
+        tenant_id: str,
+        vector: Sequence[float],
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+    ) -> list[StoreHit]: ...
+
+    def scroll(
+        self, collection: str, tenant_id: str, *, where: StoreFilter | None = None, limit: int = 1000
+    ) -> list[StoreHit]: ...
+
+    def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The algorithms of every stage: plain, typed, Kafka-free."""

@@ -1,0 +1,348 @@
+"""Stage 4: one flush → one memory write (cards, scenes, triggers, profile updates).
+
+Two modes share the output schema:
+- ``ExtractiveExtractor``: deterministic, no LLM. Sentence cards with the speaker as subject,
+  normalised times, entity triggers; one scene per topic segment with an extractive summary.
+- ``LlmExtractor``: one JSON-schema call per flush; one repair retry on invalid output, then the
+  extractive mode for that flush (mode ``extractive_fallback``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memstream.ports import LLM, LLMError
+from schemas import (
+    Card,
+    CompressedTurn,
+    FlushSegment,
+    MemoryWrite,
+    ProfileUpdate,
+    Provenance,
+    Scene,
+    SourceTurn,
+    StageCost,
+    StmFlush,
+)
+from schemas.memory import CardType
+
+from . import prompts
+from .ids import point_id, stable_id
+from .text import keywords, names, sentences
+from .timeparse import resolve_first
+
+log = logging.getLogger(__name__)
+
+_PLAN = re.compile(r"\b(will|going to|gonna|plan(?:ning)? to|want to|hope to|next (?:week|month|year)|tomorrow)\b", re.I)
+_PREF = re.compile(r"\b(love|like|enjoy|prefer|favou?rite|hate|dislike|can't stand|fan of)\b", re.I)
+_STATE = re.compile(r"\b(i am|i'm|we are|we're|feel|feeling|currently|these days|still)\b", re.I)
+_EVENT = re.compile(r"\b(went|did|took|made|got|had|was|were|visited|started|finished|joined|bought|moved|met|saw|ran|painted)\b", re.I)
+_MIN_CARD_WORDS = 4
+
+
+def classify(sentence: str, role: str) -> CardType:
+    if role == "assistant":
+        return "assistant_output"
+    if _PLAN.search(sentence):
+        return "plan"
+    if _PREF.search(sentence):
+        return "preference"
+    if _EVENT.search(sentence):
+        return "event"
+    if _STATE.search(sentence):
+        return "state"
+    return "fact"
+
+
+def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[SourceTurn]:
+    out = []
+    for i, ct in enumerate(flush.turns()):
+        t = ct.turn
+        out.append(
+            SourceTurn(
+                turn_id=t.turn_id,
+                session_id=t.session_id,
+                speaker=t.speaker,
+                role=t.role,
+                text=t.text,
+                event_time=t.event_time,
+                image_captions=t.image_captions,
+                seq=int(t.metadata.get("seq", (seq_of or {}).get(t.turn_id, i))),
+            )
+        )
+    return out
+
+
+def _card(flush: StmFlush, ct: CompressedTurn, content: str, *, scene_id: str, ctype: CardType,
+          subject: str, event_time: datetime | None, phrase: str | None, entity: list[str],
+          bridge: list[str], turn_ids: list[str], atomic: bool = True) -> Card:
+    session_ids = sorted({ct.turn.session_id})
+    return Card(
+        card_id=point_id("card", flush.tenant_id, flush.conversation_id, turn_ids, content),
+        subject=subject,
+        type=ctype,
+        content=content,
+        event_time=event_time,
+        time_phrase=phrase,
+        provenance=Provenance(turn_ids=turn_ids, scene_id=scene_id, session_ids=session_ids),
+        atomic=atomic,
+        entity_triggers=entity,
+        bridge_triggers=bridge,
+        speaker=ct.turn.speaker,
+        valid_from=ct.turn.event_time,
+    )
+
+
+def _scene_id(flush: StmFlush, segment: FlushSegment) -> str:
+    return point_id("scene", flush.tenant_id, flush.conversation_id,
+                    [t.turn.turn_id for t in segment.turns], segment.segment_id)
+
+
+def _extractive_scene(flush: StmFlush, segment: FlushSegment) -> Scene:
+    turns = segment.turns
+    text = " ".join(t.turn.text for t in turns)
+    summary_parts: list[str] = []
+    for ct in turns:
+        for s in sentences(ct.turn.text):
+            if len(s.split()) >= _MIN_CARD_WORDS:
+                summary_parts.append(f"{ct.turn.speaker}: {s}")
+                break
+        if len(summary_parts) >= 3:
+            break
+    return Scene(
+        scene_id=_scene_id(flush, segment),
+        topic_label=segment.topic_label,
+        summary=" ".join(summary_parts) or f"{turns[0].turn.speaker}: {turns[0].turn.text[:200]}",
+        participants=sorted({t.turn.speaker for t in turns}),
+        start_time=min(t.turn.event_time for t in turns),
+        end_time=max(t.turn.event_time for t in turns),
+        turn_ids=[t.turn.turn_id for t in turns],
+        scene_triggers=keywords(text, 6),
+        horizon_triggers=[],
+    )
+
+
+class ExtractiveExtractor:
+    """Deterministic extraction: the pipeline stays whole without an LLM."""
+
+    mode = "extractive"
+
+    def extract(self, flush: StmFlush) -> MemoryWrite:
+        return self._write(flush, mode="extractive", costs=[])
+
+    def _write(self, flush: StmFlush, *, mode: str, costs: list[StageCost]) -> MemoryWrite:
+        scenes: list[Scene] = []
+        cards: list[Card] = []
+        profiles: dict[str, ProfileUpdate] = {}
+        for segment in flush.segments:
+            scene = _extractive_scene(flush, segment)
+            scenes.append(scene)
+            for ct in segment.turns:
+                cards.extend(self._turn_cards(flush, ct, scene.scene_id, profiles))
+        return MemoryWrite(
+            tenant_id=flush.tenant_id,
+            conversation_id=flush.conversation_id,
+            write_id=stable_id("write", flush.flush_id, mode),
+            flush_id=flush.flush_id,
+            mode=mode,  # type: ignore[arg-type]
+            cards=cards,
+            scenes=scenes,
+            profile_updates=list(profiles.values()),
+            source_turns=source_turns(flush),
+            costs=costs,
+            written_at=datetime.now(timezone.utc),
+        )
+
+    def _turn_cards(self, flush: StmFlush, ct: CompressedTurn, scene_id: str,
+                    profiles: dict[str, ProfileUpdate]) -> list[Card]:
+        turn = ct.turn
+        speaker = turn.speaker
+        chunks = [s for s in sentences(turn.text) if len(s.split()) >= _MIN_CARD_WORDS]
+        if not chunks:
+            chunks = [turn.text.strip()]  # every turn stays reachable through at least one card
+        chunks += [f"shared an image: {c}" for c in turn.image_captions]
+        out: list[Card] = []
+        for sentence in chunks:
+            mention = resolve_first(sentence, turn.event_time)
+            ctype = classify(sentence, turn.role)
+            entity = [n for n in names(sentence) if n != speaker]
+            content = f"{speaker}: {sentence}"
+            out.append(_card(flush, ct, content, scene_id=scene_id, ctype=ctype, subject=speaker,
+                             event_time=mention.start if mention else turn.event_time,
+                             phrase=mention.phrase if mention else None,
+                             entity=[speaker, *entity], bridge=[], turn_ids=[turn.turn_id]))
+            if ctype == "preference":
+                profiles.setdefault(speaker, ProfileUpdate(speaker=speaker))
+                profiles[speaker].preferences.append(sentence)
+                profiles[speaker].source_turn_ids.append(turn.turn_id)
+        return out
+
+
+# --- LLM mode -----------------------------------------------------------------------------------
+
+
+class _LlmCard(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    subject: str = Field(min_length=1)
+    type: CardType
+    content: str = Field(min_length=3)
+    time_phrase: str | None = None
+    turn_ids: list[str] = Field(min_length=1)
+    atomic: bool = True
+    entity_triggers: list[str] = Field(default_factory=list)
+    bridge_triggers: list[str] = Field(default_factory=list)
+
+
+class _LlmScene(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    summary: str = Field(min_length=3)
+    participants: list[str] = Field(default_factory=list)
+    scene_triggers: list[str] = Field(default_factory=list)
+    horizon_triggers: list[str] = Field(default_factory=list)
+
+
+class _LlmProfile(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    speaker: str
+    traits: list[str] = Field(default_factory=list)
+    preferences: list[str] = Field(default_factory=list)
+    relationships: list[str] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list)
+
+
+class _LlmOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    scene: _LlmScene
+    cards: list[_LlmCard] = Field(min_length=1)
+    profiles: list[_LlmProfile] = Field(default_factory=list)
+
+
+class ExtractionInvalid(ValueError):
+    pass
+
+
+class LlmExtractor:
+    """One structured LLM call per flush; falls back to the extractive mode on invalid output."""
+
+    mode = "llm"
+
+    def __init__(self, llm: LLM, *, max_tokens: int = 1024, fallback: ExtractiveExtractor | None = None):
+        self.llm = llm
+        self.max_tokens = max_tokens
+        self.fallback = fallback or ExtractiveExtractor()
+        self.repairs = 0
+        self.fallbacks = 0
+
+    def extract(self, flush: StmFlush) -> MemoryWrite:
+        turns = flush.turns()
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": prompts.EXTRACT_SYSTEM},
+            {"role": "user", "content": prompts.extract_user(turns)},
+        ]
+        cost = StageCost(stage="extract", model=self.llm.model)
+        last_error = ""
+        for attempt in range(2):
+            try:
+                result = self.llm.complete(messages, json_schema=prompts.EXTRACT_SCHEMA,
+                                           schema_name="memory_extraction", max_tokens=self.max_tokens)
+            except LLMError as exc:
+                last_error = f"llm error: {exc}"
+                break
+            cost = cost + StageCost(stage="extract", calls=1, prompt_tokens=result.prompt_tokens,
+                                    completion_tokens=result.completion_tokens)
+            try:
+                parsed = _parse(result)
+                return self._write(flush, parsed, cost)
+            except ExtractionInvalid as exc:
+                last_error = str(exc)
+                if attempt == 0:
+                    self.repairs += 1
+                    messages += [
+                        {"role": "assistant", "content": result.content[:4000]},
+                        {"role": "user", "content": prompts.repair_user(last_error)},
+                    ]
+        self.fallbacks += 1
+        log.warning("extraction fell back to extractive mode for flush %s: %s", flush.flush_id, last_error)
+        return self.fallback._write(flush, mode="extractive_fallback", costs=[cost])
+
+    def _write(self, flush: StmFlush, out: _LlmOutput, cost: StageCost) -> MemoryWrite:
+        turns = flush.turns()
+        by_id = {t.turn.turn_id: t for t in turns}
+        # One scene for the whole flush, anchored to the first segment's id (the flush is topic-coherent).
+        segment = FlushSegment(segment_id=flush.segments[0].segment_id,
+                               topic_label=" / ".join(s.topic_label for s in flush.segments)[:200],
+                               turns=turns)
+        scene_id = _scene_id(flush, segment)
+        scene = Scene(
+            scene_id=scene_id,
+            topic_label=segment.topic_label,
+            summary=out.scene.summary,
+            participants=sorted({t.turn.speaker for t in turns} | set(out.scene.participants)),
+            start_time=min(t.turn.event_time for t in turns),
+            end_time=max(t.turn.event_time for t in turns),
+            turn_ids=list(by_id),
+            scene_triggers=_clean(out.scene.scene_triggers),
+            horizon_triggers=_clean(out.scene.horizon_triggers),
+        )
+        cards: list[Card] = []
+        for c in out.cards:
+            turn_ids = [tid for tid in c.turn_ids if tid in by_id]
+            if not turn_ids:
+                continue  # provenance must point at real source turns
+            anchor = by_id[turn_ids[0]]
+            mention = resolve_first(c.time_phrase or c.content, anchor.turn.event_time)
+            cards.append(_card(flush, anchor, c.content.strip(), scene_id=scene_id, ctype=c.type,
+                               subject=c.subject.strip(),
+                               event_time=mention.start if mention else anchor.turn.event_time,
+                               phrase=mention.phrase if mention else c.time_phrase,
+                               entity=_clean(c.entity_triggers), bridge=_clean(c.bridge_triggers),
+                               turn_ids=turn_ids, atomic=c.atomic))
+        if not cards:
+            raise ExtractionInvalid(f"no card cites a turn id of this flush; valid ids: {', '.join(by_id)}")
+        profiles = [
+            ProfileUpdate(speaker=p.speaker, traits=_clean(p.traits), preferences=_clean(p.preferences),
+                          relationships=_clean(p.relationships), constraints=_clean(p.constraints))
+            for p in out.profiles
+            if p.speaker in {t.turn.speaker for t in turns}
+        ]
+        return MemoryWrite(
+            tenant_id=flush.tenant_id,
+            conversation_id=flush.conversation_id,
+            write_id=stable_id("write", flush.flush_id, "llm"),
+            flush_id=flush.flush_id,
+            mode="llm",
+            cards=cards,
+            scenes=[scene],
+            profile_updates=profiles,
+            source_turns=source_turns(flush),
+            costs=[cost],
+            written_at=datetime.now(timezone.utc),
+        )
+
+
+def _clean(items: Sequence[str], limit: int = 12) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        item = item.strip()
+        if item and item not in out:
+            out.append(item[:200])
+    return out[:limit]
+
+
+def _parse(result: Any) -> _LlmOutput:
+    data = result.data
+    if data is None:
+        try:
+            data = orjson.loads(result.content)
+        except orjson.JSONDecodeError as exc:
+            raise ExtractionInvalid(f"output is not JSON: {exc}") from exc
+    try:
+        return _LlmOutput.model_validate(data)
+    except ValidationError as exc:
+        raise ExtractionInvalid(f"output does not match the schema: {str(exc)[:500]}") from exc

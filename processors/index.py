@@ -1,0 +1,97 @@
+"""Stage 5: turn a memory write into store points (cards, scenes, triggers, raw turns, profiles).
+
+Pure: the caller embeds ``PointSpec.text`` and upserts. Point ids are deterministic, so redelivery
+rewrites the same points; online writes only insert (consolidation versions them later).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schemas import MemoryWrite
+
+from .ids import point_id
+
+CARDS, SCENES, TRIGGERS, TURNS, PROFILES = "cards", "scenes", "triggers", "turns", "profiles"
+COLLECTIONS = (CARDS, SCENES, TRIGGERS, TURNS, PROFILES)
+# Payload fields every collection indexes (tenant first: it is on every query).
+INDEXED_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "event_ts", "turn_ids", "host_id")
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    collection: str
+    id: str
+    text: str  # what is embedded
+    payload: dict[str, Any]
+
+
+def _ts(dt) -> float | None:  # noqa: ANN001
+    return dt.timestamp() if dt is not None else None
+
+
+def points_for_write(write: MemoryWrite) -> list[PointSpec]:
+    base = {"tenant_id": write.tenant_id, "conversation_id": write.conversation_id, "write_id": write.write_id}
+    specs: list[PointSpec] = []
+    for turn in write.source_turns:
+        specs.append(PointSpec(
+            TURNS,
+            point_id("turn", write.tenant_id, write.conversation_id, [turn.turn_id], ""),
+            f"{turn.speaker}: {turn.text}",
+            {**base, "kind": "turn", "turn_id": turn.turn_id, "turn_ids": [turn.turn_id],
+             "session_id": turn.session_id, "speaker": turn.speaker, "subject": turn.speaker,
+             "role": turn.role, "text": turn.text, "image_captions": turn.image_captions, "seq": turn.seq,
+             "event_time": turn.event_time.isoformat(), "event_ts": _ts(turn.event_time)},
+        ))
+    for scene in write.scenes:
+        specs.append(PointSpec(
+            SCENES, scene.scene_id, scene.summary,
+            {**base, "kind": "scene", "scene_id": scene.scene_id, "topic_label": scene.topic_label,
+             "text": scene.summary, "participants": scene.participants, "turn_ids": scene.turn_ids,
+             "event_time": scene.start_time.isoformat(), "event_ts": _ts(scene.start_time),
+             "end_ts": _ts(scene.end_time), "scene_triggers": scene.scene_triggers,
+             "horizon_triggers": scene.horizon_triggers},
+        ))
+        for family, triggers in (("scene", scene.scene_triggers), ("horizon", scene.horizon_triggers)):
+            specs += _triggers(write, base, scene.scene_id, "scene", family, triggers)
+    for card in write.cards:
+        specs.append(PointSpec(
+            CARDS, card.card_id, card.content,
+            {**base, "kind": "card", "card_id": card.card_id, "subject": card.subject, "type": card.type,
+             "text": card.content, "speaker": card.speaker, "turn_ids": card.provenance.turn_ids,
+             "scene_id": card.provenance.scene_id, "session_ids": card.provenance.session_ids,
+             "event_time": card.event_time.isoformat() if card.event_time else None,
+             "event_ts": _ts(card.event_time), "time_phrase": card.time_phrase, "atomic": card.atomic,
+             "entity_triggers": card.entity_triggers, "bridge_triggers": card.bridge_triggers,
+             "version": card.version, "valid_from": card.valid_from.isoformat(),
+             "valid_to": card.valid_to.isoformat() if card.valid_to else None,
+             "superseded_by": card.superseded_by},
+        ))
+        for family, triggers in (("entity", card.entity_triggers), ("bridge", card.bridge_triggers)):
+            specs += _triggers(write, base, card.card_id, "card", family, triggers)
+    for profile in write.profile_updates:
+        for field in ("traits", "preferences", "relationships", "constraints"):
+            for item in getattr(profile, field):
+                specs.append(PointSpec(
+                    PROFILES,
+                    point_id("profile", write.tenant_id, write.conversation_id, [profile.speaker, field], item),
+                    f"{profile.speaker} {field}: {item}",
+                    {**base, "kind": "profile", "subject": profile.speaker, "field": field, "text": item,
+                     "turn_ids": profile.source_turn_ids},
+                ))
+    return specs
+
+
+def _triggers(write: MemoryWrite, base: dict[str, Any], host_id: str, host_kind: str, family: str,
+              triggers: list[str]) -> list[PointSpec]:
+    return [
+        PointSpec(
+            TRIGGERS,
+            point_id("trigger", write.tenant_id, write.conversation_id, [host_id, family], trigger),
+            trigger,
+            {**base, "kind": "trigger", "family": family, "host_id": host_id, "host_kind": host_kind,
+             "text": trigger},
+        )
+        for trigger in triggers
+    ]

@@ -1,0 +1,97 @@
+"""Prompts and output schemas, kept apart from the logic that uses them."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from schemas import CompressedTurn
+
+CARD_TYPES = ["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
+
+EXTRACT_SYSTEM = """You turn a piece of conversation into long-term memory.
+Return JSON only, following the schema.
+- scene: a one-sentence summary of what happens, the participants, scene_triggers (key elements of
+  the scene) and horizon_triggers (future situations in which this scene will matter).
+- cards: atomic, self-contained statements. The subject is always a name, never a pronoun. Each card
+  cites the ids of the turns it comes from in turn_ids (ids shown in square brackets). Copy any
+  time expression the card relies on into time_phrase (e.g. "yesterday", "last May").
+  entity_triggers: precise names in the card. bridge_triggers: situations where the card becomes
+  relevant in another context (e.g. "allergic to seafood" -> "team dinner").
+- profiles: stable traits, preferences, relationships and constraints per speaker."""
+
+
+def extract_user(turns: Sequence[CompressedTurn]) -> str:
+    lines = []
+    for ct in turns:
+        t = ct.turn
+        when = t.event_time.strftime("%Y-%m-%d %H:%M")
+        captions = f" (shares image: {'; '.join(t.image_captions)})" if t.image_captions else ""
+        lines.append(f"[{t.turn_id}] {when} {t.speaker}: {ct.compressed_text}{captions}")
+    return "Conversation:\n" + "\n".join(lines) + "\n\nExtract the memory JSON."
+
+
+def repair_user(error: str) -> str:
+    return f"That output was invalid: {error}\nReturn corrected JSON that follows the schema exactly."
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+EXTRACT_SCHEMA: dict = {
+    "type": "object",
+    "properties": {
+        "scene": {
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string"},
+                "participants": _STRINGS,
+                "scene_triggers": _STRINGS,
+                "horizon_triggers": _STRINGS,
+            },
+            "required": ["summary", "participants", "scene_triggers", "horizon_triggers"],
+        },
+        "cards": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "subject": {"type": "string"},
+                    "type": {"type": "string", "enum": CARD_TYPES},
+                    "content": {"type": "string"},
+                    "time_phrase": {"type": "string"},
+                    "turn_ids": _STRINGS,
+                    "atomic": {"type": "boolean"},
+                    "entity_triggers": _STRINGS,
+                    "bridge_triggers": _STRINGS,
+                },
+                "required": ["subject", "type", "content", "turn_ids", "entity_triggers", "bridge_triggers"],
+            },
+        },
+        "profiles": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "speaker": {"type": "string"},
+                    "traits": _STRINGS,
+                    "preferences": _STRINGS,
+                    "relationships": _STRINGS,
+                    "constraints": _STRINGS,
+                },
+                "required": ["speaker"],
+            },
+        },
+    },
+    "required": ["scene", "cards", "profiles"],
+}
+
+ANSWER_SYSTEM = """You answer a question about past conversations using only the numbered evidence.
+Each evidence line has an id like [E1], a date and a statement. Answer briefly and cite the ids you
+used in square brackets. If the evidence does not contain the answer, say you do not know."""
+
+
+def answer_user(question: str, evidence_lines: Sequence[str], operation: str, profile_text: str | None) -> str:
+    profile = f"\nSpeaker profile (background only):\n{profile_text}\n" if profile_text else ""
+    return (
+        f"Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\n"
+        f"Question ({operation}): {question}\nAnswer:"
+    )

@@ -1,0 +1,132 @@
+"""Stage 3: the topic-aware short-term buffer.
+
+Turns accumulate per conversation as ``{topic, turns}`` groups. A flush (one extraction call) happens
+when the buffer reaches its token budget, when the session ends, or when the conversation has been
+idle. Whole topics are kept together where the budget allows: a new topic that would overflow the
+buffer flushes what is pending first. Duplicate turn ids (redelivery) are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush
+
+from .ids import stable_id
+
+
+@dataclass(frozen=True)
+class StmPolicy:
+    budget_tokens: int = 768
+    idle_s: float = 30.0
+    remember_turn_ids: int = 4096  # how many seen ids are kept for duplicate detection
+
+
+@dataclass
+class StmState:
+    """Per-conversation buffer, JSON-serialisable for the changelog-backed table."""
+
+    tenant_id: str = ""
+    conversation_id: str = ""
+    session_id: str | None = None
+    groups: list[dict[str, Any]] = field(default_factory=list)  # {segment_id, topic_label, turns: [json]}
+    tokens: int = 0
+    seen: list[str] = field(default_factory=list)
+    last_activity: float = 0.0  # wall-clock seconds of the last buffered turn
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant_id": self.tenant_id,
+            "conversation_id": self.conversation_id,
+            "session_id": self.session_id,
+            "groups": self.groups,
+            "tokens": self.tokens,
+            "seen": self.seen,
+            "last_activity": self.last_activity,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> StmState:
+        return cls(**data) if data else cls()
+
+    @property
+    def pending_turns(self) -> int:
+        return sum(len(g["turns"]) for g in self.groups)
+
+
+def _flush(state: StmState, reason: str, now: float) -> StmFlush | None:
+    if not state.groups:
+        return None
+    segments = [
+        FlushSegment(
+            segment_id=g["segment_id"],
+            topic_label=g["topic_label"],
+            turns=[CompressedTurn.model_validate(t) for t in g["turns"]],
+        )
+        for g in state.groups
+    ]
+    turn_ids = [t.turn.turn_id for s in segments for t in s.turns]
+    flush = StmFlush(
+        tenant_id=state.tenant_id,
+        conversation_id=state.conversation_id,
+        flush_id=stable_id(state.tenant_id, state.conversation_id, *turn_ids),
+        reason=reason,  # type: ignore[arg-type]
+        segments=segments,
+        tokens=state.tokens,
+        flushed_at=datetime.fromtimestamp(now, tz=timezone.utc),
+    )
+    state.groups = []
+    state.tokens = 0
+    return flush
+
+
+def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPolicy) -> list[StmFlush]:
+    """Buffer one segmented turn; returns the flushes it triggers (0, 1 or 2), in order."""
+    turn = message.item.turn
+    if turn.turn_id in state.seen:
+        return []
+    state.tenant_id, state.conversation_id = message.tenant_id, message.conversation_id
+    flushes: list[StmFlush] = []
+
+    def emit(reason: str) -> None:
+        flush = _flush(state, reason, now)
+        if flush is not None:
+            flushes.append(flush)
+
+    if state.session_id is not None and turn.session_id != state.session_id:
+        emit("session_end")  # the previous session ended without its end marker
+    tokens = message.item.tokens_out
+    opens_topic = not state.groups or state.groups[-1]["segment_id"] != message.segment_id
+    if opens_topic and state.groups and state.tokens + tokens > policy.budget_tokens:
+        emit("budget")  # keep the new topic whole in the next flush
+    if opens_topic:
+        state.groups.append({"segment_id": message.segment_id, "topic_label": message.topic_label, "turns": []})
+    state.groups[-1]["turns"].append(message.item.model_dump(mode="json"))
+    state.tokens += tokens
+    state.session_id = turn.session_id
+    state.last_activity = now
+    state.seen.append(turn.turn_id)
+    if len(state.seen) > policy.remember_turn_ids:
+        del state.seen[: len(state.seen) - policy.remember_turn_ids]
+    if turn.last_in_session:
+        emit("session_end")
+    elif state.tokens >= policy.budget_tokens:
+        emit("budget")
+    return flushes
+
+
+def on_tick(state: StmState, now: float, policy: StmPolicy, *, force: bool = False) -> StmFlush | None:
+    """Flush an idle (or, with ``force``, any) non-empty buffer."""
+    if not state.groups:
+        return None
+    if force:
+        return _flush(state, "forced", now)
+    if now - state.last_activity >= policy.idle_s:
+        return _flush(state, "idle", now)
+    return None
+
+
+def is_idle(state: StmState, now: float, policy: StmPolicy) -> bool:
+    return bool(state.groups) and now - state.last_activity >= policy.idle_s

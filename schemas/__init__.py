@@ -1,0 +1,28 @@
+"""Single source of truth for every topic payload (versioned, validated, orjson)."""
+
+from .base import SCHEMA_VERSION, Payload, SchemaError, TenantScoped, conversation_key, utc
+from .dlq import DeadLetter
+from .memory import (
+    Card,
+    ConsolidationCandidate,
+    ConsolidationUpdate,
+    FlushSegment,
+    MemoryWrite,
+    ProfileUpdate,
+    Provenance,
+    Scene,
+    SourceTurn,
+    StageCost,
+    StmFlush,
+)
+from .query import Evidence, Plan, Query, Reply
+from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn
+from .topics import decode_segments_message
+
+__all__ = [
+    "SCHEMA_VERSION", "Payload", "SchemaError", "TenantScoped", "conversation_key", "utc",
+    "DeadLetter", "Card", "ConsolidationCandidate", "ConsolidationUpdate", "FlushSegment",
+    "MemoryWrite", "ProfileUpdate", "Provenance", "Scene", "SourceTurn", "StageCost", "StmFlush",
+    "Evidence", "Plan", "Query", "Reply", "CompressedTurn", "SegmentedTurn", "StmTick", "Turn",
+    "decode_segments_message",
+]

@@ -1,0 +1,71 @@
+"""Common base of every topic payload: versioned, tenant-scoped, JSON via orjson."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Self
+
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+# Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
+
+
+class SchemaError(ValueError):
+    """A payload that cannot be decoded or validated against its schema."""
+
+
+class Payload(BaseModel):
+    """Base of all topic payloads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, str_strip_whitespace=False)
+
+    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.model_dump(mode="json"))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | str) -> Self:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise SchemaError(f"not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SchemaError(f"expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValueError as exc:
+            raise SchemaError(f"invalid {cls.__name__}: {_short(exc)}") from exc
+
+
+class TenantScoped(Payload):
+    """A payload that belongs to one tenant's conversation; its Kafka key is ``tenant/conversation``."""
+
+    tenant_id: str = Field(pattern=ID_PATTERN)
+    conversation_id: str = Field(pattern=ID_PATTERN)
+
+    @property
+    def key(self) -> str:
+        return conversation_key(self.tenant_id, self.conversation_id)
+
+
+def conversation_key(tenant_id: str, conversation_id: str) -> str:
+    return f"{tenant_id}/{conversation_id}"
+
+
+def utc(dt: datetime) -> datetime:
+    """Naive datetimes are taken as UTC; aware ones are converted to UTC."""
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
+# Every timestamp on the wire is timezone-aware UTC.
+UtcDatetime = Annotated[datetime, AfterValidator(utc)]
+
+
+def _short(exc: ValueError) -> str:
+    text = str(exc).replace("\n", "; ")
+    return text if len(text) < 600 else text[:600] + "…"

@@ -1,0 +1,60 @@
+"""Conversation turns as they move through compress → segment → stm."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import ID_PATTERN, TenantScoped, UtcDatetime
+
+Role = Literal["user", "assistant", "system", "other"]
+
+
+class Turn(TenantScoped):
+    """One utterance produced by a chat platform onto ``memory.turns``."""
+
+    kind: Literal["turn"] = "turn"
+    session_id: str = Field(pattern=ID_PATTERN)
+    turn_id: str = Field(pattern=ID_PATTERN, description="Unique within the conversation (LoCoMo: dia_id)")
+    speaker: str = Field(min_length=1, max_length=200)
+    role: Role = "user"
+    text: str = Field(min_length=1)
+    event_time: UtcDatetime
+    image_captions: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    last_in_session: bool = Field(False, description="Producer marks the session's last turn: the STM flushes then")
+
+
+class CompressedTurn(TenantScoped):
+    """A turn after pre-compression; the raw text is kept for Replay."""
+
+    kind: Literal["compressed_turn"] = "compressed_turn"
+    turn: Turn
+    compressed_text: str
+    tokens_in: int = Field(ge=0)
+    tokens_out: int = Field(ge=0)
+    compressor: str = Field(description="'off' when passed through")
+
+
+class SegmentedTurn(TenantScoped):
+    """A compressed turn with the topic segment it belongs to (``memory.segments``)."""
+
+    kind: Literal["segmented_turn"] = "segmented_turn"
+    item: CompressedTurn
+    segment_id: str
+    topic_label: str
+    boundary: bool = Field(description="This turn opens a new segment")
+    boundary_reason: Literal["first", "session", "similarity", "none"] = "none"
+
+
+class StmTick(TenantScoped):
+    """Control message on ``memory.segments``: re-check a conversation's buffer for an idle flush.
+
+    Workers send it to the conversation's own partition, so the flush happens inside stream
+    processing, where the changelog-backed table can be written.
+    """
+
+    kind: Literal["stm_tick"] = "stm_tick"
+    sent_at: UtcDatetime
+    force: bool = Field(False, description="Flush whatever is pending (e.g. on command)")

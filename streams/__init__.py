@@ -1,0 +1,1 @@
+"""Kafka plumbing: the faust app, topics, agents and tables, clients, and the CLI."""

@@ -1,0 +1,344 @@
+"""The faust app: one factory builds an app running the chosen stages, each a thin agent that moves
+messages between topics and a processor. Values travel as raw bytes and are validated here, so a
+malformed message becomes a dead letter instead of crashing the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, Sequence
+
+import faust
+from faust.types import EventT
+
+from memstream.config import STAGES, Settings
+from processors.compress import compress_turn
+from processors.consolidate import update_queue
+from processors.extract import ExtractiveExtractor, LlmExtractor
+from processors.index import points_for_write
+from processors.query import QueryEngine, QueryOptions
+from processors.segment import SegmenterState, segment_turn
+from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from schemas import (
+    CompressedTurn,
+    DeadLetter,
+    MemoryWrite,
+    Payload,
+    Query,
+    Reply,
+    SchemaError,
+    StmFlush,
+    StmTick,
+    Turn,
+    decode_segments_message,
+)
+from memstream.ports import StorePoint
+
+from .services import Services
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Out:
+    """A message a stage wants produced."""
+
+    topic: str
+    key: str
+    value: Payload
+
+
+@dataclass
+class StageResult:
+    outputs: list[Out] = field(default_factory=list)
+
+
+class TurnRejected(SchemaError):
+    """A turn that parses but is not acceptable (e.g. too long)."""
+
+
+def app_id(prefix: str, stages: Sequence[str]) -> str:
+    """One consumer group per stage set: workers with the same stages share partitions."""
+    base = f"{prefix}-memstream"
+    return base if list(stages) == list(STAGES) else base + "-" + "-".join(stages)
+
+
+def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
+    stages = list(stages or settings.stage_list())
+    s = settings
+    app = faust.App(
+        app_id(s.topic_prefix, stages),
+        broker=[f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=s.topic_partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        store="memory://",
+        datadir=str(s.data_dir / "workers" / app_id(s.topic_prefix, stages)),
+        web_enabled=False,
+        producer_max_request_size=s.max_message_bytes,
+        consumer_max_fetch_size=s.max_message_bytes,
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        stream_wait_empty=False,
+        logging_config=None,
+    )
+    wiring = _Wiring(app, s, services)
+    for stage in stages:
+        getattr(wiring, f"stage_{stage}")()
+    log.info("app %s runs stages: %s", app.conf.id, ", ".join(stages))
+    return app
+
+
+def _topic(app: faust.App, settings: Settings, name: str, **kwargs: Any) -> faust.TopicT:
+    return app.topic(settings.topic(name), key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw", partitions=settings.topic_partitions, **kwargs)
+
+
+class _Wiring:
+    """Registers agents, tables and timers on the app; holds what they share."""
+
+    def __init__(self, app: faust.App, settings: Settings, services: Services):
+        self.app = app
+        self.s = settings
+        self.services = services
+        self.metrics = services.metrics
+        self.dlq = _topic(app, settings, "dlq")
+
+    # --- shared handling -------------------------------------------------------------------
+
+    def agent(self, stage: str, topic_name: str, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+        source = _topic(self.app, self.s, topic_name)
+
+        async def run(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                await self.handle(stage, event, handler)
+
+        run.__name__ = f"{stage}_agent"
+        self.app.agent(source, name=f"memstream.{stage}")(run)
+
+    async def handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+        raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+        self.metrics.messages_in.labels(stage).inc()
+        started = time.perf_counter()
+        for attempt in range(self.s.processing_retries + 1):
+            try:
+                result = await handler(raw)
+                await self.produce(stage, result.outputs)
+                self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
+                return
+            except SchemaError as exc:
+                await self.dead_letter(stage, event, raw, str(exc), exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - anything else: retry, then dead-letter
+                self.metrics.errors.labels(stage).inc()
+                log.exception("%s failed on %s[%s]@%s (attempt %d)", stage, event.message.topic,
+                              event.message.partition, event.message.offset, attempt + 1)
+                if attempt == self.s.processing_retries:
+                    await self.dead_letter(stage, event, raw, f"processing failed: {exc}", exc)
+                    return
+                await asyncio.sleep(min(2.0 ** attempt * 0.2, 5.0))
+
+    async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
+        """Send and wait for the broker's ack: the source offset commits only after this returns."""
+        futures = []
+        for out in outputs:
+            fut = await self.app.send(out.topic, key=out.key.encode(), value=out.value.to_bytes(),
+                                      key_serializer="raw", value_serializer="raw")
+            futures.append(fut)
+            self.metrics.messages_out.labels(stage, out.topic).inc()
+        for fut in futures:
+            await fut
+
+    async def dead_letter(self, stage: str, event: EventT, raw: bytes, reason: str, exc: BaseException) -> None:
+        msg = event.message
+        key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else (str(msg.key) if msg.key else None)
+        letter = DeadLetter(
+            stage=stage, reason=reason[:2000], error_type=type(exc).__name__, topic=msg.topic,
+            partition=msg.partition, offset=msg.offset, key=key,
+            tenant_id=key.split("/", 1)[0] if key and "/" in key else None,
+            original_b64=DeadLetter.encode(raw), original_size=len(raw),
+            failed_at=datetime.now(timezone.utc),
+        )
+        short = reason.split(":", 1)[0][:60]
+        self.metrics.dead_letters.labels(stage, short).inc()
+        log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
+        fut = await self.app.send(self.s.topic("dlq"), key=(key or "").encode(), value=letter.to_bytes(),
+                                  key_serializer="raw", value_serializer="raw")
+        await fut
+
+    def table(self, name: str) -> faust.TableT:
+        changelog = self.app.topic(self.s.topic(f"state.{name}"), partitions=self.s.topic_partitions,
+                                   compacting=True, deleting=False, internal=True,
+                                   key_serializer="raw", value_serializer="json")
+        return self.app.Table(name, default=None, partitions=self.s.topic_partitions,
+                              changelog_topic=changelog, key_type=str, value_type=None,
+                              key_serializer="raw", value_serializer="json")
+
+    # --- stages ----------------------------------------------------------------------------
+
+    def stage_compress(self) -> None:
+        s, services = self.s, self.services
+        compressor = services.compressor  # loaded once, at start-up
+        out_topic = s.topic("turns.compressed")
+
+        async def handler(raw: bytes) -> StageResult:
+            turn = Turn.from_bytes(raw)
+            if len(turn.text) > s.max_turn_chars:
+                raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars}")
+            if compressor is None:
+                item = compress_turn(turn, None, s.compress_rate)
+            else:
+                item = await asyncio.to_thread(compress_turn, turn, compressor, s.compress_rate)
+            self.metrics.compress_tokens.labels("in").inc(item.tokens_in)
+            self.metrics.compress_tokens.labels("out").inc(item.tokens_out)
+            return StageResult([Out(out_topic, item.key, item)])
+
+        self.agent("compress", "turns", handler)
+
+    def stage_segment(self) -> None:
+        s, services = self.s, self.services
+        states = self.table("segmenter")
+        out_topic = s.topic("segments")
+
+        async def handler(raw: bytes) -> StageResult:
+            item = CompressedTurn.from_bytes(raw)
+            vector = (await asyncio.to_thread(services.embedder.embed, [item.compressed_text]))[0]
+            state = SegmenterState.from_dict(states.get(item.key))
+            segmented = segment_turn(state, item, vector, s.segment_threshold)
+            result = StageResult([Out(out_topic, item.key, segmented)])
+            await self.produce("segment", result.outputs)
+            states[item.key] = state.to_dict()
+            return StageResult()
+
+        self.agent("segment", "turns.compressed", handler)
+
+    def stage_stm(self) -> None:
+        s = self.s
+        buffers = self.table("stm")
+        policy = StmPolicy(budget_tokens=s.stm_tokens, idle_s=s.stm_idle_s)
+        out_topic = s.topic("stm.flush")
+        segments_topic = s.topic("segments")
+
+        async def handler(raw: bytes) -> StageResult:
+            message = decode_segments_message(raw)
+            state = StmState.from_dict(buffers.get(message.key))
+            now = time.time()
+            if isinstance(message, StmTick):
+                flush = on_tick(state, now, policy, force=message.force)
+                flushes = [flush] if flush else []
+            else:
+                before = state.pending_turns + len(state.seen)
+                flushes = add_turn(state, message, now, policy)
+                if state.pending_turns + len(state.seen) == before and not flushes:
+                    self.metrics.stm_duplicates.inc()
+            # Flushes are acknowledged by the broker before the buffer forgets their turns.
+            await self.produce("stm", [Out(out_topic, f.key, f) for f in flushes])
+            for f in flushes:
+                self.metrics.stm_flushes.labels(f.reason).inc()
+            buffers[message.key] = state.to_dict()
+            return StageResult()
+
+        self.agent("stm", "segments", handler)
+
+        async def look_for_idle_buffers() -> None:
+            now = time.time()
+            for key, data in list(buffers.items()):
+                if data and is_idle(StmState.from_dict(data), now, policy):
+                    tenant, conversation = key.split("/", 1)
+                    tick = StmTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
+                    await self.app.send(segments_topic, key=key.encode(), value=tick.to_bytes(),
+                                        key_serializer="raw", value_serializer="raw")
+
+        self.app.timer(interval=s.stm_tick_s, name="memstream.stm.idle")(look_for_idle_buffers)
+
+    def stage_extract(self) -> None:
+        s, services, metrics = self.s, self.services, self.metrics
+        llm = services.llm
+        mode = s.effective_extract_mode
+        extractor = LlmExtractor(llm, max_tokens=s.llm_max_tokens) if mode == "llm" and llm else ExtractiveExtractor()
+        log.info("extraction mode: %s", extractor.mode)
+        out_topic = s.topic("cards")
+
+        async def handler(raw: bytes) -> StageResult:
+            flush = StmFlush.from_bytes(raw)
+            write = await asyncio.to_thread(extractor.extract, flush)
+            metrics.extract_mode.labels(write.mode).inc()
+            for cost in write.costs:
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+            return StageResult([Out(out_topic, write.key, write)])
+
+        self.agent("extract", "stm.flush", handler)
+
+    def stage_index(self) -> None:
+        services, metrics = self.services, self.metrics
+        store = services.store
+
+        def index(write: MemoryWrite) -> None:
+            specs = points_for_write(write)
+            vectors = services.embedder.embed([p.text for p in specs])
+            by_collection: dict[str, list[StorePoint]] = {}
+            for spec, vector in zip(specs, vectors):
+                by_collection.setdefault(spec.collection, []).append(StorePoint(spec.id, vector, spec.payload))
+            # Raw turns last: their presence marks the whole write as indexed.
+            for collection in sorted(by_collection, key=lambda c: c == "turns"):
+                store.upsert(collection, by_collection[collection])
+                metrics.points_written.labels(collection).inc(len(by_collection[collection]))
+
+        async def handler(raw: bytes) -> StageResult:
+            write = MemoryWrite.from_bytes(raw)
+            await asyncio.to_thread(index, write)
+            return StageResult()
+
+        self.agent("index", "cards", handler)
+
+    def stage_consolidate(self) -> None:
+        s, services = self.s, self.services
+        store = services.store
+        out_topic = s.topic("updates")
+
+        def queues(write: MemoryWrite) -> list[Out]:
+            if not write.cards:
+                return []
+            vectors = services.embedder.embed([c.content for c in write.cards])
+            outs = []
+            for card, vector in zip(write.cards, vectors):
+                update = update_queue(store, write.tenant_id, write.conversation_id, card, vector,
+                                      tau=s.consolidate_tau, top_n=s.consolidate_top_n)
+                if update.candidates:
+                    outs.append(Out(out_topic, update.key, update))
+            return outs
+
+        async def handler(raw: bytes) -> StageResult:
+            write = MemoryWrite.from_bytes(raw)
+            return StageResult(await asyncio.to_thread(queues, write))
+
+        self.agent("consolidate", "cards", handler)
+
+    def stage_query(self) -> None:
+        s, services, metrics = self.s, self.services, self.metrics
+        engine = QueryEngine(services.store, services.embedder, services.llm,
+                             QueryOptions(evidence_k=s.evidence_k, replay_window=s.replay_window,
+                                          replay_max_tokens=s.replay_max_tokens))
+
+        async def handler(raw: bytes) -> StageResult:
+            query = Query.from_bytes(raw)
+            try:
+                reply = await asyncio.to_thread(engine.run, query)
+            except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
+                log.exception("query %s failed", query.correlation_id)
+                reply = Reply(tenant_id=query.tenant_id, conversation_id=query.conversation_id,
+                              correlation_id=query.correlation_id, ok=False, error=f"{type(exc).__name__}: {exc}",
+                              replied_at=datetime.now(timezone.utc))
+            for cost in reply.costs:
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+            return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
+
+        self.agent("query", "queries", handler)

@@ -1,0 +1,274 @@
+"""The ``memstream`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memstream.config import Settings
+from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
+from schemas import Reply, Turn
+
+from . import runtime
+from .app import app_id
+from .client import MemoryClient, QueryTimeout, TurnProducer, wait_drained
+from .topics import PIPELINE, ensure_topics
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, help="memstream: streaming long-term memory for LLM assistants")
+console = Console(stderr=False)
+DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+@cli.command()
+def worker() -> None:
+    """Run a worker for MEMSTREAM_STAGES (default: all stages) in the foreground."""
+    runtime.run_worker(_settings())
+
+
+@cli.command()
+def topics() -> None:
+    """Create every memstream topic on the broker (idempotent)."""
+    s = _settings()
+    asyncio.run(ensure_topics(s))
+    console.print(f"topics ready on {s.kafka_bootstrap}: " + ", ".join(s.topic(t) for t in PIPELINE))
+
+
+@cli.command()
+def up(
+    local_llm: bool = typer.Option(False, "--local-llm", help="Also start the local LLM server (llama-cpp-python + SmolLM2)"),
+) -> None:
+    """Start the local broker (and LLM server) and one background worker running every stage."""
+    s = _settings()
+    console.print("starting Kafka…")
+    runtime.start_kafka(s)
+    env = {}
+    if local_llm:
+        console.print("starting the local LLM server…")
+        runtime.start_llm(s)
+        env = {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2"}
+    w = runtime.spawn_worker(env, s.data_dir / "logs" / "worker.log")
+    runtime.wait_worker_ready(w)
+    (s.data_dir / "worker.pid").write_text(str(w.process.pid))
+    console.print(f"[green]memstream is up[/]: worker pid {w.process.pid}, log {w.log_path}, metrics :{s.metrics_port}")
+
+
+@cli.command()
+def down() -> None:
+    """Stop the background worker, the local LLM server and the local broker."""
+    s = _settings()
+    pid_file = s.data_dir / "worker.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, 15)
+            for _ in range(60):
+                os.kill(pid, 0)
+                time.sleep(0.5)
+        except ProcessLookupError:
+            pass
+        pid_file.unlink()
+    runtime.stop_llm(s)
+    runtime.stop_kafka(s)
+    console.print("memstream is down")
+
+
+def _load_turns(path: Path, tenant: str, conversation: Optional[str], sample: Optional[str],
+                sessions: Optional[int]) -> list[Turn]:
+    if path.suffix == ".jsonl":
+        return [t for t in jsonl_turns(path) if conversation is None or t.conversation_id == conversation]
+    samples = load_locomo(path)
+    if sample:
+        samples = [x for x in samples if x.sample_id == sample]
+        if not samples:
+            raise typer.BadParameter(f"no sample {sample!r} in {path}")
+    turns: list[Turn] = []
+    for x in samples:
+        turns += locomo_turns(x, tenant_id=tenant, conversation_id=conversation if len(samples) == 1 else None,
+                              max_sessions=sessions)
+    return turns
+
+
+async def _ingest(settings: Settings, turns: list[Turn]) -> float:
+    await ensure_topics(settings)
+    started = time.perf_counter()
+    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("turns", total=len(turns))
+        async with TurnProducer(settings) as producer:
+            await producer.send_turns(turns, on_sent=lambda _t: progress.advance(task))
+    return time.perf_counter() - started
+
+
+@cli.command()
+def ingest(
+    file: Path = typer.Argument(..., exists=True, help="LoCoMo JSON or JSONL of turns"),
+    tenant: str = typer.Option("default", help="Tenant id of the turns"),
+    conversation: Optional[str] = typer.Option(None, help="Conversation id (default: the sample id)"),
+    sample: Optional[str] = typer.Option(None, help="Only this LoCoMo sample_id"),
+    sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
+    wait: bool = typer.Option(False, help="Wait until the pipeline has processed everything"),
+) -> None:
+    """Produce a conversation's turns onto memory.turns."""
+    s = _settings()
+    turns = _load_turns(file, tenant, conversation, sample, sessions)
+    seconds = asyncio.run(_ingest(s, turns))
+    console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
+    if wait:
+        asyncio.run(wait_drained(s, app_id(s.topic_prefix, s.stage_list()), [s.topic(t) for t in DRAIN_TOPICS]))
+        console.print("pipeline drained")
+
+
+def print_reply(reply: Reply, question: str) -> None:
+    if not reply.ok:
+        console.print(f"[red]error:[/] {reply.error}")
+        return
+    header = f"[bold]{question}[/]\n"
+    if reply.answer_mode == "llm":
+        header += f"[green]answer[/]: {reply.answer}"
+    else:
+        header += "[yellow]no LLM configured: evidence only[/]"
+    console.print(Panel(header, title=f"access profile: {reply.access_profile}", expand=False))
+    table = Table(show_lines=False)
+    for col in ("id", "when", "evidence", "turns", "score", "found by"):
+        table.add_column(col)
+    for e in reply.evidence:
+        table.add_row(e.evidence_id, e.event_time.date().isoformat() if e.event_time else "",
+                      e.text[:140], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
+    console.print(table)
+    if reply.profile_text:
+        console.print(Panel(reply.profile_text, title="profile", expand=False))
+    cost = ", ".join(f"{c.stage}: {c.calls} call(s) {c.prompt_tokens}+{c.completion_tokens} tokens" for c in reply.costs)
+    timings = ", ".join(f"{k} {v:.0f}" for k, v in reply.latency_ms.items())
+    console.print(f"[dim]context {reply.context_tokens} tokens · LLM {cost or 'none'} · ms: {timings}[/]")
+
+
+async def _ask(settings: Settings, questions: list[str], tenant: str, conversation: str, profile: str,
+               timeout: float | None) -> list[tuple[str, Reply, float]]:
+    await ensure_topics(settings)
+    out = []
+    async with MemoryClient(settings) as client:
+        for q in questions:
+            t0 = time.perf_counter()
+            reply = await client.ask(q, tenant_id=tenant, conversation_id=conversation, profile=profile,
+                                     timeout_s=timeout)
+            out.append((q, reply, (time.perf_counter() - t0) * 1000))
+    return out
+
+
+@cli.command()
+def ask(
+    question: str,
+    conversation: str = typer.Option(..., help="Conversation id to search"),
+    tenant: str = typer.Option("default"),
+    profile: str = typer.Option("auto", help="auto | lookup | compose | replay"),
+    timeout: Optional[float] = typer.Option(None, help="Seconds to wait for the reply"),
+    as_json: bool = typer.Option(False, "--json", help="Print the raw reply JSON"),
+) -> None:
+    """Ask a question over memory.queries and print the reply from memory.replies."""
+    s = _settings()
+    try:
+        [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout))
+    except QueryTimeout as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    if as_json:
+        sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
+    else:
+        print_reply(reply, q)
+        console.print(f"[dim]round trip over Kafka: {ms:.0f} ms[/]")
+
+
+@cli.command()
+def demo(
+    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: the conversation shipped with memstream)"),
+    sample: Optional[str] = typer.Option(None, help="LoCoMo sample_id (default: the first)"),
+    sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
+    questions: int = typer.Option(5, help="How many of its questions to ask"),
+    llm: str = typer.Option("auto", help="auto (local server if installed) | local | none"),
+) -> None:
+    """Start everything, stream one conversation through Kafka, ask questions, stop everything."""
+    s = _settings()
+    path = data or demo_conversation_path()
+    samples = load_locomo(path)
+    chosen = next((x for x in samples if x.sample_id == sample), None) if sample else samples[0]
+    if chosen is None:
+        raise typer.BadParameter(f"no sample {sample!r} in {path}")
+    tenant, conversation = "demo", chosen.sample_id
+    turns = list(locomo_turns(chosen, tenant_id=tenant, conversation_id=conversation, max_sessions=sessions))
+    asked_sessions = {t.turn_id.split(":")[0] for t in turns}
+    qa = [q for q in chosen.qa if q.category in (1, 2, 3, 4) and q.evidence
+          and all(e.split(":")[0] in asked_sessions for e in q.evidence)][:questions]
+    use_llm = llm == "local" or (llm == "auto" and runtime.local_llm_available())
+    timings: dict[str, float] = {}
+    started_kafka = started_llm = False
+    worker_proc = None
+    t_all = time.perf_counter()
+    try:
+        t0 = time.perf_counter()
+        console.print("[bold]1/5[/] starting Kafka (KRaft, local)…")
+        started_kafka = runtime.start_kafka(s)
+        timings["kafka_start_s"] = time.perf_counter() - t0
+        env = {"MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
+        if use_llm:
+            t0 = time.perf_counter()
+            console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
+            started_llm = runtime.start_llm(s)
+            env |= {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2",
+                    "MEMSTREAM_EXTRACT_MODE": "extractive"}
+            timings["llm_start_s"] = time.perf_counter() - t0
+        else:
+            console.print("[bold]2/5[/] no LLM: extractive memories, evidence-only answers")
+        t0 = time.perf_counter()
+        console.print("[bold]3/5[/] starting a worker (all seven stages; embedded Qdrant)…")
+        worker_proc = runtime.spawn_worker(env, s.data_dir / "logs" / "demo-worker.log")
+        runtime.wait_worker_ready(worker_proc)
+        timings["worker_start_s"] = time.perf_counter() - t0
+        console.print(f"[bold]4/5[/] streaming {len(turns)} turns of {conversation} ({path.name}) through Kafka…")
+        t0 = time.perf_counter()
+        asyncio.run(_ingest(s, turns))
+        asyncio.run(wait_drained(s, app_id(s.topic_prefix, s.stage_list()), [s.topic(t) for t in DRAIN_TOPICS], timeout_s=600))
+        timings["ingest_s"] = time.perf_counter() - t0
+        console.print(f"[bold]5/5[/] asking {len(qa)} questions over memory.queries → memory.replies")
+        t0 = time.perf_counter()
+        answers = asyncio.run(_ask(s, [q.question for q in qa], tenant, conversation, "auto", 120))
+        timings["questions_s"] = time.perf_counter() - t0
+        hits = 0
+        for (question, reply, ms), q in zip(answers, qa):
+            print_reply(reply, question)
+            got = {tid for e in reply.evidence for tid in e.turn_ids}
+            found = [e for e in q.evidence if e in got]
+            hits += bool(found)
+            console.print(f"gold answer: [cyan]{q.answer}[/] · gold turns {', '.join(q.evidence)} · "
+                          f"found in evidence: {', '.join(found) or 'none'} · {ms:.0f} ms\n")
+        timings["total_s"] = time.perf_counter() - t_all
+        console.print(f"[bold]{hits}/{len(qa)}[/] questions had a gold turn in their evidence")
+        console.print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    finally:
+        if worker_proc is not None:
+            worker_proc.stop()
+        if started_llm:
+            runtime.stop_llm(s)
+        if started_kafka:
+            runtime.stop_kafka(s)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

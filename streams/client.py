@@ -1,0 +1,182 @@
+"""Clients of a running memstream: produce turns, ask questions over request/reply topics, and
+wait for the pipeline to drain (consumer-group lag)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from memstream.config import Settings
+from schemas import Query, Reply, SchemaError, Turn
+
+
+class QueryTimeout(TimeoutError):
+    """No reply arrived within the client's timeout."""
+
+
+class TurnProducer:
+    """Produces turns keyed ``tenant/conversation`` (one conversation stays on one partition)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+            max_request_size=settings.max_message_bytes, linger_ms=5,
+        )
+
+    async def __aenter__(self) -> TurnProducer:
+        await self._producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._producer.stop()
+
+    async def send_turns(self, turns: Iterable[Turn], on_sent=None) -> int:  # noqa: ANN001
+        topic = self.settings.topic("turns")
+        futures = []
+        for turn in turns:
+            futures.append(await self._producer.send(topic, key=turn.key.encode(), value=turn.to_bytes()))
+            if on_sent:
+                on_sent(turn)
+        await asyncio.gather(*futures)
+        return len(futures)
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+        await (await self._producer.send(topic, key=key, value=value))
+
+
+class MemoryClient:
+    """Request/reply over Kafka: a query carries a correlation id and the topic to answer on."""
+
+    def __init__(self, settings: Settings, reply_topic: str | None = None):
+        self.settings = settings
+        self.reply_topic = reply_topic or settings.topic("replies")
+        self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> MemoryClient:
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
+            fetch_max_wait_ms=20, max_partition_fetch_bytes=self.settings.max_message_bytes,
+            fetch_max_bytes=self.settings.max_message_bytes,
+        )
+        await self._consumer.start()
+        partitions = await self._wait_partitions(self.reply_topic)
+        tps = [TopicPartition(self.reply_topic, p) for p in partitions]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_end(*tps)
+        for tp in tps:  # resolve the end position now, before any request is sent
+            await self._consumer.position(tp)
+        self._reader = asyncio.create_task(self._read_replies())
+        return self
+
+    async def _wait_partitions(self, topic: str) -> set[int]:
+        assert self._consumer is not None
+        for _ in range(100):
+            parts = self._consumer.partitions_for_topic(topic)
+            if parts:
+                return parts
+            await self._consumer.topics()  # refresh metadata
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"reply topic {topic} does not exist (is memstream up?)")
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._reader:
+            self._reader.cancel()
+        if self._consumer:
+            await self._consumer.stop()
+        await self._producer.stop()
+
+    async def _read_replies(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for record in records:
+                    try:
+                        reply = Reply.from_bytes(record.value)
+                    except SchemaError:
+                        continue
+                    fut = self._waiting.pop(reply.correlation_id, None)
+                    if fut and not fut.done():
+                        fut.set_result(reply)
+
+    async def ask(self, question: str, *, tenant_id: str, conversation_id: str, profile: str = "auto",
+                  k: int | None = None, answer: bool = True, question_time: datetime | None = None,
+                  timeout_s: float | None = None) -> Reply:
+        query = Query(
+            tenant_id=tenant_id, conversation_id=conversation_id, correlation_id=uuid.uuid4().hex,
+            reply_topic=self.reply_topic, question=question, question_time=question_time,
+            profile=profile, k=k, answer=answer, sent_at=datetime.now(timezone.utc),  # type: ignore[arg-type]
+        )
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._waiting[query.correlation_id] = fut
+        await (await self._producer.send(self.settings.topic("queries"), key=query.key.encode(), value=query.to_bytes()))
+        timeout = timeout_s or self.settings.query_timeout_s
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._waiting.pop(query.correlation_id, None)
+            raise QueryTimeout(
+                f"no reply to query {query.correlation_id} within {timeout:.0f}s on {self.reply_topic}: "
+                "is a worker running the 'query' stage?"
+            ) from None
+
+
+async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:
+    """Messages not yet committed by ``group``, per topic."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        tps = []
+        for topic in topics:
+            for p in consumer.partitions_for_topic(topic) or await _partitions(consumer, topic):
+                tps.append(TopicPartition(topic, p))
+        ends = await consumer.end_offsets(tps)
+        lag: dict[str, int] = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp] - done)
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    await consumer.topics()
+    return consumer.partitions_for_topic(topic) or set()
+
+
+async def wait_drained(settings: Settings, group: str, topics: Iterable[str], *, timeout_s: float = 300.0,
+                       settle_s: float = 2.0, progress=None) -> dict[str, int]:  # noqa: ANN001
+    """Wait until ``group`` has committed everything on ``topics`` (twice in a row, ``settle_s`` apart)."""
+    topics = list(topics)
+    deadline = time.monotonic() + timeout_s
+    zero_since: float | None = None
+    lag: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        lag = await group_lag(settings, group, topics)
+        if progress:
+            progress(lag)
+        if sum(lag.values()) == 0:
+            zero_since = zero_since or time.monotonic()
+            if time.monotonic() - zero_since >= settle_s:
+                return lag
+        else:
+            zero_since = None
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"pipeline not drained after {timeout_s:.0f}s; lag per topic: {lag}")

