@@ -69,6 +69,8 @@ def app_id(prefix: str, stages: Sequence[str]) -> str:
 def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
     stages = list(stages or settings.stage_list())
     s = settings
+    datadir = s.data_dir / "workers" / app_id(s.topic_prefix, stages)
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id(s.topic_prefix, stages),
         broker=[f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
@@ -79,7 +81,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
         topic_allow_declare=True,
         table_standby_replicas=0,
         store="memory://",
-        datadir=str(s.data_dir / "workers" / app_id(s.topic_prefix, stages)),
+        datadir=str(datadir),
         web_enabled=False,
         producer_max_request_size=s.max_message_bytes,
         consumer_max_fetch_size=s.max_message_bytes,
@@ -110,7 +112,7 @@ class _Wiring:
         self.s = settings
         self.services = services
         self.metrics = services.metrics
-        self.dlq = _topic(app, settings, "dlq")
+        self._topics: dict[str, faust.TopicT] = {}
 
     # --- shared handling -------------------------------------------------------------------
 
@@ -146,13 +148,22 @@ class _Wiring:
                     return
                 await asyncio.sleep(min(2.0 ** attempt * 0.2, 5.0))
 
+    async def send(self, topic: str, key: bytes, value: bytes) -> Awaitable[Any]:
+        """Publish now; returns the delivery future.
+
+        ``force=True`` bypasses faust's attachments, which would hold the message until the source
+        offset commits -- a wait on it from inside the handler would never end.
+        """
+        if topic not in self._topics:
+            self._topics[topic] = self.app.topic(topic, key_type=bytes, value_type=bytes,
+                                                 key_serializer="raw", value_serializer="raw")
+        return await self._topics[topic].send(key=key, value=value, force=True)
+
     async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
         """Send and wait for the broker's ack: the source offset commits only after this returns."""
         futures = []
         for out in outputs:
-            fut = await self.app.send(out.topic, key=out.key.encode(), value=out.value.to_bytes(),
-                                      key_serializer="raw", value_serializer="raw")
-            futures.append(fut)
+            futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes()))
             self.metrics.messages_out.labels(stage, out.topic).inc()
         for fut in futures:
             await fut
@@ -170,17 +181,14 @@ class _Wiring:
         short = reason.split(":", 1)[0][:60]
         self.metrics.dead_letters.labels(stage, short).inc()
         log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
-        fut = await self.app.send(self.s.topic("dlq"), key=(key or "").encode(), value=letter.to_bytes(),
-                                  key_serializer="raw", value_serializer="raw")
-        await fut
+        await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
 
     def table(self, name: str) -> faust.TableT:
-        changelog = self.app.topic(self.s.topic(f"state.{name}"), partitions=self.s.topic_partitions,
-                                   compacting=True, deleting=False, internal=True,
-                                   key_serializer="raw", value_serializer="json")
-        return self.app.Table(name, default=None, partitions=self.s.topic_partitions,
-                              changelog_topic=changelog, key_type=str, value_type=None,
-                              key_serializer="raw", value_serializer="json")
+        """A changelog-backed table; faust names its compacted changelog ``<app id>-<name>-changelog``.
+
+        Keys and values go through faust's json codec, live and on recovery from the changelog.
+        """
+        return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
 
     # --- stages ----------------------------------------------------------------------------
 
@@ -210,7 +218,8 @@ class _Wiring:
 
         async def handler(raw: bytes) -> StageResult:
             item = CompressedTurn.from_bytes(raw)
-            vector = (await asyncio.to_thread(services.embedder.embed, [item.compressed_text]))[0]
+            # One short text (~15 ms): embedded on the loop, so the table write stays in event order.
+            vector = services.embedder.embed([item.compressed_text])[0]
             state = SegmenterState.from_dict(states.get(item.key))
             segmented = segment_turn(state, item, vector, s.segment_threshold)
             result = StageResult([Out(out_topic, item.key, segmented)])
@@ -250,12 +259,15 @@ class _Wiring:
 
         async def look_for_idle_buffers() -> None:
             now = time.time()
-            for key, data in list(buffers.items()):
-                if data and is_idle(StmState.from_dict(data), now, policy):
-                    tenant, conversation = key.split("/", 1)
-                    tick = StmTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
-                    await self.app.send(segments_topic, key=key.encode(), value=tick.to_bytes(),
-                                        key_serializer="raw", value_serializer="raw")
+            try:
+                idle = [key for key, data in list(buffers.items()) if data and is_idle(StmState.from_dict(data), now, policy)]
+            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
+                log.exception("could not scan the STM table for idle buffers")
+                return
+            for key in idle:
+                tenant, conversation = key.split("/", 1)
+                tick = StmTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
+                await self.send(segments_topic, key.encode(), tick.to_bytes())
 
         self.app.timer(interval=s.stm_tick_s, name="memstream.stm.idle")(look_for_idle_buffers)
 

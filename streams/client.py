@@ -80,14 +80,10 @@ class MemoryClient:
         return self
 
     async def _wait_partitions(self, topic: str) -> set[int]:
-        assert self._consumer is not None
-        for _ in range(100):
-            parts = self._consumer.partitions_for_topic(topic)
-            if parts:
-                return parts
-            await self._consumer.topics()  # refresh metadata
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"reply topic {topic} does not exist (is memstream up?)")
+        try:
+            return await asyncio.wait_for(self._producer.partitions_for(topic), 30)
+        except asyncio.TimeoutError:
+            raise RuntimeError(f"reply topic {topic} does not exist (is memstream up?)") from None
 
     async def __aexit__(self, *exc: object) -> None:
         if self._reader:
@@ -142,8 +138,7 @@ async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> di
         committed = await admin.list_consumer_group_offsets(group)
         tps = []
         for topic in topics:
-            for p in consumer.partitions_for_topic(topic) or await _partitions(consumer, topic):
-                tps.append(TopicPartition(topic, p))
+            tps += [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
         ends = await consumer.end_offsets(tps)
         lag: dict[str, int] = {}
         for tp in tps:
@@ -156,9 +151,14 @@ async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> di
         await admin.close()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    await consumer.topics()
-    return consumer.partitions_for_topic(topic) or set()
+async def partitions_of(settings: Settings, topic: str) -> set[int]:
+    """The partitions of an existing topic (waits for its metadata)."""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        return await asyncio.wait_for(producer.partitions_for(topic), 30)
+    finally:
+        await producer.stop()
 
 
 async def wait_drained(settings: Settings, group: str, topics: Iterable[str], *, timeout_s: float = 300.0,

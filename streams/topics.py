@@ -14,11 +14,10 @@ log = logging.getLogger(__name__)
 
 # Logical names; the full name is "<prefix>.<name>" (default prefix "memory").
 PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "queries", "replies", "dlq")
-STATE = ("state.segmenter", "state.stm")  # changelogs of the tables (compacted)
 
 
 def all_topics(settings: Settings) -> list[str]:
-    return [settings.topic(n) for n in PIPELINE + STATE]
+    return [settings.topic(n) for n in PIPELINE]
 
 
 async def ensure_topics(settings: Settings, *, attempts: int = 30) -> None:
@@ -29,13 +28,11 @@ async def ensure_topics(settings: Settings, *, attempts: int = 30) -> None:
             await admin.start()
             existing = set(await admin.list_topics())
             wanted = []
-            for name in PIPELINE + STATE:
+            for name in PIPELINE:
                 full = settings.topic(name)
                 if full in existing:
                     continue
                 config = {"max.message.bytes": str(settings.max_message_bytes)}
-                if name in STATE:
-                    config["cleanup.policy"] = "compact"
                 wanted.append(NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1,
                                        topic_configs=config))
             if wanted:

