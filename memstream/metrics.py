@@ -11,7 +11,7 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.messages_in = Counter("memstream_stage_messages_in_total", "Messages consumed by a stage", ["stage"], registry=r)
-        self.messages_out = Counter("memstream_stage_messages_out_total", "Messages produced by a stage", ["stage", "topic"], registry=r)
+        self.messages_out = Counter("memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"], registry=r)
         self.errors = Counter("memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r)
         self.dead_letters = Counter("memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["stage", "reason"], registry=r)
         self.latency = Histogram("memstream_stage_latency_seconds", "Processing time per message", ["stage"], buckets=_LATENCY_BUCKETS, registry=r)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Sequence
 
 import faust
+import orjson
 from faust.types import EventT
 
 from memstream.config import STAGES, Settings
@@ -36,6 +38,7 @@ from schemas import (
     decode_segments_message,
 )
 from memstream.ports import StorePoint
+from schemas.query import TOPIC_PATTERN
 
 from .services import Services
 
@@ -164,7 +167,7 @@ class _Wiring:
         futures = []
         for out in outputs:
             futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes()))
-            self.metrics.messages_out.labels(stage, out.topic).inc()
+            self.metrics.messages_out.labels(stage).inc()
         for fut in futures:
             await fut
 
@@ -182,6 +185,21 @@ class _Wiring:
         self.metrics.dead_letters.labels(stage, short).inc()
         log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
         await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
+
+    async def reply_invalid(self, raw: bytes, exc: SchemaError) -> None:
+        """A malformed query that names its correlation id and reply topic gets an error reply, so its
+        client fails at once instead of timing out."""
+        try:
+            data = orjson.loads(raw)
+            reply = Reply(tenant_id=data["tenant_id"], conversation_id=data["conversation_id"],
+                          correlation_id=data["correlation_id"], ok=False, error=f"invalid query: {exc}",
+                          replied_at=datetime.now(timezone.utc))
+            topic = data["reply_topic"]
+            if not isinstance(topic, str) or not re.fullmatch(TOPIC_PATTERN, topic):
+                return
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return
+        await (await self.send(topic, reply.correlation_id.encode(), reply.to_bytes()))
 
     def table(self, name: str) -> faust.TableT:
         """A changelog-backed table; faust names its compacted changelog ``<app id>-<name>-changelog``.
@@ -341,7 +359,11 @@ class _Wiring:
                                           replay_max_tokens=s.replay_max_tokens))
 
         async def handler(raw: bytes) -> StageResult:
-            query = Query.from_bytes(raw)
+            try:
+                query = Query.from_bytes(raw)
+            except SchemaError as exc:
+                await self.reply_invalid(raw, exc)
+                raise  # and dead-letter it
             try:
                 reply = await asyncio.to_thread(engine.run, query)
             except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence

@@ -54,11 +54,11 @@ def up(
     """Start the local broker (and LLM server) and one background worker running every stage."""
     s = _settings()
     console.print("starting Kafka…")
-    runtime.start_kafka(s)
+    runtime.KAFKA.start(s)
     env = {}
     if local_llm:
         console.print("starting the local LLM server…")
-        runtime.start_llm(s)
+        runtime.LOCAL_LLM.start(s)
         env = {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2"}
     w = runtime.spawn_worker(env, s.data_dir / "logs" / "worker.log")
     runtime.wait_worker_ready(w)
@@ -81,8 +81,8 @@ def down() -> None:
         except ProcessLookupError:
             pass
         pid_file.unlink()
-    runtime.stop_llm(s)
-    runtime.stop_kafka(s)
+    runtime.LOCAL_LLM.stop(s)
+    runtime.KAFKA.stop(s)
     console.print("memstream is down")
 
 
@@ -220,13 +220,13 @@ def demo(
     try:
         t0 = time.perf_counter()
         console.print("[bold]1/5[/] starting Kafka (KRaft, local)…")
-        started_kafka = runtime.start_kafka(s)
+        started_kafka = runtime.KAFKA.start(s)
         timings["kafka_start_s"] = time.perf_counter() - t0
         env = {"MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
         if use_llm:
             t0 = time.perf_counter()
             console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
-            started_llm = runtime.start_llm(s)
+            started_llm = runtime.LOCAL_LLM.start(s)
             env |= {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2",
                     "MEMSTREAM_EXTRACT_MODE": "extractive"}
             timings["llm_start_s"] = time.perf_counter() - t0
@@ -261,9 +261,9 @@ def demo(
         if worker_proc is not None:
             worker_proc.stop()
         if started_llm:
-            runtime.stop_llm(s)
+            runtime.LOCAL_LLM.stop(s)
         if started_kafka:
-            runtime.stop_kafka(s)
+            runtime.KAFKA.stop(s)
 
 
 def main() -> None:

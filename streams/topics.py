@@ -16,10 +16,6 @@ log = logging.getLogger(__name__)
 PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "queries", "replies", "dlq")
 
 
-def all_topics(settings: Settings) -> list[str]:
-    return [settings.topic(n) for n in PIPELINE]
-
-
 async def ensure_topics(settings: Settings, *, attempts: int = 30) -> None:
     """Create every memstream topic with the configured partitions (idempotent)."""
     for attempt in range(attempts):

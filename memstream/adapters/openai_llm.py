@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import json
+
 import openai
-import orjson
 
 from memstream.ports import LLMError, LlmResult
 
@@ -47,9 +48,10 @@ class OpenAICompatibleLLM:
         data = None
         if json_schema is not None:
             try:
-                parsed = orjson.loads(content)
+                # strict=False: constrained decoders may put raw newlines inside strings.
+                parsed = json.loads(content, strict=False)
                 data = parsed if isinstance(parsed, dict) else None
-            except orjson.JSONDecodeError:
+            except ValueError:
                 data = None  # the caller validates and repairs
         return LlmResult(
             content=content,

