@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state")
     metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
     log_level: str = Field("info")
+    stall_s: float = Field(30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)")
 
     # --- Vector store ------------------------------------------------------------------------
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -37,12 +38,17 @@ from schemas import (
     Turn,
     decode_segments_message,
 )
+from aiokafka import TopicPartition
+
 from memstream.ports import StorePoint
 from schemas.query import TOPIC_PATTERN
 
+from .client import partition_lag
 from .services import Services
 
 log = logging.getLogger(__name__)
+
+EXIT_STALLED = 75  # the worker exits with this code for its supervisor to restart it
 
 
 @dataclass
@@ -98,6 +104,8 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     wiring = _Wiring(app, s, services)
     for stage in stages:
         getattr(wiring, f"stage_{stage}")()
+    if s.stall_s > 0:
+        wiring.watchdog()
     log.info("app %s runs stages: %s", app.conf.id, ", ".join(stages))
     return app
 
@@ -116,6 +124,40 @@ class _Wiring:
         self.services = services
         self.metrics = services.metrics
         self._topics: dict[str, faust.TopicT] = {}
+        self.in_flight = 0  # events inside a handler now
+        self.handled = 0  # events handled since start
+
+    def watchdog(self) -> None:
+        """Exit, for the supervisor to restart this worker, when its partitions lag while it idles.
+
+        faust-streaming 0.15 can strand messages fetched around the recovery that follows a crash:
+        no agent ever gets them and their partition stops committing. A restart redelivers them
+        (at-least-once; every sink is idempotent), so crash-only recovery is safe here.
+        """
+        state: dict[str, Any] = {"last_handled": -1, "stuck_since": None}
+        stall_s = self.s.stall_s
+        own_prefix = self.s.topic_prefix + "."
+
+        async def check() -> None:
+            if self.in_flight or self.handled != state["last_handled"]:
+                state["last_handled"], state["stuck_since"] = self.handled, None
+                return
+            tps = [TopicPartition(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
+                   if tp.topic.startswith(own_prefix)]
+            lag = await partition_lag(self.s, self.app.conf.id, tps)
+            lagging = {f"{tp.topic}[{tp.partition}]": n for tp, n in lag.items() if n}
+            if not lagging:
+                state["stuck_since"] = None
+                return
+            now = time.monotonic()
+            state["stuck_since"] = state["stuck_since"] or now
+            if now - state["stuck_since"] >= stall_s:
+                log.error("partitions lag while every agent idles for %.0fs (%s): exiting for a restart "
+                          "(exit code %d)", now - state["stuck_since"], lagging, EXIT_STALLED)
+                logging.shutdown()
+                os._exit(EXIT_STALLED)
+
+        self.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(check)
 
     # --- shared handling -------------------------------------------------------------------
 
@@ -130,6 +172,14 @@ class _Wiring:
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
     async def handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+        self.in_flight += 1
+        try:
+            await self._handle(stage, event, handler)
+        finally:
+            self.in_flight -= 1
+            self.handled += 1
+
+    async def _handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()

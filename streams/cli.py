@@ -29,13 +29,22 @@ console = Console(stderr=False)
 DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
 
 
+def default_demo_data() -> Path:
+    shared = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+    return shared if shared.exists() else demo_conversation_path()
+
+
 def _settings() -> Settings:
     return Settings()
 
 
 @cli.command()
-def worker() -> None:
+def worker(
+    supervise: bool = typer.Option(True, help="Restart the worker when it exits for a restart (stall watchdog)"),
+) -> None:
     """Run a worker for MEMSTREAM_STAGES (default: all stages) in the foreground."""
+    if supervise:
+        raise typer.Exit(runtime.supervise_worker())
     runtime.run_worker(_settings())
 
 
@@ -194,7 +203,8 @@ def ask(
 
 @cli.command()
 def demo(
-    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: the conversation shipped with memstream)"),
+    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared LoCoMo dev data when present, "
+                                                "else the conversation shipped with memstream)"),
     sample: Optional[str] = typer.Option(None, help="LoCoMo sample_id (default: the first)"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
     questions: int = typer.Option(5, help="How many of its questions to ask"),
@@ -202,7 +212,7 @@ def demo(
 ) -> None:
     """Start everything, stream one conversation through Kafka, ask questions, stop everything."""
     s = _settings()
-    path = data or demo_conversation_path()
+    path = data or default_demo_data()
     samples = load_locomo(path)
     chosen = next((x for x in samples if x.sample_id == sample), None) if sample else samples[0]
     if chosen is None:

@@ -128,27 +128,38 @@ class MemoryClient:
             ) from None
 
 
-async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:
-    """Messages not yet committed by ``group``, per topic."""
+async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """Messages not yet committed by ``group``, per partition (the broker's view)."""
+    tps = list(tps)
+    if not tps:
+        return {}
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     try:
         committed = await admin.list_consumer_group_offsets(group)
-        tps = []
-        for topic in topics:
-            tps += [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
         ends = await consumer.end_offsets(tps)
-        lag: dict[str, int] = {}
+        lag = {}
         for tp in tps:
             meta = committed.get(tp)
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp] - done)
+            lag[tp] = max(0, ends[tp] - done)
         return lag
     finally:
         await consumer.stop()
         await admin.close()
+
+
+async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:
+    """Messages not yet committed by ``group``, per topic."""
+    tps = []
+    for topic in topics:
+        tps += [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+    lag: dict[str, int] = {}
+    for tp, n in (await partition_lag(settings, group, tps)).items():
+        lag[tp.topic] = lag.get(tp.topic, 0) + n
+    return lag
 
 
 async def partitions_of(settings: Settings, topic: str) -> set[int]:

@@ -102,13 +102,13 @@ class WorkerProcess:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         return self.process.returncode
 
     def kill(self) -> None:
-        """kill -9: no shutdown, no final commit (what a crash looks like)."""
-        self.process.kill()
+        """kill -9 of the supervisor and its worker: no shutdown, no final commit (a crash)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
     def alive(self) -> bool:
@@ -147,14 +147,41 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
 
 
-def _dump_tasks() -> None:
-    """SIGUSR1: log every asyncio task's stack (what is a stuck worker waiting for?)."""
-    import io
+def _dump_consumer(app) -> None:  # noqa: ANN001 - faust.App
+    """SIGUSR2: log the consumer's view of every assigned partition (is one stuck, and where?)."""
+    consumer = app.consumer
+    lines = []
+    for tp in sorted(consumer.assignment()):
+        lines.append(
+            f"{tp.topic}[{tp.partition}] committed={consumer._committed_offset.get(tp)} "
+            f"acked={sorted(consumer._acked.get(tp, []))[-5:]} highwater={consumer.highwater(tp)} "
+            f"paused={tp in consumer._paused_partitions}"
+        )
+    log.warning("consumer state (unacked=%d):\n%s", len(consumer._unacked_messages), "\n".join(lines))
 
-    for task in asyncio.all_tasks():
-        buf = io.StringIO()
-        task.print_stack(limit=12, file=buf)
-        log.warning("task %s:\n%s", task.get_name(), buf.getvalue())
+
+def supervise_worker() -> int:
+    """Run ``memstream worker --no-supervise`` as a child; restart it when it exits with
+    ``EXIT_STALLED`` (its watchdog found stranded messages); pass SIGTERM/SIGINT on to it."""
+    from .app import EXIT_STALLED
+
+    configure_logging(Settings().log_level)
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: object) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    restarts = 0
+    while True:
+        child = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker", "--no-supervise"])
+        code = child.wait()
+        if code != EXIT_STALLED:
+            return code
+        restarts += 1
+        log.warning("worker exited for a restart (stalled); restarting it (restart %d)", restarts)
 
 
 def run_worker(settings: Settings) -> None:
@@ -176,12 +203,13 @@ def run_worker(settings: Settings) -> None:
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
         await app.tables.recovery.completed.wait()
+        # Installed now so it replaces mode's own SIGUSR2 handler (a debugger prompt).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, _dump_consumer, app)
         log.info("memstream worker ready: %d partitions assigned, tables recovered",
                  len(app.consumer.assignment()))
 
     app.task(announce_ready)
 
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
                           override_logging=False)
     try:
