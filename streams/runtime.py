@@ -95,6 +95,7 @@ class WorkerProcess:
 
     process: subprocess.Popen[bytes]
     log_path: Path
+    log_start: int = 0  # the log is appended to: this process's lines start here
 
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.process.poll() is None:
@@ -114,11 +115,16 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def log_tail(self, lines: int = 40) -> str:
+    def log_text(self) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with self.log_path.open("rb") as fh:
+                fh.seek(self.log_start)
+                return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
 
 def spawn_worker(env: dict[str, str], log_path: Path, *, stages: str | None = None) -> WorkerProcess:
@@ -128,10 +134,11 @@ def spawn_worker(env: dict[str, str], log_path: Path, *, stages: str | None = No
     if stages:
         full_env["MEMSTREAM_STAGES"] = stages
     fh = log_path.open("ab")
+    start = fh.tell()
     process = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], env=full_env, stdout=fh,
                                stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), start_new_session=True)
     fh.close()
-    return WorkerProcess(process, log_path)
+    return WorkerProcess(process, log_path, start)
 
 
 def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
@@ -140,8 +147,7 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
     while time.monotonic() < deadline:
         if not worker.alive():
             raise RuntimeError(f"worker exited with {worker.process.returncode}:\n{worker.log_tail()}")
-        text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
-        if "memstream worker ready" in text:
+        if "memstream worker ready" in worker.log_text():
             return
         time.sleep(0.5)
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
