@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     llm_model: str = Field("gpt-4o-mini")
     llm_api_key: str = Field("not-needed")
     llm_timeout_s: float = Field(120.0)
+    llm_port: int = Field(8011, description="Port of the local LLM server started by infra/llm (memstream up --local-llm, demo)")
     llm_max_tokens: int = Field(1024)
 
     # --- Models ------------------------------------------------------------------------------

@@ -134,9 +134,10 @@ class ExtractiveExtractor:
     mode = "extractive"
 
     def extract(self, flush: StmFlush) -> MemoryWrite:
-        return self._write(flush, mode="extractive", costs=[])
+        return self.write(flush, mode="extractive", costs=[])
 
-    def _write(self, flush: StmFlush, *, mode: str, costs: list[StageCost]) -> MemoryWrite:
+    def write(self, flush: StmFlush, *, mode: str, costs: list[StageCost]) -> MemoryWrite:
+        """The extractive write under a given mode label (``extractive_fallback`` after a failed LLM call)."""
         scenes: list[Scene] = []
         cards: list[Card] = []
         profiles: dict[str, ProfileUpdate] = {}
@@ -269,7 +270,7 @@ class LlmExtractor:
                     ]
         self.fallbacks += 1
         log.warning("extraction fell back to extractive mode for flush %s: %s", flush.flush_id, last_error)
-        return self.fallback._write(flush, mode="extractive_fallback", costs=[cost])
+        return self.fallback.write(flush, mode="extractive_fallback", costs=[cost])
 
     def _write(self, flush: StmFlush, out: _LlmOutput, cost: StageCost) -> MemoryWrite:
         turns = flush.turns()

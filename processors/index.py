@@ -15,8 +15,6 @@ from .ids import point_id
 
 CARDS, SCENES, TRIGGERS, TURNS, PROFILES = "cards", "scenes", "triggers", "turns", "profiles"
 COLLECTIONS = (CARDS, SCENES, TRIGGERS, TURNS, PROFILES)
-# Payload fields every collection indexes (tenant first: it is on every query).
-INDEXED_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "event_ts", "turn_ids", "host_id")
 
 
 @dataclass(frozen=True)

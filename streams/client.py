@@ -153,21 +153,20 @@ async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicParti
 
 async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:
     """Messages not yet committed by ``group``, per topic."""
-    tps = []
-    for topic in topics:
-        tps += [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
+    partitions = await partitions_of(settings, *topics)
+    tps = [TopicPartition(topic, p) for topic, parts in partitions.items() for p in parts]
     lag: dict[str, int] = {}
     for tp, n in (await partition_lag(settings, group, tps)).items():
         lag[tp.topic] = lag.get(tp.topic, 0) + n
     return lag
 
 
-async def partitions_of(settings: Settings, topic: str) -> set[int]:
-    """The partitions of an existing topic (waits for its metadata)."""
+async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]:
+    """The partitions of existing topics (waits for their metadata), over one connection."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     try:
-        return await asyncio.wait_for(producer.partitions_for(topic), 30)
+        return {topic: await asyncio.wait_for(producer.partitions_for(topic), 30) for topic in topics}
     finally:
         await producer.stop()
 

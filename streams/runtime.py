@@ -48,6 +48,7 @@ def infra_env(settings: Settings) -> dict[str, str]:
     return {
         "MEMSTREAM_DATA_DIR": str(settings.data_dir),
         "MEMSTREAM_KAFKA_PORT": port or "9092",
+        "MEMSTREAM_LLM_PORT": str(settings.llm_port),
         "MEMSTREAM_PYTHON": sys.executable,
     }
 
@@ -77,8 +78,7 @@ LOCAL_LLM = LocalService("llm/llm_server.sh")
 
 
 def local_llm_url(settings: Settings) -> str:
-    port = os.environ.get("MEMSTREAM_LLM_PORT", "8011")
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{settings.llm_port}/v1"
 
 
 def local_llm_available() -> bool:

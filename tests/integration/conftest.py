@@ -139,7 +139,7 @@ class Pipeline:
             await consumer.start()
             try:
                 name = self.settings.topic(topic) if prefixed else topic
-                partitions = await partitions_of(self.settings, name)
+                partitions = (await partitions_of(self.settings, name))[name]
                 tps = [TopicPartition(name, p) for p in partitions]
                 consumer.assign(tps)
                 await consumer.seek_to_beginning(*tps)
@@ -182,7 +182,3 @@ def first_sessions(sessions: int = 2, *, tenant: str = "acme") -> tuple[str, lis
     sample = load_locomo(locomo_path())[0]
     turns = list(locomo_turns(sample, tenant_id=tenant, max_sessions=sessions))
     return sample.sample_id, turns, sample
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0", "false")
