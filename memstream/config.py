@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     # --- Vector store ------------------------------------------------------------------------
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")
     qdrant_api_key: str | None = None
-    qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant)")
+    qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant-<engine>)")
+    qdrant_embedded: Literal["edge", "local"] = Field(
+        "edge", description="Embedded engine without a server: Qdrant Edge (HNSW, payload indexes) or qdrant-client's local mode (brute force)")
 
     # --- LLM ---------------------------------------------------------------------------------
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = no LLM (extractive mode)")
@@ -53,11 +55,20 @@ class Settings(BaseSettings):
     # --- Models ------------------------------------------------------------------------------
     embedding_model: str | None = Field(None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2")
     embedding_batch: int = Field(64, ge=1)
+    torch_threads: int = Field(1, ge=0, description="CPU threads per worker for the models (0 = torch's default); "
+                               "one avoids oversubscription when several processes share few cores")
     compressor_model: str | None = Field(None, description="Local LLMLingua model folder; unset = compression off (pass-through)")
     compress_rate: float = Field(0.7, gt=0.0, le=1.0)
 
     # --- Write path --------------------------------------------------------------------------
-    segment_threshold: float = Field(0.2, description="Cosine similarity under which consecutive turns split topics")
+    segment_method: Literal["hybrid", "similarity", "attention"] = Field(
+        "hybrid", description="Topic boundaries from similarity within reach of attention candidates, or one signal alone")
+    segment_threshold: float = Field(0.2, description="Start of the adaptive similarity threshold θ")
+    segment_threshold_max: float = Field(0.5, description="θ rises by 0.05 up to this until a full window has a boundary")
+    segment_window_turns: int = Field(12, ge=2, description="Sensory window: turns segmented together")
+    segment_carry_turns: int = Field(3, ge=0, description="Turns kept from one window as context for the next")
+    segment_coarse_radius: int = Field(3, ge=0, description="A similarity boundary must lie this close to an attention candidate")
+    segment_heads: str | None = Field(None, description="Attention heads as 'layer:head,...'; unset = calibrated heads of the model")
     stm_tokens: int = Field(768, ge=16, description="STM flush budget in tokens")
     stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
     stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
@@ -99,4 +110,4 @@ class Settings(BaseSettings):
 
     @property
     def store_path(self) -> Path:
-        return self.qdrant_path or (self.data_dir / "qdrant")
+        return self.qdrant_path or (self.data_dir / f"qdrant-{self.qdrant_embedded}")

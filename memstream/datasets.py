@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
@@ -111,3 +111,56 @@ def jsonl_turns(path: Path) -> Iterator[Turn]:
         for line in fh:
             if line.strip():
                 yield Turn.from_bytes(line)
+
+
+@dataclass
+class LongMemEvalQuestion:
+    question_id: str
+    question_type: str
+    question: str
+    answer: str
+    answer_session_ids: list[str]
+    haystack_session_ids: list[str]
+    haystack_dates: list[str]
+    haystack_sessions: list[list[dict[str, Any]]]
+
+
+def load_longmemeval(path: Path) -> list[LongMemEvalQuestion]:
+    data = orjson.loads(Path(path).read_bytes())
+    return [
+        LongMemEvalQuestion(
+            question_id=str(q["question_id"]), question_type=str(q.get("question_type", "")),
+            question=str(q.get("question", "")), answer=str(q.get("answer", "")),
+            answer_session_ids=[str(s) for s in q.get("answer_session_ids", [])],
+            haystack_session_ids=[str(s) for s in q.get("haystack_session_ids", [])],
+            haystack_dates=[str(d) for d in q.get("haystack_dates", [])],
+            haystack_sessions=q.get("haystack_sessions", []),
+        )
+        for q in data
+    ]
+
+
+def topic_change_stream(question: LongMemEvalQuestion, *, tenant_id: str) -> tuple[list[Turn], list[int]]:
+    """A question's haystack sessions joined into one session-less stream, and the indices of the
+    turns that open a new haystack session: known topic changes, the labels of the segmentation bench."""
+    turns: list[Turn] = []
+    boundaries: list[int] = []
+    start = datetime(2023, 1, 1, tzinfo=timezone.utc)
+    conversation_id = re.sub(r"[^A-Za-z0-9_.:@\-]", "_", question.question_id)[:100] or "q"
+    for session in question.haystack_sessions:
+        session = [t for t in session if str(t.get("content", "")).strip()]
+        if not session:
+            continue
+        if turns:
+            boundaries.append(len(turns))
+        for t in session:
+            i = len(turns)
+            turns.append(Turn(
+                tenant_id=tenant_id, conversation_id=conversation_id, session_id="stream",
+                turn_id=f"t{i}", speaker="User" if t.get("role") == "user" else "Assistant",
+                role="user" if t.get("role") == "user" else "assistant", text=str(t["content"]),
+                event_time=start + timedelta(seconds=30 * i), metadata={"seq": i},
+            ))
+    if turns:
+        turns[-1] = turns[-1].model_copy(update={"last_in_session": True})
+    return turns, boundaries

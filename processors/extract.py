@@ -202,6 +202,7 @@ class _LlmCard(BaseModel):
 
 class _LlmScene(BaseModel):
     model_config = ConfigDict(extra="ignore")
+    topic: str = ""
     summary: str = Field(min_length=3)
     participants: list[str] = Field(default_factory=list)
     scene_triggers: list[str] = Field(default_factory=list)
@@ -219,7 +220,7 @@ class _LlmProfile(BaseModel):
 
 class _LlmOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    scene: _LlmScene
+    scenes: list[_LlmScene] = Field(min_length=1)
     cards: list[_LlmCard] = Field(min_length=1)
     profiles: list[_LlmProfile] = Field(default_factory=list)
 
@@ -241,10 +242,9 @@ class LlmExtractor:
         self.fallbacks = 0
 
     def extract(self, flush: StmFlush) -> MemoryWrite:
-        turns = flush.turns()
         messages: list[dict[str, str]] = [
             {"role": "system", "content": prompts.EXTRACT_SYSTEM},
-            {"role": "user", "content": prompts.extract_user(turns)},
+            {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
         ]
         cost = StageCost(stage="extract", model=self.llm.model)
         last_error = ""
@@ -275,22 +275,25 @@ class LlmExtractor:
     def _write(self, flush: StmFlush, out: _LlmOutput, cost: StageCost) -> MemoryWrite:
         turns = flush.turns()
         by_id = {t.turn.turn_id: t for t in turns}
-        # One scene for the whole flush, anchored to the first segment's id (the flush is topic-coherent).
-        segment = FlushSegment(segment_id=flush.segments[0].segment_id,
-                               topic_label=" / ".join(s.topic_label for s in flush.segments)[:200],
-                               turns=turns)
-        scene_id = _scene_id(flush, segment)
-        scene = Scene(
-            scene_id=scene_id,
-            topic_label=segment.topic_label,
-            summary=out.scene.summary,
-            participants=sorted({t.turn.speaker for t in turns} | set(out.scene.participants)),
-            start_time=min(t.turn.event_time for t in turns),
-            end_time=max(t.turn.event_time for t in turns),
-            turn_ids=list(by_id),
-            scene_triggers=_clean(out.scene.scene_triggers),
-            horizon_triggers=_clean(out.scene.horizon_triggers),
-        )
+        # One scene per topic segment: the LLM's where it wrote one, else the extractive scene.
+        by_topic = {s.topic.strip().upper(): s for s in out.scenes}
+        if len(flush.segments) == 1 and prompts.topic_key(0) not in by_topic:
+            by_topic[prompts.topic_key(0)] = out.scenes[0]
+        scenes: list[Scene] = []
+        scene_of_turn: dict[str, str] = {}
+        for i, segment in enumerate(flush.segments):
+            llm_scene = by_topic.get(prompts.topic_key(i))
+            scene = _extractive_scene(flush, segment)
+            if llm_scene is not None:
+                seg_turns = segment.turns
+                scene = scene.model_copy(update={
+                    "summary": llm_scene.summary.strip(),
+                    "participants": sorted({t.turn.speaker for t in seg_turns} | set(_clean(llm_scene.participants))),
+                    "scene_triggers": _clean(llm_scene.scene_triggers),
+                    "horizon_triggers": _clean(llm_scene.horizon_triggers),
+                })
+            scenes.append(scene)
+            scene_of_turn.update({t.turn.turn_id: scene.scene_id for t in segment.turns})
         cards: list[Card] = []
         for c in out.cards:
             turn_ids = [tid for tid in c.turn_ids if tid in by_id]
@@ -298,7 +301,7 @@ class LlmExtractor:
                 continue  # provenance must point at real source turns
             anchor = by_id[turn_ids[0]]
             mention = resolve_first(c.time_phrase or c.content, anchor.turn.event_time)
-            cards.append(_card(flush, anchor, c.content.strip(), scene_id=scene_id, ctype=c.type,
+            cards.append(_card(flush, anchor, c.content.strip(), scene_id=scene_of_turn[turn_ids[0]], ctype=c.type,
                                subject=c.subject.strip(),
                                event_time=mention.start if mention else anchor.turn.event_time,
                                phrase=mention.phrase if mention else c.time_phrase,
@@ -319,7 +322,7 @@ class LlmExtractor:
             flush_id=flush.flush_id,
             mode="llm",
             cards=cards,
-            scenes=[scene],
+            scenes=scenes,
             profile_updates=profiles,
             source_turns=source_turns(flush),
             costs=[cost],

@@ -10,8 +10,9 @@ CARD_TYPES = ["fact", "event", "preference", "state", "plan", "interaction", "as
 
 EXTRACT_SYSTEM = """You turn a piece of conversation into long-term memory.
 Return JSON only, following the schema.
-- scene: a one-sentence summary of what happens, the participants, scene_triggers (key elements of
-  the scene) and horizon_triggers (future situations in which this scene will matter).
+- scenes: one per topic (T1, T2, ... as marked): a one-sentence summary of what happens, the
+  participants, scene_triggers (key elements of the scene) and horizon_triggers (future situations
+  in which this scene will matter).
 - cards: atomic, self-contained statements. The subject is always a name, never a pronoun. Each card
   cites the ids of the turns it comes from in turn_ids (ids shown in square brackets). Copy any
   time expression the card relies on into time_phrase (e.g. "yesterday", "last May").
@@ -20,13 +21,20 @@ Return JSON only, following the schema.
 - profiles: stable traits, preferences, relationships and constraints per speaker."""
 
 
-def extract_user(turns: Sequence[CompressedTurn]) -> str:
+def topic_key(index: int) -> str:
+    return f"T{index + 1}"
+
+
+def extract_user(topics: Sequence[tuple[str, Sequence[CompressedTurn]]]) -> str:
+    """The flush as the LLM reads it: its topic segments, each turn with its id, time and speaker."""
     lines = []
-    for ct in turns:
-        t = ct.turn
-        when = t.event_time.strftime("%Y-%m-%d %H:%M")
-        captions = f" (shares image: {'; '.join(t.image_captions)})" if t.image_captions else ""
-        lines.append(f"[{t.turn_id}] {when} {t.speaker}: {ct.compressed_text}{captions}")
+    for i, (label, turns) in enumerate(topics):
+        lines.append(f"Topic {topic_key(i)} ({label}):")
+        for ct in turns:
+            t = ct.turn
+            when = t.event_time.strftime("%Y-%m-%d %H:%M")
+            captions = f" (shares image: {'; '.join(t.image_captions)})" if t.image_captions else ""
+            lines.append(f"[{t.turn_id}] {when} {t.speaker}: {ct.compressed_text}{captions}")
     return "Conversation:\n" + "\n".join(lines) + "\n\nExtract the memory JSON."
 
 
@@ -39,15 +47,19 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 EXTRACT_SCHEMA: dict = {
     "type": "object",
     "properties": {
-        "scene": {
-            "type": "object",
-            "properties": {
-                "summary": {"type": "string"},
-                "participants": _STRINGS,
-                "scene_triggers": _STRINGS,
-                "horizon_triggers": _STRINGS,
+        "scenes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "topic": {"type": "string"},
+                    "summary": {"type": "string"},
+                    "participants": _STRINGS,
+                    "scene_triggers": _STRINGS,
+                    "horizon_triggers": _STRINGS,
+                },
+                "required": ["topic", "summary", "participants", "scene_triggers", "horizon_triggers"],
             },
-            "required": ["summary", "participants", "scene_triggers", "horizon_triggers"],
         },
         "cards": {
             "type": "array",
@@ -81,7 +93,7 @@ EXTRACT_SCHEMA: dict = {
             },
         },
     },
-    "required": ["scene", "cards", "profiles"],
+    "required": ["scenes", "cards", "profiles"],
 }
 
 ANSWER_SYSTEM = """You answer a question about past conversations using only the numbered evidence.

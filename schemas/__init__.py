@@ -16,13 +16,13 @@ from .memory import (
     StmFlush,
 )
 from .query import Evidence, Plan, Query, Reply
-from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn
-from .topics import decode_segments_message
+from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
+from .topics import decode_compressed_message, decode_segments_message
 
 __all__ = [
     "SCHEMA_VERSION", "Payload", "SchemaError", "TenantScoped", "conversation_key", "utc",
     "DeadLetter", "Card", "ConsolidationCandidate", "ConsolidationUpdate", "FlushSegment",
     "MemoryWrite", "ProfileUpdate", "Provenance", "Scene", "SourceTurn", "StageCost", "StmFlush",
     "Evidence", "Plan", "Query", "Reply", "CompressedTurn", "SegmentedTurn", "StmTick", "Turn",
-    "decode_segments_message",
+    "WindowTick", "decode_compressed_message", "decode_segments_message",
 ]

@@ -45,7 +45,7 @@ class SegmentedTurn(TenantScoped):
     segment_id: str
     topic_label: str
     boundary: bool = Field(description="This turn opens a new segment")
-    boundary_reason: Literal["first", "session", "similarity", "none"] = "none"
+    boundary_reason: Literal["first", "session", "hybrid", "similarity", "attention", "none"] = "none"
 
 
 class StmTick(TenantScoped):
@@ -58,3 +58,13 @@ class StmTick(TenantScoped):
     kind: Literal["stm_tick"] = "stm_tick"
     sent_at: UtcDatetime
     force: bool = Field(False, description="Flush whatever is pending (e.g. on command)")
+
+
+class WindowTick(TenantScoped):
+    """Control message on ``memory.turns.compressed``: segment a conversation's idle sensory window.
+
+    Like ``StmTick``, it travels on the conversation's own partition, behind its turns.
+    """
+
+    kind: Literal["window_tick"] = "window_tick"
+    sent_at: UtcDatetime

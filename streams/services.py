@@ -9,6 +9,7 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
 from processors.index import COLLECTIONS
+from processors.segment import SegmentParams
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,38 @@ class Services:
         return embedder
 
     @cached_property
-    def store(self):  # noqa: ANN201 - QdrantStore
-        from memstream.adapters.qdrant_store import QdrantStore
+    def attention(self):  # noqa: ANN201 - EncoderAttention
+        from memstream.adapters.encoder_attention import EncoderAttention
 
+        attention = EncoderAttention(self.settings.embedding_model)
+        log.info("attention encoder loaded: %s (%d layers x %d heads)", attention.name, attention.layers, attention.heads)
+        return attention
+
+    @cached_property
+    def segment_params(self) -> SegmentParams:
         s = self.settings
-        store = QdrantStore(url=s.qdrant_url, api_key=s.qdrant_api_key, path=None if s.qdrant_url else s.store_path)
+        heads: tuple[tuple[int, int], ...] = ()
+        if s.segment_heads:
+            heads = tuple((int(l), int(h)) for l, h in (item.split(":") for item in s.segment_heads.split(",")))
+        elif s.segment_method != "similarity":
+            from memstream.adapters.encoder_attention import load_heads, model_name
+            from memstream.adapters.st_embedder import default_model_path
+
+            name = model_name(s.embedding_model or default_model_path())
+            heads = load_heads(name)
+            if not heads:
+                log.warning("no calibrated attention heads for %s: averaging every upper-layer head "
+                            "(run `memstream bench calibrate-heads`)", name)
+        return SegmentParams(method=s.segment_method, window_turns=s.segment_window_turns,
+                             carry_turns=min(s.segment_carry_turns, s.segment_window_turns - 1),
+                             theta_start=s.segment_threshold, theta_max=s.segment_threshold_max,
+                             coarse_radius=s.segment_coarse_radius, heads=heads)
+
+    @cached_property
+    def store(self):  # noqa: ANN201 - QdrantStore
+        from memstream.adapters import open_store
+
+        store = open_store(self.settings)
         store.ensure_collections(COLLECTIONS, self.embedder.dim)
         log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
         return store

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -16,7 +18,8 @@ def default_model_path() -> str:
 
 
 class SentenceTransformerEmbedder:
-    def __init__(self, model_path: str | None = None, *, batch_size: int = 64, device: str = "cpu"):
+    def __init__(self, model_path: str | None = None, *, batch_size: int = 64, device: str = "cpu",
+                 cache_size: int = 4096):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -25,10 +28,16 @@ class SentenceTransformerEmbedder:
         self.name = os.path.basename(path.rstrip("/")) or path
         self._model = SentenceTransformer(path, device=device)
         self.batch_size = batch_size
-        dim = self._model.get_sentence_embedding_dimension()
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dim = get_dim()
         if dim is None:
             raise RuntimeError(f"cannot tell the embedding size of {path}")
         self.dim = int(dim)
+        # The same text is embedded by several stages of one worker (segment, index, consolidate) and
+        # short triggers repeat constantly (speaker names): an LRU cache makes repeats free.
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()  # stages embed from the event loop and from worker threads
 
     @property
     def model(self):  # noqa: ANN201 - the underlying SentenceTransformer, for attention-based segmentation
@@ -37,8 +46,21 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
-        )
+        with self._lock:
+            known = {t: self._cache[t] for t in texts if t in self._cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            known.update(zip(missing, self.embed_uncached(missing)))
+        with self._lock:
+            for text in texts:
+                self._cache[text] = known[text]
+                self._cache.move_to_end(text)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return np.stack([known[t] for t in texts])
+
+    def embed_uncached(self, texts: Sequence[str]) -> np.ndarray:
+        """The raw model speed (benchmarks): no cache on the way."""
+        vectors = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)

@@ -9,10 +9,11 @@ from schemas import MemoryWrite
 from tests.factories import segmented, turn
 
 
-def flush_of(*turns):
+def flush_of(*turns, segment_ids=None):
     state = StmState()
-    for t in turns:
-        add_turn(state, segmented(t), 0.0, StmPolicy(budget_tokens=10_000))
+    for i, t in enumerate(turns):
+        add_turn(state, segmented(t, segment_id=segment_ids[i] if segment_ids else "seg1"), 0.0,
+                 StmPolicy(budget_tokens=10_000))
     return on_tick(state, 1.0, StmPolicy(), force=True)
 
 
@@ -67,8 +68,8 @@ class ScriptedLLM:
 
 
 GOOD = {
-    "scene": {"summary": "Caroline talks about a support group", "participants": ["Caroline"],
-              "scene_triggers": ["support group"], "horizon_triggers": ["pride parade"]},
+    "scenes": [{"topic": "T1", "summary": "Caroline talks about a support group", "participants": ["Caroline"],
+                "scene_triggers": ["support group"], "horizon_triggers": ["pride parade"]}],
     "cards": [{"subject": "Caroline", "type": "event", "content": "Caroline went to an LGBTQ support group.",
                "time_phrase": "yesterday", "turn_ids": ["D1:1"], "entity_triggers": ["LGBTQ"],
                "bridge_triggers": ["community events"]}],
@@ -110,3 +111,20 @@ def test_llm_errors_fall_back_without_retrying_the_endpoint():
     llm = ScriptedLLM(LLMError("connection refused"))
     write = LlmExtractor(llm).extract(flush_of(*FLUSH_TURNS))
     assert write.mode == "extractive_fallback" and len(llm.calls) == 1
+
+
+def test_one_scene_per_topic_segment_and_cards_anchor_to_their_turns_scene():
+    flush = flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"])
+    assert len(flush.segments) == 2
+    two = {**GOOD, "cards": GOOD["cards"] + [
+        {"subject": "Melanie", "type": "preference", "content": "Melanie loves painting sunsets in Maine.",
+         "turn_ids": ["D1:2"], "entity_triggers": ["Maine"], "bridge_triggers": ["art class"]}]}
+    write = LlmExtractor(ScriptedLLM(two)).extract(flush)
+    assert write.mode == "llm" and len(write.scenes) == 2
+    first, second = write.scenes
+    assert first.summary == "Caroline talks about a support group" and first.turn_ids == ["D1:1"]
+    assert second.turn_ids == ["D1:2"] and second.horizon_triggers == []  # no LLM scene: extractive one
+    by_subject = {c.subject: c for c in write.cards}
+    assert by_subject["Caroline"].provenance.scene_id == first.scene_id
+    assert by_subject["Melanie"].provenance.scene_id == second.scene_id
+    MemoryWrite.from_bytes(write.to_bytes())

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures and write JSON (never timed tests)."""

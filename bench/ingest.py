@@ -1,0 +1,177 @@
+"""Construction cost and speed: LoCoMo conversations streamed through the real Kafka pipeline.
+
+Counts what the write path spends (flushes, LLM calls and tokens, compression), what it builds
+(cards, scenes, triggers) and how fast (turns/s end to end against the raw embedding speed of the
+same model on the same texts, measured in the same run)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from memstream.config import Settings
+from memstream.datasets import load_locomo, locomo_turns
+from schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
+from streams import runtime
+from streams.deployment import Deployment
+
+TENANT = "bench"
+
+
+@dataclass
+class IngestOptions:
+    data: Path
+    conversations: Sequence[str] = ()  # sample ids; empty = every conversation in the file
+    sessions: int | None = None  # only the first N sessions of each
+    llm: bool = False
+    compressor_model: str | None = None
+    workdir: Path = Path(".data/bench/ingest")
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def load_turns(options: IngestOptions) -> list[Turn]:
+    samples = load_locomo(options.data)
+    if options.conversations:
+        wanted = set(options.conversations)
+        samples = [s for s in samples if s.sample_id in wanted]
+        missing = wanted - {s.sample_id for s in samples}
+        if missing:
+            raise ValueError(f"no conversation(s) {sorted(missing)} in {options.data}")
+    turns: list[Turn] = []
+    for sample in samples:
+        turns += locomo_turns(sample, tenant_id=TENANT, max_sessions=options.sessions)
+    return turns
+
+
+def raw_embedding_speed(texts: Sequence[str], settings: Settings) -> float:
+    """Sentences per second of the worker's embedding model on these texts, batched, no cache."""
+    from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+
+    runtime.apply_torch_threads(settings)
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+    embedder.embed_uncached(list(texts[:32]))  # warm-up
+    started = time.perf_counter()
+    embedder.embed_uncached(list(texts))
+    return len(texts) / (time.perf_counter() - started)
+
+
+def _unique(messages: list[tuple[bytes | None, bytes]], parse: Callable[[bytes], Any], key: Callable[[Any], str]) -> list[Any]:
+    """Redelivery can duplicate messages on a topic; count each once."""
+    seen: dict[str, Any] = {}
+    for _, raw in messages:
+        try:
+            item = parse(raw)
+        except SchemaError:
+            continue
+        seen.setdefault(key(item), item)
+    return list(seen.values())
+
+
+def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = print,
+                     on_sent: Callable[[Turn], None] | None = None) -> dict[str, Any]:
+    base = Settings()
+    turns = load_turns(options)
+    if not turns:
+        raise ValueError("no turns to ingest")
+    env = {"MEMSTREAM_EXTRACT_MODE": "llm" if options.llm else "extractive", **options.extra_env}
+    env["MEMSTREAM_COMPRESSOR_MODEL"] = options.compressor_model or ""
+    started_kafka = started_llm = False
+    deployment = None
+    try:
+        status("measuring the raw embedding speed of the model on the same turns")
+        embed_speed = raw_embedding_speed([t.text for t in turns], base)
+        status("starting Kafka")
+        started_kafka = runtime.KAFKA.start(base)
+        if options.llm:
+            status("starting the local LLM server")
+            started_llm = runtime.LOCAL_LLM.start(base)
+            env |= {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(base), "MEMSTREAM_LLM_MODEL": "smollm2"}
+        else:
+            env["MEMSTREAM_LLM_BASE_URL"] = ""
+        options.workdir.mkdir(parents=True, exist_ok=True)
+        run_dir = options.workdir / time.strftime("%Y%m%d-%H%M%S")
+        deployment = Deployment(base, run_dir, env)
+        status("starting a worker (all stages)")
+        deployment.start_worker("bench")
+        status(f"streaming {len(turns)} turns")
+        t0 = time.perf_counter()
+        deployment.produce(turns, on_sent=on_sent)
+        produced_s = time.perf_counter() - t0
+        status("waiting until every turn is indexed")
+        deployment.drain(timeout_s=3600)
+        ingest_s = time.perf_counter() - t0
+        deployment.stop_workers()
+        return _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
+    finally:
+        if deployment is not None:
+            deployment.stop_workers()
+        if started_llm:
+            runtime.LOCAL_LLM.stop(base)
+        if started_kafka:
+            runtime.KAFKA.stop(base)
+
+
+def _collect(deployment: Deployment, turns: list[Turn], options: IngestOptions, *, ingest_s: float,
+             produced_s: float, embed_speed: float) -> dict[str, Any]:
+    compressed = _unique(deployment.read_topic("turns.compressed"), CompressedTurn.from_bytes, lambda c: c.key + c.turn.turn_id)
+    flushes = _unique(deployment.read_topic("stm.flush"), StmFlush.from_bytes, lambda f: f.flush_id)
+    writes = _unique(deployment.read_topic("cards"), MemoryWrite.from_bytes, lambda w: w.write_id)
+    calls = sum(c.calls for w in writes for c in w.costs)
+    prompt = sum(c.prompt_tokens for w in writes for c in w.costs)
+    completion = sum(c.completion_tokens for w in writes for c in w.costs)
+    per_conversation: dict[str, dict[str, int]] = {}
+    for w in writes:
+        entry = per_conversation.setdefault(w.conversation_id, {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "flushes": 0})
+        entry["flushes"] += 1
+        for c in w.costs:
+            entry["llm_calls"] += c.calls
+            entry["prompt_tokens"] += c.prompt_tokens
+            entry["completion_tokens"] += c.completion_tokens
+    tokens_in = sum(c.tokens_in for c in compressed)
+    tokens_out = sum(c.tokens_out for c in compressed)
+    with deployment.store() as store:
+        points = {name: store.count(name, TENANT) for name in ("cards", "scenes", "triggers", "turns", "profiles")}
+    n = len(turns)
+    modes: dict[str, int] = {}
+    for w in writes:
+        modes[w.mode] = modes.get(w.mode, 0) + 1
+    reasons: dict[str, int] = {}
+    for f in flushes:
+        reasons[f.reason] = reasons.get(f.reason, 0) + 1
+    turns_per_s = n / ingest_s
+    return {
+        "mode": "llm" if options.llm else "extractive",
+        "data": str(options.data),
+        "conversations": sorted({t.conversation_id for t in turns}),
+        "sessions_per_conversation": options.sessions,
+        "turns": n,
+        "turns_compressed": len(compressed),
+        "flushes": len(flushes),
+        "flush_reasons": reasons,
+        "segments": len({seg.segment_id for f in flushes for seg in f.segments}),
+        "extractions": modes,
+        "llm_calls": calls,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "calls_per_1k_turns": round(1000 * calls / n, 2),
+        "tokens_per_1k_turns": round(1000 * (prompt + completion) / n, 1),
+        "baseline_per_turn_calls": n,
+        "per_conversation": per_conversation,
+        "compressor": compressed[0].compressor if compressed else "off",
+        "compress_tokens_in": tokens_in,
+        "compress_tokens_out": tokens_out,
+        "compression_ratio": round(tokens_out / tokens_in, 4) if tokens_in else 1.0,
+        "cards": points["cards"],
+        "scenes": points["scenes"],
+        "triggers": points["triggers"],
+        "turn_points": points["turns"],
+        "profile_points": points["profiles"],
+        "cards_in_writes": sum(len(w.cards) for w in writes),
+        "produce_s": round(produced_s, 2),
+        "ingest_s": round(ingest_s, 2),
+        "ingest_turns_per_s": round(turns_per_s, 2),
+        "embed_sentences_per_s": round(embed_speed, 2),
+        "ingest_vs_embed": round(turns_per_s / embed_speed, 3) if embed_speed else None,
+    }

@@ -1,0 +1,41 @@
+"""Scores shared by the benchmarks (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class BoundaryScore:
+    predicted: int
+    gold: int
+    matched: int
+
+    @property
+    def precision(self) -> float:
+        return self.matched / self.predicted if self.predicted else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.matched / self.gold if self.gold else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    def __add__(self, other: BoundaryScore) -> BoundaryScore:
+        return BoundaryScore(self.predicted + other.predicted, self.gold + other.gold, self.matched + other.matched)
+
+
+def score_boundaries(predicted: Sequence[int], gold: Sequence[int], tolerance: int = 1) -> BoundaryScore:
+    """One-to-one matching of predicted to gold boundaries within ``tolerance`` turns (nearest first)."""
+    free = sorted(set(gold))
+    matched = 0
+    for p in sorted(set(predicted)):
+        candidates = [g for g in free if abs(g - p) <= tolerance]
+        if candidates:
+            free.remove(min(candidates, key=lambda g: (abs(g - p), g)))
+            matched += 1
+    return BoundaryScore(len(set(predicted)), len(set(gold)), matched)

@@ -1,0 +1,230 @@
+"""VectorStore port over Qdrant Edge (``qdrant-edge-py``): Qdrant's engine in-process.
+
+Same contract as :mod:`memstream.adapters.qdrant_store` (collections prefixed ``memstream_``, every
+read filtered by ``tenant_id``, the same :class:`StoreFilter` semantics), but with the real engine:
+payload indexes, HNSW, a write-ahead log. One Edge shard per collection, each in its own folder
+under ``path``. Like qdrant-client's local mode, the folder is locked to one process.
+
+Engine notes (qdrant-edge-py 0.9):
+- Upserts are applied synchronously (visible to the next read) and written to the WAL, so they
+  survive a crash without flush(); close() flushes the segments to disk.
+- HNSW graphs are only built by :meth:`optimize` (the engine runs no background optimizer);
+  until then a search is exact over the points that pass the payload-indexed filter.
+- ``MatchValue(True)`` is read as the integer 1 by the bindings; booleans go through ``numpy.bool_``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import qdrant_edge as qe
+
+from memstream.adapters.qdrant_store import COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS
+from memstream.ports import StoreFilter, StoreHit, StorePoint
+
+log = logging.getLogger(__name__)
+
+_CONFIG_FILE = "edge_config.json"  # written by EdgeShard.create: its presence means "load, don't create"
+_INDEXES = (
+    [(f, qe.PayloadSchemaType.Keyword) for f in _KEYWORD_FIELDS]
+    + [(f, qe.PayloadSchemaType.Float) for f in _FLOAT_FIELDS]
+    + [(f, qe.PayloadSchemaType.Integer) for f in _INT_FIELDS]
+)
+
+
+class QdrantEdgeStore:
+    embedded = True
+
+    def __init__(self, path: Path, *, max_search_threads: int | None = None):
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.location = str(path)
+        self._max_search_threads = max_search_threads
+        # Fail at once, as qdrant-client's local mode does, rather than on the first collection touched.
+        # Same lock file as qdrant-client local mode: the two adapters never share a folder at once.
+        self._lock_file = open(path / ".lock", "a+")  # noqa: SIM115 - held until close()
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self._lock_file.close()
+            raise RuntimeError(
+                f"Storage folder {path} is already accessed by another process or store instance; "
+                "an embedded Qdrant Edge store is single-process (use a Qdrant server to scale out)"
+            ) from exc
+        if (path / "meta.json").exists():
+            log.warning("%s also holds qdrant-client local-mode data, which Qdrant Edge does not read", path)
+        self._lock = threading.RLock()
+        self._shards: dict[str, qe.EdgeShard] = {}
+        self._ready: set[str] = set()  # ensured: dim checked, payload indexes in place
+        self._closed = False
+
+    @staticmethod
+    def _name(collection: str) -> str:
+        return COLLECTION_PREFIX + collection
+
+    def _config(self, dim: int) -> qe.EdgeConfig:
+        return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+                             max_search_threads=self._max_search_threads)
+
+    def _shard(self, collection: str, *, dim: int | None = None) -> qe.EdgeShard | None:
+        """The open shard; loaded from disk if it exists, created only when ``dim`` is given."""
+        full = self._name(collection)
+        shard = self._shards.get(full)
+        if shard is not None:
+            return shard
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        folder = self.path / full
+        if (folder / _CONFIG_FILE).exists():
+            # With dim, load() checks the stored vectors match (a mismatch raises instead of failing later)
+            # and applies max_search_threads; without, the shard keeps the config it was saved with.
+            config = self._config(dim) if dim is not None else None
+            shard = qe.EdgeShard.load(str(folder), config)
+        elif dim is not None:
+            shard = qe.EdgeShard.create(str(folder), self._config(dim))
+        else:
+            return None
+        self._shards[full] = shard
+        return shard
+
+    def _require(self, collection: str) -> qe.EdgeShard:
+        shard = self._shard(collection)
+        if shard is None:
+            raise ValueError(f"Collection {self._name(collection)} not found")
+        return shard
+
+    def ensure_collections(self, names: Sequence[str], dim: int) -> None:
+        with self._lock:
+            for name in names:
+                full = self._name(name)
+                if full in self._ready:
+                    continue
+                saved = self.path / full / _CONFIG_FILE
+                if saved.exists():  # a clear error, also for a shard a read has already opened
+                    stored = json.loads(saved.read_text()).get("vectors", {}).get("", {}).get("size")
+                    if stored != dim:
+                        raise ValueError(f"{full} holds {stored}-d vectors, not {dim}-d")
+                shard = self._shard(name, dim=dim)
+                assert shard is not None
+                have = shard.info().payload_schema
+                for field, schema in _INDEXES:
+                    if field not in have:
+                        shard.update(qe.UpdateOperation.create_field_index(field, schema))
+                self._ready.add(full)
+
+    def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
+        if not points:
+            return
+        structs = [qe.Point(p.id, list(map(float, p.vector)), dict(p.payload)) for p in points]
+        with self._lock:
+            self._require(collection).update(qe.UpdateOperation.upsert_points(structs))
+
+    def search(self, collection: str, tenant_id: str, vector: Sequence[float], *,
+               where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+        if limit < 1:  # as qdrant-client does; Edge would silently answer nothing
+            raise ValueError(f"limit value {limit} is invalid. Must be 1 or larger.")
+        request = qe.QueryRequest(
+            limit=limit, query=qe.Query.Nearest(list(map(float, vector))), filter=_filter(tenant_id, where),
+            with_payload=True, with_vector=False,
+        )
+        with self._lock:
+            points = self._require(collection).query(request)
+        return [StoreHit(str(p.id), float(p.score), p.payload or {}) for p in points]
+
+    def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
+               limit: int = 1000) -> list[StoreHit]:
+        flt = _filter(tenant_id, where)
+        out: list[StoreHit] = []
+        offset = None
+        with self._lock:
+            shard = self._require(collection)
+            while len(out) < limit:
+                points, offset = shard.scroll(qe.ScrollRequest(
+                    offset=offset, limit=min(256, limit - len(out)), filter=flt,
+                    with_payload=True, with_vector=False,
+                ))
+                out += [StoreHit(str(p.id), 1.0, p.payload or {}) for p in points]
+                if offset is None:
+                    break
+        return out
+
+    def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int:
+        # As in QdrantStore: without a tenant the count is of the whole collection (``where`` unused).
+        flt = _filter(tenant_id, where) if tenant_id is not None else None
+        with self._lock:
+            shard = self._shard(collection)
+            if shard is None:
+                return 0
+            return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
+
+    def optimize(self, collections: Sequence[str] | None = None) -> bool:
+        """Build HNSW graphs / merge segments now, blocking reads and writes until done.
+
+        Edge has no background optimizer: call this after a bulk load or at a quiet time.
+        Returns True if any segment was rebuilt.
+        """
+        with self._lock:
+            if collections is None:
+                shards = list(self._shards.values())
+            else:
+                shards = [s for s in (self._shard(c) for c in collections) if s is not None]
+            changed = False
+            for shard in shards:
+                changed = shard.optimize() or changed
+            return changed
+
+    def flush(self) -> None:
+        """Write pending segment changes to disk (the WAL already makes upserts durable)."""
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                for full, shard in self._shards.items():
+                    try:
+                        shard.flush()
+                    finally:
+                        shard.close()
+                    log.debug("closed %s", full)
+            finally:
+                self._shards.clear()
+                self._ready.clear()
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+                self._lock_file.close()
+
+
+def _match_value(value: str | int | bool) -> qe.MatchValue:
+    # The bindings try str, then int, then bool: a Python bool would be read as 0/1 and then
+    # match integers, not booleans. numpy.bool_ is not an int, so it reaches the bool variant.
+    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
+
+
+def _filter(tenant_id: str | None, where: StoreFilter | None) -> qe.Filter:
+    """The same conditions as qdrant_store._filter, in Edge's types."""
+    if not tenant_id:
+        raise ValueError("every store query is scoped by a tenant_id")
+    must: list = [qe.FieldCondition("tenant_id", match=qe.MatchValue(tenant_id))]
+    if where is not None:
+        for key, value in where.equals.items():
+            must.append(qe.FieldCondition(key, match=_match_value(value)))
+        for key, values in where.any_of.items():
+            must.append(qe.FieldCondition(key, match=qe.MatchAny(list(values))))
+        for key in where.is_null:
+            # Qdrant's IsNull: the key is present with a null value (or an array holding a null);
+            # a missing key does NOT match - the same in qdrant-client local mode and on a server.
+            must.append(qe.IsNullCondition(key))
+        for key, (lo, hi) in where.range_ts.items():
+            must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
+    return qe.Filter(must=must)

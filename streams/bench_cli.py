@@ -1,0 +1,121 @@
+"""``memstream bench …``: benchmark commands (they print figures and write JSON)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memstream.config import Settings
+
+from .runtime import REPO_ROOT
+
+bench = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks: figures on the console and in JSON")
+console = Console()
+
+# The development data sits beside the repository (../shared); every command takes another path.
+LONGMEMEVAL_DEV = REPO_ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json"
+LOCOMO_DEV = REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console)
+
+
+def _write_json(result: dict, out: Optional[Path]) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"JSON written to {out}")
+
+
+@bench.command("segment")
+def segment(
+    data: Path = typer.Option(LONGMEMEVAL_DEV, help="LongMemEval JSON: each question's haystack sessions become one stream"),
+    questions: int = typer.Option(4, min=1, help="How many questions' haystacks to stream"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Boundary precision / recall / F1 (±1 turn) of similarity-only, attention-only and hybrid segmentation."""
+    from bench.segment import METHODS, run_segment_bench
+    from streams.services import Services
+
+    services = Services(Settings())
+    params = services.segment_params
+    with _progress() as progress:
+        task = progress.add_task("loading models", total=questions)
+        embed, attention = services.embedder.embed, services.attention
+        progress.update(task, description="streaming haystacks")
+        result = run_segment_bench(data, questions=questions, params=params, embed=embed,
+                                   cohesion=attention.cohesion, progress=lambda _: progress.advance(task))
+    table = Table(title=f"topic boundaries, {result['questions']} LongMemEval haystacks, "
+                        f"{result['turns']} turns, {result['gold_boundaries']} gold boundaries (±1 turn)")
+    for col in ("method", "precision", "recall", "F1", "predicted"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    for m in METHODS:
+        r = result["methods"][m]
+        table.add_row(m, f"{r['precision']:.3f}", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["predicted"]))
+    console.print(table)
+    _write_json(result, json_out)
+
+
+@bench.command("calibrate-heads")
+def calibrate_heads(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON whose turns (no labels) calibrate the heads"),
+    top_n: int = typer.Option(6, min=1, help="How many heads to keep"),
+) -> None:
+    """Pick the encoder heads whose turn-to-turn attention follows embedding similarity; saves them
+    beside the package for the configured embedding model."""
+    from memstream.adapters.encoder_attention import save_heads
+    from bench.segment import calibrate_heads as calibrate
+    from streams.services import Services
+
+    services = Services(Settings())
+    params = replace(services.segment_params, heads=())
+    result = calibrate(data, params=params, embed=services.embedder.embed, cohesion=services.attention.cohesion,
+                       top_n=top_n)
+    save_heads(services.attention.name, result)
+    console.print(f"{services.attention.name}: heads {result['heads']} from {result['gaps']} gaps of {data}")
+
+
+@bench.command("ingest")
+def ingest(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
+    sessions: Optional[int] = typer.Option(None, help="Only the first N sessions of each conversation"),
+    llm: bool = typer.Option(False, "--llm/--extractive", help="LLM extraction against the local LLM server, or extractive"),
+    compressor: Optional[str] = typer.Option(None, help="LLMLingua model folder (default: MEMSTREAM_COMPRESSOR_MODEL; "
+                                             "'smollm2' converts and uses the packaged SmolLM2, LLMLingua-1 mode)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Stream LoCoMo conversations through the real Kafka pipeline; count calls, tokens, memories and speed."""
+    from bench.ingest import IngestOptions, load_turns, run_ingest_bench
+
+    model = compressor if compressor is not None else Settings().compressor_model
+    if model == "smollm2":
+        from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf_to_hf, smollm2_gguf_path
+
+        console.print("converting SmolLM2 from its GGUF (once)…")
+        model = str(convert_gguf_to_hf(smollm2_gguf_path(), DEFAULT_SMOLLM2_HF_DIR))
+    options = IngestOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+                            sessions=sessions, llm=llm, compressor_model=model or None)
+    total = len(load_turns(options))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=total)
+        result = run_ingest_bench(options, status=lambda text: progress.update(task, description=text),
+                                  on_sent=lambda _t: progress.advance(task))
+    table = Table(title=f"ingest ({result['mode']}): {result['turns']} turns of {', '.join(result['conversations'])}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key in ("flushes", "llm_calls", "prompt_tokens", "completion_tokens", "calls_per_1k_turns", "tokens_per_1k_turns",
+                "baseline_per_turn_calls", "compression_ratio", "cards", "scenes", "triggers", "ingest_turns_per_s",
+                "embed_sentences_per_s", "ingest_vs_embed"):
+        table.add_row(key, str(result[key]))
+    console.print(table)
+    _write_json(result, json_out)

@@ -1,0 +1,135 @@
+"""An isolated memstream deployment on a shared broker: its own topic prefix, consumer group and
+data folder, with workers as subprocesses. Integration tests and benchmarks run on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from memstream.adapters import open_store
+from memstream.config import Settings
+from memstream.ports import VectorStore
+from schemas import DeadLetter, Reply, Turn
+
+from . import runtime
+from .app import app_id
+from .client import MemoryClient, TurnProducer, partitions_of, wait_drained
+from .topics import ensure_topics
+
+# Topics a turn crosses before its memories are in the store.
+DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    """One isolated deployment: nothing of another deployment's topics or memories is visible."""
+
+    def __init__(self, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None,
+                 *, prefix: str | None = None):
+        prefix = prefix or f"t{uuid.uuid4().hex[:10]}"
+        self.env = {
+            "MEMSTREAM_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
+            "MEMSTREAM_TOPIC_PREFIX": prefix,
+            "MEMSTREAM_DATA_DIR": str(data_dir),
+            "MEMSTREAM_METRICS_PORT": str(free_port()),
+            **(extra_env or {}),
+        }
+        self.settings = Settings(**{k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
+        self.workers: list[runtime.WorkerProcess] = []
+        asyncio.run(ensure_topics(self.settings))
+
+    @property
+    def group(self) -> str:
+        return app_id(self.settings.topic_prefix, self.settings.stage_list())
+
+    def start_worker(self, name: str = "worker") -> runtime.WorkerProcess:
+        w = runtime.spawn_worker(self.env, self.settings.data_dir / "logs" / f"{name}.log")
+        self.workers.append(w)
+        runtime.wait_worker_ready(w)
+        return w
+
+    def stop_workers(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers = []
+
+    def produce(self, turns: Iterable[Turn], on_sent=None) -> int:  # noqa: ANN001
+        async def go() -> int:
+            async with TurnProducer(self.settings) as p:
+                return await p.send_turns(turns, on_sent=on_sent)
+
+        return asyncio.run(go())
+
+    def produce_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+        async def go() -> None:
+            async with TurnProducer(self.settings) as p:
+                await p.send_raw(self.settings.topic(topic), key, value)
+
+        asyncio.run(go())
+
+    def drain(self, timeout_s: float = 240.0) -> None:
+        asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in DRAIN_TOPICS],
+                                 timeout_s=timeout_s))
+
+    def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto",
+            timeout_s: float = 60.0) -> Reply:
+        async def go() -> Reply:
+            async with MemoryClient(self.settings) as client:
+                return await client.ask(question, tenant_id=tenant, conversation_id=conversation,
+                                        profile=profile, timeout_s=timeout_s)
+
+        return asyncio.run(go())
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[VectorStore]:
+        """The embedded store, opened after the workers stopped (it locks its folder to one process)."""
+        assert not any(w.alive() for w in self.workers), "stop the workers before opening the embedded store"
+        store = open_store(self.settings)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def read_topic(self, topic: str, *, timeout_s: float = 10.0, prefixed: bool = True) -> list[tuple[bytes | None, bytes]]:
+        """Every message on a topic, from the beginning."""
+        async def go() -> list[tuple[bytes | None, bytes]]:
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
+                                        max_partition_fetch_bytes=self.settings.max_message_bytes,
+                                        fetch_max_bytes=self.settings.max_message_bytes)
+            await consumer.start()
+            try:
+                name = self.settings.topic(topic) if prefixed else topic
+                partitions = (await partitions_of(self.settings, name))[name]
+                tps = [TopicPartition(name, p) for p in partitions]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                ends = await consumer.end_offsets(tps)
+                out: list[tuple[bytes | None, bytes]] = []
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout_s
+                while loop.time() < deadline:
+                    positions = [await consumer.position(tp) for tp in tps]
+                    if all(pos >= ends[tp] for pos, tp in zip(positions, tps)):
+                        break
+                    batch = await consumer.getmany(timeout_ms=500)
+                    for records in batch.values():
+                        out += [(r.key, r.value) for r in records]
+                return out
+            finally:
+                await consumer.stop()
+
+        return asyncio.run(go())
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return [DeadLetter.from_bytes(v) for _, v in self.read_topic("dlq")]
