@@ -57,6 +57,22 @@ def raw_embedding_speed(texts: Sequence[str], settings: Settings) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def scrape_stage_seconds(port: int) -> dict[str, float]:
+    """Seconds each stage spent processing, from the worker's own Prometheus endpoint."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "memstream_stage_latency_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_sum"):
+                    out[sample.labels["stage"]] = round(sample.value, 2)
+    return out
+
+
 def _unique(messages: list[tuple[bytes | None, bytes]], parse: Callable[[bytes], Any], key: Callable[[Any], str]) -> list[Any]:
     """Redelivery can duplicate messages on a topic; count each once."""
     seen: dict[str, Any] = {}
@@ -87,7 +103,7 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
         if options.llm:
             status("starting the local LLM server")
             started_llm = runtime.LOCAL_LLM.start(base)
-            env |= {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(base), "MEMSTREAM_LLM_MODEL": "smollm2"}
+            env |= runtime.local_llm_env(base)
         else:
             env["MEMSTREAM_LLM_BASE_URL"] = ""
         options.workdir.mkdir(parents=True, exist_ok=True)
@@ -102,8 +118,11 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
         status("waiting until every turn is indexed")
         deployment.drain(timeout_s=3600)
         ingest_s = time.perf_counter() - t0
+        stage_seconds = scrape_stage_seconds(deployment.settings.metrics_port)
         deployment.stop_workers()
-        return _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
+        result = _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
+        result["stage_busy_s"] = stage_seconds
+        return result
     finally:
         if deployment is not None:
             deployment.stop_workers()

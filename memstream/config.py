@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
     stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
     extract_mode: ExtractMode = Field("auto", description="auto = LLM when configured, else extractive")
+    extract_max_cards: int = Field(24, ge=1, description="Most cards one extraction call may return (bounds the output)")
+    extract_max_tokens: int = Field(2048, ge=64, description="Completion token limit of an extraction call")
 
     # --- Query path --------------------------------------------------------------------------
     evidence_k: int = Field(10, ge=1)

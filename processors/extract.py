@@ -234,9 +234,11 @@ class LlmExtractor:
 
     mode = "llm"
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 1024, fallback: ExtractiveExtractor | None = None):
+    def __init__(self, llm: LLM, *, max_tokens: int = 1024, max_cards: int = 24,
+                 fallback: ExtractiveExtractor | None = None):
         self.llm = llm
         self.max_tokens = max_tokens
+        self.schema = prompts.extract_schema(max_cards=max_cards)
         self.fallback = fallback or ExtractiveExtractor()
         self.repairs = 0
         self.fallbacks = 0
@@ -250,7 +252,7 @@ class LlmExtractor:
         last_error = ""
         for attempt in range(2):
             try:
-                result = self.llm.complete(messages, json_schema=prompts.EXTRACT_SCHEMA,
+                result = self.llm.complete(messages, json_schema=self.schema,
                                            schema_name="memory_extraction", max_tokens=self.max_tokens)
             except LLMError as exc:
                 last_error = f"llm error: {exc}"

@@ -36,7 +36,7 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
         specs.append(PointSpec(
             TURNS,
             point_id("turn", write.tenant_id, write.conversation_id, [turn.turn_id], ""),
-            f"{turn.speaker}: {turn.text}",
+            turn.text,  # the text the segmenter embedded: the worker's embedding cache answers it
             {**base, "kind": "turn", "turn_id": turn.turn_id, "turn_ids": [turn.turn_id],
              "session_id": turn.session_id, "speaker": turn.speaker, "subject": turn.speaker,
              "role": turn.role, "text": turn.text, "image_captions": turn.image_captions, "seq": turn.seq,

@@ -42,59 +42,72 @@ def repair_user(error: str) -> str:
     return f"That output was invalid: {error}\nReturn corrected JSON that follows the schema exactly."
 
 
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+def _strings(max_items: int, max_length: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "maxLength": max_length}, "maxItems": max_items}
 
-EXTRACT_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "scenes": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "topic": {"type": "string"},
-                    "summary": {"type": "string"},
-                    "participants": _STRINGS,
-                    "scene_triggers": _STRINGS,
-                    "horizon_triggers": _STRINGS,
+
+def _text(max_length: int) -> dict:
+    return {"type": "string", "maxLength": max_length}
+
+
+def extract_schema(max_cards: int = 24, max_scenes: int = 6) -> dict:
+    """The extraction output schema. Its bounds keep a constrained decoder's output finite, so a small
+    model cannot run past its token limit (truncated JSON) while listing ever more items."""
+    return {
+        "type": "object",
+        "properties": {
+            "scenes": {
+                "type": "array",
+                "maxItems": max_scenes,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": _text(8),
+                        "summary": _text(240),
+                        "participants": _strings(6, 60),
+                        "scene_triggers": _strings(5, 60),
+                        "horizon_triggers": _strings(3, 80),
+                    },
+                    "required": ["topic", "summary", "participants", "scene_triggers", "horizon_triggers"],
                 },
-                "required": ["topic", "summary", "participants", "scene_triggers", "horizon_triggers"],
+            },
+            "cards": {
+                "type": "array",
+                "maxItems": max_cards,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "subject": _text(60),
+                        "type": {"type": "string", "enum": CARD_TYPES},
+                        "content": _text(240),
+                        "time_phrase": _text(40),
+                        "turn_ids": _strings(4, 24),
+                        "atomic": {"type": "boolean"},
+                        "entity_triggers": _strings(5, 60),
+                        "bridge_triggers": _strings(3, 80),
+                    },
+                    "required": ["subject", "type", "content", "turn_ids", "entity_triggers", "bridge_triggers"],
+                },
+            },
+            "profiles": {
+                "type": "array",
+                "maxItems": 4,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "speaker": _text(60),
+                        "traits": _strings(4, 80),
+                        "preferences": _strings(4, 80),
+                        "relationships": _strings(4, 80),
+                        "constraints": _strings(4, 80),
+                    },
+                    "required": ["speaker"],
+                },
             },
         },
-        "cards": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "subject": {"type": "string"},
-                    "type": {"type": "string", "enum": CARD_TYPES},
-                    "content": {"type": "string"},
-                    "time_phrase": {"type": "string"},
-                    "turn_ids": _STRINGS,
-                    "atomic": {"type": "boolean"},
-                    "entity_triggers": _STRINGS,
-                    "bridge_triggers": _STRINGS,
-                },
-                "required": ["subject", "type", "content", "turn_ids", "entity_triggers", "bridge_triggers"],
-            },
-        },
-        "profiles": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "speaker": {"type": "string"},
-                    "traits": _STRINGS,
-                    "preferences": _STRINGS,
-                    "relationships": _STRINGS,
-                    "constraints": _STRINGS,
-                },
-                "required": ["speaker"],
-            },
-        },
-    },
-    "required": ["scenes", "cards", "profiles"],
-}
+        "required": ["scenes", "cards", "profiles"],
+    }
+
 
 ANSWER_SYSTEM = """You answer a question about past conversations using only the numbered evidence.
 Each evidence line has an id like [E1], a date and a statement. Answer briefly and cite the ids you

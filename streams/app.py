@@ -381,7 +381,8 @@ class _Wiring:
         s, services, metrics = self.s, self.services, self.metrics
         llm = services.llm
         mode = s.effective_extract_mode
-        extractor = LlmExtractor(llm, max_tokens=s.llm_max_tokens) if mode == "llm" and llm else ExtractiveExtractor()
+        extractor = (LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
+                     if mode == "llm" and llm else ExtractiveExtractor())
         log.info("extraction mode: %s", extractor.mode)
         out_topic = s.topic("cards")
 

