@@ -220,7 +220,7 @@ class _LlmProfile(BaseModel):
 
 class _LlmOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    scenes: list[_LlmScene] = Field(min_length=1)
+    scenes: list[_LlmScene] = Field(default_factory=list)  # a topic without one gets the extractive scene
     cards: list[_LlmCard] = Field(min_length=1)
     profiles: list[_LlmProfile] = Field(default_factory=list)
 
@@ -238,7 +238,7 @@ class LlmExtractor:
                  fallback: ExtractiveExtractor | None = None):
         self.llm = llm
         self.max_tokens = max_tokens
-        self.schema = prompts.extract_schema(max_cards=max_cards)
+        self.max_cards = max_cards
         self.fallback = fallback or ExtractiveExtractor()
         self.repairs = 0
         self.fallbacks = 0
@@ -249,10 +249,12 @@ class LlmExtractor:
             {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
         ]
         cost = StageCost(stage="extract", model=self.llm.model)
+        schema = prompts.extract_schema([t.turn.turn_id for t in flush.turns()], len(flush.segments),
+                                        max_cards=self.max_cards)
         last_error = ""
         for attempt in range(2):
             try:
-                result = self.llm.complete(messages, json_schema=self.schema,
+                result = self.llm.complete(messages, json_schema=schema,
                                            schema_name="memory_extraction", max_tokens=self.max_tokens)
             except LLMError as exc:
                 last_error = f"llm error: {exc}"
@@ -279,7 +281,7 @@ class LlmExtractor:
         by_id = {t.turn.turn_id: t for t in turns}
         # One scene per topic segment: the LLM's where it wrote one, else the extractive scene.
         by_topic = {s.topic.strip().upper(): s for s in out.scenes}
-        if len(flush.segments) == 1 and prompts.topic_key(0) not in by_topic:
+        if len(flush.segments) == 1 and prompts.topic_key(0) not in by_topic and out.scenes:
             by_topic[prompts.topic_key(0)] = out.scenes[0]
         scenes: list[Scene] = []
         scene_of_turn: dict[str, str] = {}

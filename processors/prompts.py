@@ -46,24 +46,32 @@ def _strings(max_items: int, max_length: int) -> dict:
     return {"type": "array", "items": {"type": "string", "maxLength": max_length}, "maxItems": max_items}
 
 
-def _text(max_length: int) -> dict:
-    return {"type": "string", "maxLength": max_length}
+def _one_of(values: Sequence[str], max_items: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "enum": list(values)}, "minItems": 1, "maxItems": max_items}
 
 
-def extract_schema(max_cards: int = 24, max_scenes: int = 6) -> dict:
-    """The extraction output schema. Its bounds keep a constrained decoder's output finite, so a small
-    model cannot run past its token limit (truncated JSON) while listing ever more items."""
+def _text(max_length: int, min_length: int = 0) -> dict:
+    return {"type": "string", "maxLength": max_length, **({"minLength": min_length} if min_length else {})}
+
+
+def extract_schema(turn_ids: Sequence[str], topics: int, max_cards: int = 24) -> dict:
+    """The extraction output schema for one flush. Its bounds keep a constrained decoder's output
+    finite, so a small model cannot run past its token limit (truncated JSON) listing ever more
+    items; provenance and topics are enums of this flush's turn ids and topic keys, so a constrained
+    decoder cannot cite a turn that is not there."""
+    topic_keys = [topic_key(i) for i in range(topics)]
     return {
         "type": "object",
         "properties": {
             "scenes": {
                 "type": "array",
-                "maxItems": max_scenes,
+                "minItems": 1,
+                "maxItems": len(topic_keys),
                 "items": {
                     "type": "object",
                     "properties": {
-                        "topic": _text(8),
-                        "summary": _text(240),
+                        "topic": {"type": "string", "enum": topic_keys},
+                        "summary": _text(240, 12),
                         "participants": _strings(6, 60),
                         "scene_triggers": _strings(5, 60),
                         "horizon_triggers": _strings(3, 80),
@@ -73,15 +81,16 @@ def extract_schema(max_cards: int = 24, max_scenes: int = 6) -> dict:
             },
             "cards": {
                 "type": "array",
+                "minItems": 1,
                 "maxItems": max_cards,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "subject": _text(60),
+                        "subject": _text(60, 1),
                         "type": {"type": "string", "enum": CARD_TYPES},
-                        "content": _text(240),
+                        "content": _text(240, 8),
                         "time_phrase": _text(40),
-                        "turn_ids": _strings(4, 24),
+                        "turn_ids": _one_of(turn_ids, 4),
                         "atomic": {"type": "boolean"},
                         "entity_triggers": _strings(5, 60),
                         "bridge_triggers": _strings(3, 80),
@@ -95,7 +104,7 @@ def extract_schema(max_cards: int = 24, max_scenes: int = 6) -> dict:
                 "items": {
                     "type": "object",
                     "properties": {
-                        "speaker": _text(60),
+                        "speaker": _text(60, 1),
                         "traits": _strings(4, 80),
                         "preferences": _strings(4, 80),
                         "relationships": _strings(4, 80),

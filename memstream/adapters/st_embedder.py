@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import Sequence
 
 import numpy as np
@@ -38,6 +39,7 @@ class SentenceTransformerEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()  # stages embed from the event loop and from worker threads
+        self._in_flight: dict[str, Future[dict[str, np.ndarray]]] = {}
 
     @property
     def model(self):  # noqa: ANN201 - the underlying SentenceTransformer, for attention-based segmentation
@@ -46,11 +48,29 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        # Single flight: index and consolidate read the same cards at the same moment; the second
+        # waits for the vectors the first is computing instead of computing them again.
         with self._lock:
             known = {t: self._cache[t] for t in texts if t in self._cache}
-        missing = [t for t in dict.fromkeys(texts) if t not in known]
-        if missing:
-            known.update(zip(missing, self.embed_uncached(missing)))
+            waiting = {t: self._in_flight[t] for t in texts if t not in known and t in self._in_flight}
+            mine = [t for t in dict.fromkeys(texts) if t not in known and t not in waiting]
+            future: Future[dict[str, np.ndarray]] = Future()
+            for text in mine:
+                self._in_flight[text] = future
+        if mine:
+            try:
+                computed = dict(zip(mine, self.embed_uncached(mine)))
+                future.set_result(computed)
+            except BaseException as exc:
+                future.set_exception(exc)
+                raise
+            finally:
+                with self._lock:
+                    for text in mine:
+                        self._in_flight.pop(text, None)
+            known.update(computed)
+        for text, other in waiting.items():
+            known[text] = other.result()[text]
         with self._lock:
             for text in texts:
                 self._cache[text] = known[text]

@@ -56,9 +56,11 @@ class ScriptedLLM:
     def __init__(self, *outputs):
         self.outputs = list(outputs)
         self.calls = []
+        self.schemas = []
 
     def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
         self.calls.append(messages)
+        self.schemas.append(json_schema)
         out = self.outputs.pop(0)
         if isinstance(out, Exception):
             raise out
@@ -128,3 +130,15 @@ def test_one_scene_per_topic_segment_and_cards_anchor_to_their_turns_scene():
     assert by_subject["Caroline"].provenance.scene_id == first.scene_id
     assert by_subject["Melanie"].provenance.scene_id == second.scene_id
     MemoryWrite.from_bytes(write.to_bytes())
+
+
+def test_the_schema_of_a_call_allows_only_this_flushs_turn_ids_and_topics_and_bounds_the_output():
+    llm = ScriptedLLM(GOOD)
+    LlmExtractor(llm, max_cards=5).extract(flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"]))
+    [schema] = llm.schemas
+    card = schema["properties"]["cards"]
+    assert card["maxItems"] == 5 and card["minItems"] == 1
+    assert card["items"]["properties"]["turn_ids"]["items"]["enum"] == ["D1:1", "D1:2"]
+    scenes = schema["properties"]["scenes"]
+    assert scenes["items"]["properties"]["topic"]["enum"] == ["T1", "T2"] and scenes["maxItems"] == 2
+    assert "Topic T2" in llm.calls[0][1]["content"]
