@@ -169,6 +169,7 @@ def _collect(deployment: Deployment, turns: list[Turn], options: IngestOptions, 
         "turns_compressed": len(compressed),
         "flushes": len(flushes),
         "flush_reasons": reasons,
+        "flushes_per_1k_turns": round(1000 * len(flushes) / n, 2),  # = LLM calls per 1k turns when none is repaired
         "segments": len({seg.segment_id for f in flushes for seg in f.segments}),
         "extractions": modes,
         "llm_calls": calls,

@@ -117,13 +117,15 @@ def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPol
     return flushes
 
 
-def on_tick(state: StmState, now: float, policy: StmPolicy, *, force: bool = False) -> StmFlush | None:
-    """Flush an idle (or, with ``force``, any) non-empty buffer."""
+def on_tick(state: StmState, now: float, policy: StmPolicy, *, force: bool = False,
+            conversation_idle: bool = False) -> StmFlush | None:
+    """Flush an idle (or, with ``force``, any) non-empty buffer. ``conversation_idle``: the segmenter
+    found the conversation idle and just handed over its last turns, so the buffer is idle too."""
     if not state.groups:
         return None
     if force:
         return _flush(state, "forced", now)
-    if now - state.last_activity >= policy.idle_s:
+    if conversation_idle or now - state.last_activity >= policy.idle_s:
         return _flush(state, "idle", now)
     return None
 

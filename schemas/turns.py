@@ -58,6 +58,7 @@ class StmTick(TenantScoped):
     kind: Literal["stm_tick"] = "stm_tick"
     sent_at: UtcDatetime
     force: bool = Field(False, description="Flush whatever is pending (e.g. on command)")
+    conversation_idle: bool = Field(False, description="Sent by the segmenter after draining an idle window")
 
 
 class WindowTick(TenantScoped):

@@ -253,6 +253,24 @@ class _Wiring:
             return
         await (await self.send(topic, reply.correlation_id.encode(), reply.to_bytes()))
 
+    def idle_timer(self, name: str, table: faust.TableT, idle: Callable[[dict[str, Any]], bool], topic: str,
+                   tick: Callable[[str, str], Payload]) -> None:
+        """Every ``stm_tick_s``, send a tick to the partition of each conversation whose state in
+        ``table`` is idle: the stage then acts on it inside stream processing, where it may write
+        the table."""
+
+        async def look() -> None:
+            try:
+                keys = [key for key, data in list(table.items()) if data and idle(data)]
+            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
+                log.exception("could not scan the %s table for idle conversations", name)
+                return
+            for key in keys:
+                tenant, conversation = key.split("/", 1)
+                await self.send(topic, key.encode(), tick(tenant, conversation).to_bytes())
+
+        self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{name}.idle")(look)
+
     def table(self, name: str) -> faust.TableT:
         """A changelog-backed table; faust names its compacted changelog ``<app id>-<name>-changelog``.
 
@@ -306,7 +324,7 @@ class _Wiring:
                 outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
                 # The STM buffered these just now; tell it the conversation is idle.
                 tick = StmTick(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
-                               sent_at=datetime.now(timezone.utc), force=True)
+                               sent_at=datetime.now(timezone.utc), conversation_idle=True)
                 outs.append(Out(out_topic, message.key, tick))
             else:
                 outs = [Out(out_topic, seg.key, seg) for seg in segmenter.add(state, message, time.time())]
@@ -320,20 +338,9 @@ class _Wiring:
 
         self.agent("segment", "turns.compressed", handler)
 
-        async def look_for_idle_windows() -> None:
-            now = time.time()
-            try:
-                idle = [key for key, data in list(states.items())
-                        if data and window_is_idle(SegmenterState.from_dict(data), now, s.stm_idle_s)]
-            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
-                log.exception("could not scan the segmenter table for idle windows")
-                return
-            for key in idle:
-                tenant, conversation = key.split("/", 1)
-                tick = WindowTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
-                await self.send(in_topic, key.encode(), tick.to_bytes())
-
-        self.app.timer(interval=s.stm_tick_s, name="memstream.segment.idle")(look_for_idle_windows)
+        self.idle_timer("segmenter", states, lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
+                        in_topic, lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv,
+                                                                  sent_at=datetime.now(timezone.utc)))
 
     def stage_stm(self) -> None:
         s = self.s
@@ -347,7 +354,7 @@ class _Wiring:
             state = StmState.from_dict(buffers.get(message.key))
             now = time.time()
             if isinstance(message, StmTick):
-                flush = on_tick(state, now, policy, force=message.force)
+                flush = on_tick(state, now, policy, force=message.force, conversation_idle=message.conversation_idle)
                 flushes = [flush] if flush else []
             else:
                 before = state.pending_turns + len(state.seen)
@@ -363,19 +370,9 @@ class _Wiring:
 
         self.agent("stm", "segments", handler)
 
-        async def look_for_idle_buffers() -> None:
-            now = time.time()
-            try:
-                idle = [key for key, data in list(buffers.items()) if data and is_idle(StmState.from_dict(data), now, policy)]
-            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
-                log.exception("could not scan the STM table for idle buffers")
-                return
-            for key in idle:
-                tenant, conversation = key.split("/", 1)
-                tick = StmTick(tenant_id=tenant, conversation_id=conversation, sent_at=datetime.now(timezone.utc))
-                await self.send(segments_topic, key.encode(), tick.to_bytes())
-
-        self.app.timer(interval=s.stm_tick_s, name="memstream.stm.idle")(look_for_idle_buffers)
+        self.idle_timer("stm", buffers, lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
+                        segments_topic, lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv,
+                                                                     sent_at=datetime.now(timezone.utc)))
 
     def stage_extract(self) -> None:
         s, services, metrics = self.s, self.services, self.metrics

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 import orjson
 import pytest
 
 from processors.index import CARDS, SCENES, TRIGGERS, TURNS
-from schemas import CompressedTurn, MemoryWrite
+from schemas import CompressedTurn, MemoryWrite, StmFlush
 from streams.client import QueryTimeout
 
 from .conftest import first_sessions
@@ -85,6 +86,24 @@ def test_the_same_turns_twice_leave_the_point_count_unchanged(make_pipeline):
     with pipe.store() as store:
         after = {c: store.count(c) for c in (CARDS, SCENES, TURNS, "triggers")}
     assert after == before
+
+
+def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipeline):
+    conversation, turns, _ = first_sessions(1)
+    open_session = [t.model_copy(update={"last_in_session": False}) for t in turns[:5]]  # no end marker
+    pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=3)
+    pipe.start_worker()
+    pipe.produce(open_session)
+    pipe.drain()  # consumed, but waiting in the sensory window: nothing is written yet
+    deadline = time.monotonic() + 90
+    writes: list[MemoryWrite] = []
+    while not writes and time.monotonic() < deadline:
+        time.sleep(2)
+        writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
+    assert writes, "the idle window and buffer were flushed"
+    flushes = [StmFlush.from_bytes(v) for _, v in pipe.read_topic("stm.flush")]
+    assert [f.reason for f in flushes] == ["idle"]
+    assert sorted(t.turn_id for w in writes for t in w.source_turns) == sorted(t.turn_id for t in open_session)
 
 
 def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes_cards_and_triggers(

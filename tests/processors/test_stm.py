@@ -80,3 +80,14 @@ def test_flush_ids_are_deterministic():
         return on_tick(state, 99.0, POLICY, force=True).flush_id
 
     assert run() == run()
+
+
+def test_a_tick_after_the_segmenter_drained_an_idle_window_flushes_as_idle():
+    from processors.stm import StmPolicy, StmState, add_turn, on_tick
+    from tests.factories import segmented, turn
+
+    state = StmState()
+    add_turn(state, segmented(turn("D1:1")), 100.0, StmPolicy(idle_s=30))
+    assert on_tick(state, 101.0, StmPolicy(idle_s=30)) is None  # the buffer itself just got the turn
+    flush = on_tick(state, 101.0, StmPolicy(idle_s=30), conversation_idle=True)
+    assert flush is not None and flush.reason == "idle"
