@@ -305,11 +305,12 @@ class LlmExtractor:
                 continue  # provenance must point at real source turns
             anchor = by_id[turn_ids[0]]
             mention = resolve_first(c.time_phrase or c.content, anchor.turn.event_time)
+            # The subject is a precise name, so it is always an entity trigger (as in the extractive mode).
             cards.append(_card(flush, anchor, c.content.strip(), scene_id=scene_of_turn[turn_ids[0]], ctype=c.type,
                                subject=c.subject.strip(),
                                event_time=mention.start if mention else anchor.turn.event_time,
                                phrase=mention.phrase if mention else c.time_phrase,
-                               entity=_clean(c.entity_triggers), bridge=_clean(c.bridge_triggers),
+                               entity=_clean([c.subject, *c.entity_triggers]), bridge=_clean(c.bridge_triggers),
                                turn_ids=turn_ids, atomic=c.atomic))
         if not cards:
             raise ExtractionInvalid(f"no card cites a turn id of this flush; valid ids: {', '.join(by_id)}")

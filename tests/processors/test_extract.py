@@ -86,6 +86,7 @@ def test_llm_extraction_valid_on_first_call():
     [card] = write.cards
     assert card.event_time.date().isoformat() == "2023-05-07" and card.time_phrase == "yesterday"
     assert card.bridge_triggers == ["community events"]
+    assert card.entity_triggers == ["Caroline", "LGBTQ"]  # the subject always is one
     assert write.scenes[0].horizon_triggers == ["pride parade"]
     assert write.costs[0].calls == 1 and write.costs[0].prompt_tokens == 100
 
