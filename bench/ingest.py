@@ -57,19 +57,21 @@ def raw_embedding_speed(texts: Sequence[str], settings: Settings) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
-def scrape_stage_seconds(port: int) -> dict[str, float]:
-    """Seconds each stage spent processing, from the worker's own Prometheus endpoint."""
+def scrape_worker(port: int) -> dict[str, dict[str, float]]:
+    """From the worker's own Prometheus endpoint: seconds each stage spent processing, and how many
+    texts the embedding model computed or its cache answered."""
     from urllib.request import urlopen
 
     from prometheus_client.parser import text_string_to_metric_families
 
     text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {"stage_busy_s": {}, "embedded_texts": {}}
     for family in text_string_to_metric_families(text):
-        if family.name == "memstream_stage_latency_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_sum"):
-                    out[sample.labels["stage"]] = round(sample.value, 2)
+        for sample in family.samples:
+            if family.name == "memstream_stage_latency_seconds" and sample.name.endswith("_sum"):
+                out["stage_busy_s"][sample.labels["stage"]] = round(sample.value, 2)
+            elif sample.name == "memstream_embedded_texts_total":
+                out["embedded_texts"][sample.labels["source"]] = sample.value
     return out
 
 
@@ -118,10 +120,12 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
         status("waiting until every turn is indexed")
         deployment.drain(timeout_s=3600)
         ingest_s = time.perf_counter() - t0
-        stage_seconds = scrape_stage_seconds(deployment.settings.metrics_port)
+        worker_figures = scrape_worker(deployment.settings.metrics_port)
         deployment.stop_workers()
         result = _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
-        result["stage_busy_s"] = stage_seconds
+        result |= worker_figures
+        # The raw speed embeds each turn once; the write path embeds this many texts per turn.
+        result["embedded_texts_per_turn"] = round(worker_figures["embedded_texts"].get("computed", 0) / len(turns), 2)
         return result
     finally:
         if deployment is not None:

@@ -32,6 +32,7 @@ class Metrics:
         self.stm_flushes = Counter("memstream_stm_flushes_total", "STM flushes by reason", ["reason"], registry=r)
         self.stm_duplicates = Counter("memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM", registry=r)
         self.extract_mode = Counter("memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"], registry=r)
+        self.embedded_texts = Counter("memstream_embedded_texts_total", "Texts embedded by the model (computed) or answered by the embedding cache (cached)", ["source"], registry=r)
         self.points_written = Counter("memstream_points_written_total", "Points upserted by collection", ["collection"], registry=r)
         self.llm_enabled = Gauge("memstream_llm_enabled", "1 when an LLM endpoint is configured", registry=r)
 
@@ -57,6 +58,10 @@ class Metrics:
                 self.conversation_llm_calls.remove(old_tenant, old_conv, old_stage)
                 for kind in ("prompt", "completion"):
                     self.conversation_llm_tokens.remove(old_tenant, old_conv, old_stage, kind)
+
+    def count_embedded(self, computed: int, cached: int) -> None:
+        self.embedded_texts.labels("computed").inc(computed)
+        self.embedded_texts.labels("cached").inc(cached)
 
     def serve(self, port: int) -> None:
         if port:

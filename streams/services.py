@@ -25,7 +25,8 @@ class Services:
     def embedder(self) -> Embedder:
         from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
-        embedder = SentenceTransformerEmbedder(self.settings.embedding_model, batch_size=self.settings.embedding_batch)
+        embedder = SentenceTransformerEmbedder(self.settings.embedding_model, batch_size=self.settings.embedding_batch,
+                                               on_embed=self.metrics.count_embedded)
         log.info("embedder loaded: %s (%d-d)", embedder.name, embedder.dim)
         return embedder
 

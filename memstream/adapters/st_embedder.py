@@ -7,7 +7,7 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,8 @@ def default_model_path() -> str:
 
 class SentenceTransformerEmbedder:
     def __init__(self, model_path: str | None = None, *, batch_size: int = 64, device: str = "cpu",
-                 cache_size: int = 4096):
+                 cache_size: int = 4096, on_embed: Callable[[int, int], None] | None = None):
+        """``on_embed(computed, from_cache)`` is called after every ``embed`` (metrics)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -40,6 +41,7 @@ class SentenceTransformerEmbedder:
         self._cache_size = cache_size
         self._lock = threading.Lock()  # stages embed from the event loop and from worker threads
         self._in_flight: dict[str, Future[dict[str, np.ndarray]]] = {}
+        self._on_embed = on_embed
 
     @property
     def model(self):  # noqa: ANN201 - the underlying SentenceTransformer, for attention-based segmentation
@@ -77,6 +79,8 @@ class SentenceTransformerEmbedder:
                 self._cache.move_to_end(text)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+        if self._on_embed is not None:
+            self._on_embed(len(mine), len(texts) - len(mine))
         return np.stack([known[t] for t in texts])
 
     def embed_uncached(self, texts: Sequence[str]) -> np.ndarray:

@@ -46,3 +46,11 @@ def test_concurrent_callers_compute_a_text_once(embedder, monkeypatch):
     b.join(5)
     assert calls == [["shared text", "only a"]]  # b waited for a's computation
     assert np.allclose(results["a"][0], results["b"][0])
+
+
+def test_every_call_reports_what_it_computed_and_what_the_cache_answered():
+    counts: list[tuple[int, int]] = []
+    embedder = SentenceTransformerEmbedder(on_embed=lambda computed, cached: counts.append((computed, cached)))
+    embedder.embed(["Caroline", "a sunny day in Lisbon"])
+    embedder.embed(["Caroline", "Melanie", "Caroline"])
+    assert counts == [(2, 0), (1, 2)]
