@@ -126,6 +126,6 @@ used in square brackets. If the evidence does not contain the answer, say you do
 def answer_user(question: str, evidence_lines: Sequence[str], operation: str, profile_text: str | None) -> str:
     profile = f"\nSpeaker profile (background only):\n{profile_text}\n" if profile_text else ""
     return (
-        f"Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\n"
+        "Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\n"
         f"Question ({operation}): {question}\nAnswer:"
     )

@@ -14,8 +14,7 @@ from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from schemas import Turn
 from streams import runtime
-from streams.deployment import DRAIN_TOPICS as DRAIN  # noqa: F401 - tests import it from here
-from streams.deployment import Deployment, free_port  # noqa: F401
+from streams.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,3 @@
-from datetime import datetime, timezone
-
 import orjson
 
 from memstream.ports import LLMError, LlmResult
