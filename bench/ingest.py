@@ -6,8 +6,9 @@ same model on the same texts, measured in the same run)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,7 +29,6 @@ class IngestOptions:
     llm: bool = False
     compressor_model: str | None = None
     workdir: Path = Path(".data/bench/ingest")
-    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def load_turns(options: IngestOptions) -> list[Turn]:
@@ -93,24 +93,20 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
     turns = load_turns(options)
     if not turns:
         raise ValueError("no turns to ingest")
-    env = {"MEMSTREAM_EXTRACT_MODE": "llm" if options.llm else "extractive", **options.extra_env}
-    env["MEMSTREAM_COMPRESSOR_MODEL"] = options.compressor_model or ""
-    started_kafka = started_llm = False
-    deployment = None
-    try:
-        status("measuring the raw embedding speed of the model on the same turns")
-        embed_speed = raw_embedding_speed([t.text for t in turns], base)
+    env = {"MEMSTREAM_EXTRACT_MODE": "llm" if options.llm else "extractive",
+           "MEMSTREAM_COMPRESSOR_MODEL": options.compressor_model or "", "MEMSTREAM_LLM_BASE_URL": ""}
+    status("measuring the raw embedding speed of the model on the same turns")
+    embed_speed = raw_embedding_speed([t.text for t in turns], base)
+    # Unwinds in reverse: the worker stops first, then the LLM server and the broker, if this run started them.
+    with contextlib.ExitStack() as running:
         status("starting Kafka")
-        started_kafka = runtime.KAFKA.start(base)
+        running.enter_context(runtime.KAFKA.session(base))
         if options.llm:
             status("starting the local LLM server")
-            started_llm = runtime.LOCAL_LLM.start(base)
+            running.enter_context(runtime.LOCAL_LLM.session(base))
             env |= runtime.local_llm_env(base)
-        else:
-            env["MEMSTREAM_LLM_BASE_URL"] = ""
-        options.workdir.mkdir(parents=True, exist_ok=True)
-        run_dir = options.workdir / time.strftime("%Y%m%d-%H%M%S")
-        deployment = Deployment(base, run_dir, env)
+        deployment = Deployment(base, options.workdir / time.strftime("%Y%m%d-%H%M%S"), env)
+        running.callback(deployment.stop_workers)
         status("starting a worker (all stages)")
         deployment.start_worker("bench")
         status(f"streaming {len(turns)} turns")
@@ -121,19 +117,12 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
         deployment.drain(timeout_s=3600)
         ingest_s = time.perf_counter() - t0
         worker_figures = scrape_worker(deployment.settings.metrics_port)
-        deployment.stop_workers()
+        deployment.stop_workers()  # the embedded store opens only once the worker let go of it
         result = _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
-        result |= worker_figures
-        # The raw speed embeds each turn once; the write path embeds this many texts per turn.
-        result["embedded_texts_per_turn"] = round(worker_figures["embedded_texts"].get("computed", 0) / len(turns), 2)
-        return result
-    finally:
-        if deployment is not None:
-            deployment.stop_workers()
-        if started_llm:
-            runtime.LOCAL_LLM.stop(base)
-        if started_kafka:
-            runtime.KAFKA.stop(base)
+    result |= worker_figures
+    # The raw speed embeds each turn once; the write path embeds this many texts per turn.
+    result["embedded_texts_per_turn"] = round(worker_figures["embedded_texts"].get("computed", 0) / len(turns), 2)
+    return result
 
 
 def _collect(deployment: Deployment, turns: list[Turn], options: IngestOptions, *, ingest_s: float,

@@ -26,21 +26,6 @@ from .scoring import BoundaryScore, score_boundaries
 METHODS = ("similarity", "attention", "hybrid")
 
 
-class CachedEmbed:
-    """Each text is embedded once however many windows and methods see it."""
-
-    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray]):
-        self._embed = embed
-        self._cache: dict[str, np.ndarray] = {}
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            for text, vector in zip(missing, self._embed(missing)):
-                self._cache[text] = vector
-        return np.stack([self._cache[t] for t in texts])
-
-
 class CachedCohesion:
     """Windows are the same for every method (the carry does not depend on the cuts): run each once."""
 
@@ -74,8 +59,9 @@ def predicted_boundaries(segmenter: Segmenter, turns: Iterable[Any]) -> list[int
 def run_segment_bench(data: Path, *, questions: int, params: SegmentParams, embed: Callable[[Sequence[str]], np.ndarray],
                       cohesion: Callable[[Sequence[str]], np.ndarray], progress: Callable[[str], None] | None = None
                       ) -> dict[str, Any]:
-    embed_c, cohesion_c = CachedEmbed(embed), CachedCohesion(cohesion)
-    segmenters = {m: Segmenter(replace(params, method=m), embed_c, cohesion_c) for m in METHODS}  # type: ignore[arg-type]
+    # ``embed`` is the worker's embedder, whose cache already answers the repeats across methods.
+    cohesion_c = CachedCohesion(cohesion)
+    segmenters = {m: Segmenter(replace(params, method=m), embed, cohesion_c) for m in METHODS}  # type: ignore[arg-type]
     totals = {m: BoundaryScore(0, 0, 0) for m in METHODS}
     turns_total = 0
     started = time.perf_counter()

@@ -205,8 +205,6 @@ class Segmenter:
             out += self.drain(state)  # the previous session ended without its end marker
         if turn.session_id != state.session_id:
             state.head_reason = "first" if state.segment_id is None else "session"
-            if state.pending:  # cannot happen after drain; kept as an invariant
-                raise AssertionError("pending turns across a session change")
         state.session_id = turn.session_id
         state.last_activity = now
         state.pending.append(item.model_dump(mode="json"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -229,19 +230,18 @@ def demo(
           and all(e.split(":")[0] in asked_sessions for e in q.evidence)][:questions]
     use_llm = llm == "local" or (llm == "auto" and runtime.local_llm_available())
     timings: dict[str, float] = {}
-    started_kafka = started_llm = False
-    worker_proc = None
     t_all = time.perf_counter()
-    try:
+    # Unwinds in reverse: the worker stops first, then the LLM server and the broker, if this run started them.
+    with contextlib.ExitStack() as running:
         t0 = time.perf_counter()
         console.print("[bold]1/5[/] starting Kafka (KRaft, local)…")
-        started_kafka = runtime.KAFKA.start(s)
+        running.enter_context(runtime.KAFKA.session(s))
         timings["kafka_start_s"] = time.perf_counter() - t0
         env = {"MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
         if use_llm:
             t0 = time.perf_counter()
             console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
-            started_llm = runtime.LOCAL_LLM.start(s)
+            running.enter_context(runtime.LOCAL_LLM.session(s))
             env |= runtime.local_llm_env(s) | {"MEMSTREAM_EXTRACT_MODE": "extractive"}
             timings["llm_start_s"] = time.perf_counter() - t0
         else:
@@ -249,6 +249,7 @@ def demo(
         t0 = time.perf_counter()
         console.print("[bold]3/5[/] starting a worker (all seven stages; embedded Qdrant)…")
         worker_proc = runtime.spawn_worker(env, s.data_dir / "logs" / "demo-worker.log")
+        running.callback(worker_proc.stop)
         runtime.wait_worker_ready(worker_proc)
         timings["worker_start_s"] = time.perf_counter() - t0
         console.print(f"[bold]4/5[/] streaming {len(turns)} turns of {conversation} ({path.name}) through Kafka…")
@@ -271,13 +272,6 @@ def demo(
         timings["total_s"] = time.perf_counter() - t_all
         console.print(f"[bold]{hits}/{len(qa)}[/] questions had a gold turn in their evidence")
         console.print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
-    finally:
-        if worker_proc is not None:
-            worker_proc.stop()
-        if started_llm:
-            runtime.LOCAL_LLM.stop(s)
-        if started_kafka:
-            runtime.KAFKA.stop(s)
 
 
 @models.command("convert-smollm2")

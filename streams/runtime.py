@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from memstream.config import Settings
 
@@ -71,6 +73,16 @@ class LocalService:
 
     def stop(self, settings: Settings) -> None:
         _run_infra(self.script, "stop", settings=settings)
+
+    @contextlib.contextmanager
+    def session(self, settings: Settings) -> Iterator[None]:
+        """Running inside the ``with`` block; stopped after it only if this call started it."""
+        started = self.start(settings)
+        try:
+            yield
+        finally:
+            if started:
+                self.stop(settings)
 
 
 KAFKA = LocalService("kafka/kafka.sh")

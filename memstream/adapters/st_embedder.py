@@ -43,10 +43,6 @@ class SentenceTransformerEmbedder:
         self._in_flight: dict[str, Future[dict[str, np.ndarray]]] = {}
         self._on_embed = on_embed
 
-    @property
-    def model(self):  # noqa: ANN201 - the underlying SentenceTransformer, for attention-based segmentation
-        return self._model
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

