@@ -67,17 +67,19 @@ class EncoderAttention:
             ids = ids or [tok.unk_token_id]  # an empty turn still occupies a place
             spans.append((len(seq), len(seq) + len(ids)))
             seq += [*ids, tok.sep_token_id]
-        x = self._torch.tensor([seq])
-        with self._torch.inference_mode():
-            out = self._model(input_ids=x, attention_mask=self._torch.ones_like(x), output_attentions=True)
-        attn = self._torch.stack(out.attentions)[:, 0].float().numpy()  # layers, heads, T, T
-        k = len(spans)
-        # mass[l, h, a, b]: mean over turn a's tokens of the attention they pay to turn b's tokens
-        mass = np.zeros((self.layers, self.heads, k, k), dtype=np.float32)
-        for a, (s, e) in enumerate(spans):
-            rows = attn[:, :, s:e, :]
-            for b, (s2, e2) in enumerate(spans):
-                mass[:, :, a, b] = rows[:, :, :, s2:e2].sum(-1).mean(-1)
+        torch = self._torch
+        x = torch.tensor([seq])
+        with torch.inference_mode():
+            out = self._model(input_ids=x, attention_mask=torch.ones_like(x), output_attentions=True)
+            # mass[l, h, a, b]: mean over turn a's tokens of the attention they pay to turn b's tokens,
+            # as rows_mean @ attention @ cols_sum per layer (no (layers, heads, T, T) copy).
+            k, total = len(spans), len(seq)
+            rows_mean = torch.zeros(k, total)
+            cols_sum = torch.zeros(total, k)
+            for a, (s, e) in enumerate(spans):
+                rows_mean[a, s:e] = 1.0 / (e - s)
+                cols_sum[s:e, a] = 1.0
+            mass = torch.stack([rows_mean @ layer[0].float() @ cols_sum for layer in out.attentions]).numpy()
         gaps = np.zeros((max(k - 1, 0), self.layers, self.heads), dtype=np.float32)
         for a in range(1, k):
             lo, hi = max(0, a - 2), min(k, a + 2)
