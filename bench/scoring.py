@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -39,3 +39,28 @@ def score_boundaries(predicted: Sequence[int], gold: Sequence[int], tolerance: i
             free.remove(min(candidates, key=lambda g: (abs(g - p), g)))
             matched += 1
     return BoundaryScore(len(set(predicted)), len(set(gold)), matched)
+
+
+def evidence_recall(gold: Sequence[str], provenance: Sequence[str]) -> float:
+    """Share of the gold turn ids found in the provenance of the returned evidence."""
+    wanted = set(gold)
+    return len(wanted & set(provenance)) / len(wanted) if wanted else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, min(len(ordered), -(-len(ordered) * q // 100)))
+    return float(ordered[int(rank) - 1])
+
+
+def take_within_budget(texts: Sequence[str], budget: int, count: Callable[[str], int]) -> int:
+    """How many ranked texts a baseline may return within ``budget`` tokens (at least one)."""
+    used = 0
+    for i, text in enumerate(texts):
+        used += count(text)
+        if used > budget:
+            return max(i, 1)
+    return len(texts)

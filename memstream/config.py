@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     evidence_k: int = Field(10, ge=1)
     replay_window: int = Field(1, ge=0, description="Raw turns either side of a provenance turn in Replay")
     replay_max_tokens: int = Field(1200, ge=64)
+    query_planner: Literal["auto", "llm", "rules"] = Field(
+        "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner")
+    query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
+    trigger_threshold: float = Field(0.55, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)")
+    cascade_topics: int = Field(2, ge=1, description="Compose: topics of scenes kept whole")
     query_timeout_s: float = Field(30.0, gt=0)
 
     # --- Consolidation -----------------------------------------------------------------------
@@ -109,6 +114,14 @@ class Settings(BaseSettings):
         if self.extract_mode == "llm" and not self.llm_enabled:
             raise ValueError("MEMSTREAM_EXTRACT_MODE=llm needs MEMSTREAM_LLM_BASE_URL")
         return self.extract_mode
+
+    @property
+    def effective_query_planner(self) -> Literal["llm", "rules"]:
+        if self.query_planner == "auto":
+            return "llm" if self.llm_enabled else "rules"
+        if self.query_planner == "llm" and not self.llm_enabled:
+            raise ValueError("MEMSTREAM_QUERY_PLANNER=llm needs MEMSTREAM_LLM_BASE_URL")
+        return self.query_planner
 
     @property
     def store_path(self) -> Path:

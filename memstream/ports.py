@@ -68,6 +68,7 @@ class StorePoint:
     id: str
     vector: Sequence[float]
     payload: Mapping[str, Any]
+    text: str | None = None  # indexed for lexical (BM25) search; None = not lexically searchable
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class StoreHit:
     id: str
     score: float
     payload: Mapping[str, Any]
+    vector: Sequence[float] | None = None  # the stored dense vector, when asked for (``with_vectors``)
 
 
 class VectorStore(Protocol):
@@ -92,10 +94,32 @@ class VectorStore(Protocol):
         *,
         where: StoreFilter | None = None,
         limit: int = 10,
+        with_vectors: bool = False,
     ) -> list[StoreHit]: ...
 
+    def search_text(
+        self,
+        collection: str,
+        tenant_id: str,
+        text: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+    ) -> list[StoreHit]:
+        """BM25 ranking over the points upserted with ``StorePoint.text``; scores are BM25 scores.
+
+        Same tenant and ``where`` filtering as :meth:`search`. IDF comes from the whole collection.
+        """
+        ...
+
     def scroll(
-        self, collection: str, tenant_id: str, *, where: StoreFilter | None = None, limit: int = 1000
+        self,
+        collection: str,
+        tenant_id: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 1000,
+        with_vectors: bool = False,
     ) -> list[StoreHit]: ...
 
     def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int: ...

@@ -15,6 +15,7 @@ from .ids import point_id
 
 CARDS, SCENES, TRIGGERS, TURNS, PROFILES = "cards", "scenes", "triggers", "turns", "profiles"
 COLLECTIONS = (CARDS, SCENES, TRIGGERS, TURNS, PROFILES)
+LEXICAL = (CARDS, SCENES, TURNS)  # collections also searchable by BM25 over their embedded text
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,13 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
         ))
         for family, triggers in (("scene", scene.scene_triggers), ("horizon", scene.horizon_triggers)):
             specs += _triggers(write, base, scene.scene_id, "scene", family, triggers)
+    roles = {t.turn_id: t.role for t in write.source_turns}
     for card in write.cards:
         specs.append(PointSpec(
             CARDS, card.card_id, card.content,
             {**base, "kind": "card", "card_id": card.card_id, "subject": card.subject, "type": card.type,
-             "text": card.content, "speaker": card.speaker, "turn_ids": card.provenance.turn_ids,
+             "text": card.content, "speaker": card.speaker,
+             "role": roles.get(card.provenance.turn_ids[0], "user"), "turn_ids": card.provenance.turn_ids,
              "scene_id": card.provenance.scene_id, "session_ids": card.provenance.session_ids,
              "event_time": card.event_time.isoformat() if card.event_time else None,
              "event_ts": _ts(card.event_time), "time_phrase": card.time_phrase, "atomic": card.atomic,

@@ -129,3 +129,51 @@ def answer_user(question: str, evidence_lines: Sequence[str], operation: str, pr
         "Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\n"
         f"Question ({operation}): {question}\nAnswer:"
     )
+
+
+# --- query planner ------------------------------------------------------------------------------
+
+PLAN_PARTICIPANTS = ["user", "assistant", "both", "ambiguous"]
+PLAN_OPERATIONS = ["lookup", "aggregate", "temporal_select", "sort", "compare"]
+
+PLAN_SYSTEM = """You plan how to search a long conversation memory for a question. Do not answer it.
+Return JSON only, following the schema.
+- entities: the people, places and things named in the question, copied as written. No guesses.
+- participants: whose words hold the evidence: "user" (the asker: I, my, me), "assistant" (you,
+  your), "both" (we, us, our, you and I), "ambiguous" when unclear.
+- time: the period the question restricts the search to, copied from the question (e.g.
+  "last week", "in May 2023") or an ISO date, month or year (2023-05-07, 2023-05, 2022).
+  Empty when the question asks for a time ("When did ...?") or names none. Do not compute dates.
+- operation: lookup (one fact), aggregate (count, total, list all), temporal_select (when, first,
+  last, before, after), sort (order, earliest, latest), compare (differences between things).
+- distributed: true when the evidence is likely spread over several sessions (lists, counts,
+  "both", comparisons, changes over time).
+- fidelity: true when the exact wording matters (what exactly was said or written, quotes, code).
+- rewrites: only when distributed, at most two sub-questions that each find part of the evidence,
+  e.g. "What do Ann and Bo both like?" -> "What does Ann like?", "What does Bo like?".
+  Use only words from the question: never put a guessed answer into a rewrite."""
+
+
+def plan_user(question: str) -> str:
+    """The question alone: no date, so the model has nothing to do date arithmetic with; the code
+    resolves the time phrase it copies against the question's own date."""
+    return f"Question: {question}\n\nReturn the plan JSON."
+
+
+def plan_schema(max_entities: int = 6, max_rewrites: int = 2) -> dict:
+    """The planner output schema; every string and list is bounded so a constrained decoder always
+    closes the JSON well within the planner's small token limit."""
+    return {
+        "type": "object",
+        "properties": {
+            "entities": _strings(max_entities, 60),
+            "participants": {"type": "string", "enum": PLAN_PARTICIPANTS},
+            "time": _text(60),
+            "operation": {"type": "string", "enum": PLAN_OPERATIONS},
+            "distributed": {"type": "boolean"},
+            "fidelity": {"type": "boolean"},
+            "rewrites": _strings(max_rewrites, 160),
+        },
+        "required": ["entities", "participants", "time", "operation", "distributed", "fidelity", "rewrites"],
+        "additionalProperties": False,
+    }

@@ -1,81 +1,32 @@
 """Stage 7: plan a question, retrieve evidence under hard tenant filters, answer.
 
-Access profiles (JustMem): Lookup (local evidence), Compose (broader discovery, same final K),
-Replay (follow provenance to the raw source turns).
+Access profiles (JustMem): Lookup (local evidence), Compose (broader discovery: rewrites and the
+topic → scene → item cascade, the same final K), Replay (Lookup, then the raw source turns).
+Retrieval itself (signals, fusion, rerank) lives in :mod:`processors.retrieve`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
 
-from memstream.ports import LLM, Embedder, LLMError, StoreFilter, StoreHit, VectorStore
+import numpy as np
+
+from memstream.ports import LLM, Embedder, LLMError, StoreFilter, VectorStore
 from schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
-from .index import CARDS, PROFILES, TURNS
-from .text import names
-from .timeparse import find_time_mentions
+from .index import PROFILES, TURNS
+from .plan import LlmPlanner, choose_profile, rule_plan
+from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, rerank, top_k
 from .tokens import count_tokens
 
 log = logging.getLogger(__name__)
 
-_FIDELITY = re.compile(r"\b(exact(ly)?|word for word|verbatim|quote|what did (i|you) (say|write)|wording)\b", re.I)
-_DISTRIBUTED = re.compile(r"\b(how many|all|every|list|both|each|compare|in total|times|which .* and)\b", re.I)
-_AGGREGATE = re.compile(r"\b(how many|in total|count|all)\b", re.I)
-_TEMPORAL = re.compile(r"\b(when|what (date|day|year|month)|how long|before|after|first|last)\b", re.I)
-_COMPARE = re.compile(r"\b(compare|more than|less than|better|worse|difference)\b", re.I)
-_SORT = re.compile(r"\b(order|earliest|latest|sort|rank)\b", re.I)
-
-
-def rule_plan(question: str, now: datetime) -> Plan:
-    """The planner without an LLM: the same fields from patterns."""
-    fidelity = bool(_FIDELITY.search(question))
-    distributed = bool(_DISTRIBUTED.search(question))
-    if _AGGREGATE.search(question):
-        operation = "aggregate"
-    elif _COMPARE.search(question):
-        operation = "compare"
-    elif _SORT.search(question):
-        operation = "sort"
-    elif _TEMPORAL.search(question):
-        operation = "temporal_select"
-    else:
-        operation = "lookup"
-    mentions = find_time_mentions(question, now)
-    time_from = time_to = None
-    if mentions and operation != "temporal_select":
-        time_from = mentions[0].start
-    lowered = question.lower()
-    if re.search(r"\b(you|your)\b", lowered) and not re.search(r"\b(i|my|me)\b", lowered):
-        participants = "assistant"
-    elif re.search(r"\b(i|my|me)\b", lowered):
-        participants = "user"
-    else:
-        participants = "ambiguous"
-    return Plan(
-        planner="rules",
-        entities=names(question),
-        participants=participants,  # type: ignore[arg-type]
-        time_from=time_from,
-        time_to=time_to,
-        operation=operation,  # type: ignore[arg-type]
-        distributed=distributed,
-        fidelity=fidelity,
-        rewrites=[],
-        profile=choose_profile(fidelity=fidelity, distributed=distributed),
-    )
-
-
-def choose_profile(*, fidelity: bool, distributed: bool) -> str:
-    """Replay if fidelity-sensitive, else Compose if the evidence is distributed, else Lookup."""
-    if fidelity:
-        return "replay"
-    return "compose" if distributed else "lookup"
+TEMPORAL_OPERATIONS = ("temporal_select", "sort")
 
 
 def rrf_fuse(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
@@ -97,19 +48,30 @@ def cap_to_budget(texts: Sequence[str], max_tokens: int) -> int:
     return len(texts)
 
 
+def roles_for(participants: str) -> tuple[str | None, ...]:
+    """Participant resolution: whose cards to search. Ambiguous searches each side and fuses."""
+    return {"user": ("user",), "assistant": ("assistant",), "both": (None,)}.get(participants, ("user", "assistant"))
+
+
+def time_range(plan: Plan) -> tuple[float | None, float | None] | None:
+    if plan.time_from is None and plan.time_to is None:
+        return None
+    return (plan.time_from.timestamp() if plan.time_from else None,
+            plan.time_to.timestamp() if plan.time_to else None)
+
+
+def replay_window(sources: Sequence[int], window: int) -> list[int]:
+    """Conversation positions to replay: each source turn's position ± ``window``."""
+    return sorted({s + d for s in sources for d in range(-window, window + 1) if s + d >= 0})
+
+
 @dataclass(frozen=True)
 class QueryOptions:
-    evidence_k: int = 10
+    retrieval: RetrievalParams = field(default_factory=RetrievalParams)
     replay_window: int = 1
     replay_max_tokens: int = 1200
     max_answer_tokens: int = 256
-
-
-@dataclass
-class _Candidate:
-    hit: StoreHit
-    score: float
-    found_by: list[str]
+    planner: str = "rules"  # or "llm" (needs the engine's LLM)
 
 
 class QueryEngine:
@@ -120,6 +82,17 @@ class QueryEngine:
         self.embedder = embedder
         self.llm = llm
         self.options = options
+        self.retriever = Retriever(store, options.retrieval)
+        self.planner = LlmPlanner(llm) if llm is not None and options.planner == "llm" else None
+
+    def plan(self, query: Query, now: datetime) -> tuple[Plan, StageCost | None]:
+        if self.planner is not None:
+            plan, cost = self.planner.plan(query.question, now)
+        else:
+            plan, cost = rule_plan(query.question, now), None
+        if query.profile != "auto":
+            plan = plan.model_copy(update={"profile": query.profile})
+        return plan, cost
 
     def run(self, query: Query) -> Reply:
         started = time.perf_counter()
@@ -128,32 +101,42 @@ class QueryEngine:
         now = query.question_time or datetime.now(timezone.utc)
 
         t0 = time.perf_counter()
-        plan = rule_plan(query.question, now)
-        if query.profile != "auto":
-            plan = plan.model_copy(update={"profile": query.profile})
+        plan, plan_cost = self.plan(query, now)
+        if plan_cost is not None:
+            costs.append(plan_cost)
         latency["plan_ms"] = _ms(t0)
 
+        k = query.k or self.options.retrieval.evidence_k
+        texts = [query.question, *(plan.rewrites if plan.profile == "compose" else [])]
         t0 = time.perf_counter()
-        scope = StoreFilter(equals={"conversation_id": query.conversation_id})
-        k = query.k or self.options.evidence_k
-        vector = self.embedder.embed([query.question])[0]
-        candidates = self._dense_cards(query.tenant_id, vector, scope, limit=k * 3)
-        if plan.profile == "compose":
-            for rewrite in plan.rewrites:
-                rv = self.embedder.embed([rewrite])[0]
-                for c in self._dense_cards(query.tenant_id, rv, scope, limit=k * 2):
-                    candidates.setdefault(c.hit.id, c)
-        ranked = sorted(candidates.values(), key=lambda c: c.score, reverse=True)[:k]
-        evidence = [self._card_evidence(i, c) for i, c in enumerate(ranked)]
-        latency["retrieve_ms"] = _ms(t0)
+        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        latency["embed_ms"] = _ms(t0)
+
+        scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), roles_for(plan.participants))
+        chosen = self.retrieve(plan, scope, texts, vectors, k, latency)
+        if not chosen and scope.time_range is not None:
+            # The plan's period held nothing: a wrong range should not silence the memory.
+            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency)
+        if plan.operation in TEMPORAL_OPERATIONS:
+            chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)
+        evidence = [card_evidence(f"E{i + 1}", c) for i, c in enumerate(chosen)]
 
         if plan.profile == "replay" and evidence:
             t0 = time.perf_counter()
-            evidence = self._replay(query.tenant_id, scope, evidence)
+            evidence = self._replay(scope, evidence)
             latency["replay_ms"] = _ms(t0)
 
         t0 = time.perf_counter()
-        profile_text = self._profile(query.tenant_id, scope, vector)
+        profile_hits = self.store.search(PROFILES, query.tenant_id, vectors[0],
+                                         where=scope.conversation(), limit=5)
+        profile_text = "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}"
+                                 for h in profile_hits) or None
+        if not evidence:  # nothing scored: the profile is the fallback evidence
+            evidence = [Evidence(evidence_id=f"P{i + 1}", kind="profile", point_id=h.id,
+                                 text=f"{h.payload['subject']} {h.payload['field']}: {h.payload['text']}",
+                                 subject=h.payload.get("subject"), turn_ids=list(h.payload.get("turn_ids", [])),
+                                 score=round(h.score, 5), found_by=["profile"])
+                        for i, h in enumerate(profile_hits)]
         latency["profile_ms"] = _ms(t0)
 
         answer, mode = None, "evidence_only"
@@ -181,47 +164,43 @@ class QueryEngine:
             replied_at=datetime.now(timezone.utc),
         )
 
-    def _dense_cards(self, tenant_id: str, vector, scope: StoreFilter, limit: int) -> dict[str, _Candidate]:  # noqa: ANN001
-        hits = self.store.search(CARDS, tenant_id, vector, where=scope, limit=limit)
-        return {h.id: _Candidate(h, h.score, ["dense"]) for h in hits}
+    def retrieve(self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int,
+                 latency: dict[str, float]) -> list[Candidate]:
+        """The profile's candidate pool, reranked, cut to ``k``; per-step latencies into ``latency``."""
+        pool = Pool()
+        r = self.retriever
+        t0 = time.perf_counter()
+        r.hybrid(pool, scope, texts, vectors)
+        latency["hybrid_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        promoted_scenes = r.triggers(pool, scope, vectors)
+        r.scene_items(pool, scope, vectors[0], promoted_scenes, signal="trigger", limit=r.params.scene_items)
+        latency["trigger_ms"] = _ms(t0)
+        if plan.profile == "compose":
+            t0 = time.perf_counter()
+            r.cascade(pool, scope, vectors[0])
+            latency["cascade_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        r.fill_vectors(pool, scope)
+        chosen = top_k(rerank(pool, vectors, plan.entities, r.params), k)
+        latency["rerank_ms"] = _ms(t0)
+        return chosen
 
-    @staticmethod
-    def _card_evidence(i: int, c: _Candidate) -> Evidence:
-        p = c.hit.payload
-        return Evidence(
-            evidence_id=f"E{i + 1}",
-            kind="card",
-            point_id=c.hit.id,
-            text=p.get("text", ""),
-            subject=p.get("subject"),
-            type=p.get("type"),
-            event_time=p.get("event_time"),
-            turn_ids=list(p.get("turn_ids", [])),
-            session_ids=list(p.get("session_ids", [])),
-            score=round(c.score, 5),
-            found_by=c.found_by,  # type: ignore[arg-type]
-        )
-
-    def _replay(self, tenant_id: str, scope: StoreFilter, evidence: list[Evidence]) -> list[Evidence]:
-        """Follow provenance to the raw turns (± window), token-capped, in conversation order."""
+    def _replay(self, scope: Scope, evidence: list[Evidence]) -> list[Evidence]:
+        """Follow provenance to the raw turns (± window), token-capped, source turns first."""
         turn_ids: list[str] = []
         for e in evidence:
-            for tid in e.turn_ids:
-                if tid not in turn_ids:
-                    turn_ids.append(tid)
-        sources = self.store.scroll(TURNS, tenant_id, where=StoreFilter(
-            equals=dict(scope.equals), any_of={"turn_id": turn_ids}), limit=len(turn_ids) + 1)
-        seqs = {int(h.payload["seq"]) for h in sources}
-        w = self.options.replay_window
-        wanted = sorted({s + d for s in seqs for d in range(-w, w + 1) if s + d >= 0})
-        window = self.store.scroll(TURNS, tenant_id, where=StoreFilter(
-            equals=dict(scope.equals), any_of={"seq": wanted}), limit=len(wanted) * 4 + 1)
+            turn_ids += [t for t in e.turn_ids if t not in turn_ids]
+        sources = self.store.scroll(TURNS, scope.tenant_id, where=scope.conversation(turn_id=turn_ids),
+                                    limit=len(turn_ids) + 1)
+        wanted = replay_window([int(h.payload["seq"]) for h in sources], self.options.replay_window)
+        window = self.store.scroll(TURNS, scope.tenant_id, where=StoreFilter(
+            equals={"conversation_id": scope.conversation_id}, any_of={"seq": wanted}), limit=len(wanted) * 4 + 1)
         order = {tid: i for i, tid in enumerate(turn_ids)}
-        # Source turns first, in evidence order; then neighbours by position.
         window.sort(key=lambda h: (h.payload["turn_id"] not in order, order.get(h.payload["turn_id"], 0), h.payload["seq"]))
         texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in window]
         keep = cap_to_budget(texts, self.options.replay_max_tokens)
-        replayed = [
+        return [
             Evidence(
                 evidence_id=f"R{i + 1}", kind="turn", point_id=h.id, text=texts[i],
                 subject=h.payload.get("speaker"), event_time=h.payload.get("event_time"),
@@ -230,13 +209,6 @@ class QueryEngine:
             )
             for i, h in enumerate(window[:keep])
         ]
-        return replayed
-
-    def _profile(self, tenant_id: str, scope: StoreFilter, vector) -> str | None:  # noqa: ANN001
-        hits = self.store.search(PROFILES, tenant_id, vector, where=scope, limit=5)
-        if not hits:
-            return None
-        return "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}" for h in hits)
 
     def _answer(self, question: str, plan: Plan, evidence: list[Evidence],
                 profile_text: str | None) -> tuple[str | None, StageCost | None]:
@@ -257,8 +229,26 @@ class QueryEngine:
         return result.content.strip(), cost
 
 
+def card_evidence(evidence_id: str, c: Candidate) -> Evidence:
+    p = c.payload
+    return Evidence(
+        evidence_id=evidence_id,
+        kind="card",
+        point_id=c.id,
+        text=p.get("text", ""),
+        subject=p.get("subject"),
+        type=p.get("type"),
+        event_time=p.get("event_time"),
+        turn_ids=list(p.get("turn_ids", [])),
+        session_ids=list(p.get("session_ids", [])),
+        score=round(c.score, 6),
+        found_by=sorted(c.found_by),  # type: ignore[arg-type]
+    )
+
+
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 3)
 
 
-__all__ = ["QueryEngine", "QueryOptions", "rule_plan", "choose_profile", "rrf_fuse", "cap_to_budget"]
+__all__ = ["QueryEngine", "QueryOptions", "rule_plan", "choose_profile", "rrf_fuse", "cap_to_budget",
+           "roles_for", "time_range", "replay_window", "card_evidence"]

@@ -21,8 +21,8 @@ from memstream.config import STAGES, Settings
 from processors.compress import compress_turn
 from processors.consolidate import update_queue
 from processors.extract import ExtractiveExtractor, LlmExtractor
-from processors.index import points_for_write
-from processors.query import QueryEngine, QueryOptions
+from processors.index import LEXICAL, points_for_write
+from processors.query import QueryEngine
 from processors.segment import Segmenter, SegmenterState, window_is_idle
 from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
 from schemas import (
@@ -403,7 +403,8 @@ class _Wiring:
             vectors = services.embedder.embed([p.text for p in specs])
             by_collection: dict[str, list[StorePoint]] = {}
             for spec, vector in zip(specs, vectors):
-                by_collection.setdefault(spec.collection, []).append(StorePoint(spec.id, vector, spec.payload))
+                lexical = spec.text if spec.collection in LEXICAL else None
+                by_collection.setdefault(spec.collection, []).append(StorePoint(spec.id, vector, spec.payload, lexical))
             # Raw turns last: their presence marks the whole write as indexed.
             for collection in sorted(by_collection, key=lambda c: c == "turns"):
                 store.upsert(collection, by_collection[collection])
@@ -440,10 +441,8 @@ class _Wiring:
         self.agent("consolidate", "cards", handler)
 
     def stage_query(self) -> None:
-        s, services, metrics = self.s, self.services, self.metrics
-        engine = QueryEngine(services.store, services.embedder, services.llm,
-                             QueryOptions(evidence_k=s.evidence_k, replay_window=s.replay_window,
-                                          replay_max_tokens=s.replay_max_tokens))
+        services, metrics = self.services, self.metrics
+        engine = QueryEngine(services.store, services.embedder, services.llm, services.query_options)
 
         async def handler(raw: bytes) -> StageResult:
             try:

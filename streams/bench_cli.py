@@ -123,3 +123,55 @@ def ingest(
         table.add_row(key, str(result[key]))
     console.print(table)
     _write_json(result, json_out)
+
+
+@bench.command("retrieval")
+def retrieval(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
+    reply_queries: int = typer.Option(100, min=1, help="Questions asked over Kafka for the reply latency"),
+    scale_cards: int = typer.Option(100_000, min=0, help="Grow the store to this many cards for the size test (0: skip)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Evidence recall of adaptive / Lookup / Compose / Replay against dense and BM25 top-K over raw
+    turns at the same context tokens, LoCoMo categories 1–4, extractive memories; query latency."""
+    from bench.retrieval import BASELINES, METHODS, RetrievalOptions, load_questions, run_retrieval_bench
+    from memstream.datasets import load_locomo
+
+    options = RetrievalOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+                               reply_queries=reply_queries, scale_cards=scale_cards)
+    samples = [s for s in load_locomo(data) if not options.conversations or s.sample_id in options.conversations]
+    turns = sum(s.turn_count for s in samples)
+    questions = len(load_questions(samples, options.categories))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=turns)
+        asked = progress.add_task("questions", total=questions, visible=False)
+        grown = progress.add_task("synthetic cards", total=max(scale_cards, 1), visible=False)
+
+        def on_question() -> None:
+            progress.update(asked, visible=True, advance=1)
+
+        def on_grow(n: int) -> None:
+            progress.update(grown, visible=True, advance=n)
+
+        result = run_retrieval_bench(options, status=lambda text: progress.update(task, description=text),
+                                     on_sent=lambda _t: progress.advance(task), on_question=on_question, on_grow=on_grow)
+    table = Table(title=f"evidence recall, {result['questions']} LoCoMo questions (categories 1–4), "
+                        f"{', '.join(result['conversations'])}, extractive memories")
+    table.add_column("method")
+    for cat in result["per_category"]:
+        table.add_column(f"cat {cat}", justify="right")
+    for col in ("overall", "context tokens", "provenance turns/item"):
+        table.add_column(col, justify="right")
+    for m in (*METHODS, *BASELINES):
+        overall = result["overall"][m]
+        table.add_row(m, *(f"{result['per_category'][c][m]['evidence_recall']:.3f}" for c in result["per_category"]),
+                      f"{overall['evidence_recall']:.3f}", f"{overall['context_tokens']:.0f}",
+                      f"{overall['provenance_turns_per_evidence']:.2f}")
+    console.print(table)
+    for key in ("retrieval_p50_ms", "retrieval_p99_ms", "reply_p50_ms", "retrieval_p50_ms_100k", "retrieval_p99_ms_100k",
+                "reply_p50_ms_100k", "adaptive_profiles"):
+        if key in result:
+            console.print(f"{key}: {result[key]}")
+    _write_json(result, json_out)

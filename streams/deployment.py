@@ -82,12 +82,12 @@ class Deployment:
         asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in DRAIN_TOPICS],
                                  timeout_s=timeout_s))
 
-    def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto",
+    def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto", answer: bool = True,
             timeout_s: float = 60.0) -> Reply:
         async def go() -> Reply:
             async with MemoryClient(self.settings) as client:
                 return await client.ask(question, tenant_id=tenant, conversation_id=conversation,
-                                        profile=profile, timeout_s=timeout_s)
+                                        profile=profile, answer=answer, timeout_s=timeout_s)
 
         return asyncio.run(go())
 

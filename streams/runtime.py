@@ -95,9 +95,11 @@ def local_llm_url(settings: Settings) -> str:
 
 def local_llm_env(settings: Settings) -> dict[str, str]:
     """Worker settings for the local SmolLM2-135M server: a tiny model, so extraction asks for few,
-    short cards (its output must fit its token limit) and answers stay short."""
+    short cards (its output must fit its token limit), and questions are planned by the rules (its
+    plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence)."""
     return {"MEMSTREAM_LLM_BASE_URL": local_llm_url(settings), "MEMSTREAM_LLM_MODEL": "smollm2",
-            "MEMSTREAM_EXTRACT_MAX_CARDS": "6", "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024"}
+            "MEMSTREAM_EXTRACT_MAX_CARDS": "6", "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024",
+            "MEMSTREAM_QUERY_PLANNER": "rules"}
 
 
 def local_llm_available() -> bool:

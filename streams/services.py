@@ -9,6 +9,8 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
 from processors.index import COLLECTIONS
+from processors.query import QueryOptions
+from processors.retrieve import RetrievalParams
 from processors.segment import SegmentParams
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,14 @@ class Services:
         attention = EncoderAttention(self.settings.embedding_model)
         log.info("attention encoder loaded: %s (%d layers x %d heads)", attention.name, attention.layers, attention.heads)
         return attention
+
+    @cached_property
+    def query_options(self) -> QueryOptions:
+        s = self.settings
+        retrieval = RetrievalParams(evidence_k=s.evidence_k, candidates=s.query_candidates,
+                                    trigger_threshold=s.trigger_threshold, cascade_topics=s.cascade_topics)
+        return QueryOptions(retrieval=retrieval, replay_window=s.replay_window, replay_max_tokens=s.replay_max_tokens,
+                            planner=s.effective_query_planner)
 
     @cached_property
     def segment_params(self) -> SegmentParams:

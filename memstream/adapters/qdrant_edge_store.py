@@ -11,6 +11,11 @@ Engine notes (qdrant-edge-py 0.9):
 - HNSW graphs are only built by :meth:`optimize` (the engine runs no background optimizer);
   until then a search is exact over the points that pass the payload-indexed filter.
 - ``MatchValue(True)`` is read as the integer 1 by the bindings; booleans go through ``numpy.bool_``.
+- BM25: a named sparse vector ``bm25`` with the IDF modifier next to the unnamed dense vector ("").
+  Loading a shard with a config that lacks a stored vector fails as "incompatible", so a shard is
+  loaded with its sparse vectors omitted (inherited) and a pre-BM25 shard gets the sparse vector
+  added by ensure_collections (``create_sparse_vector``): its old points stay dense-only until
+  re-upserted with text. search_text on a shard not yet migrated raises a ValueError.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Sequence
 import numpy as np
 import qdrant_edge as qe
 
-from memstream.adapters.qdrant_store import COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS
+from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
+from memstream.adapters.qdrant_store import COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS, _dense
 from memstream.ports import StoreFilter, StoreHit, StorePoint
 
 log = logging.getLogger(__name__)
@@ -63,15 +69,22 @@ class QdrantEdgeStore:
         self._lock = threading.RLock()
         self._shards: dict[str, qe.EdgeShard] = {}
         self._ready: set[str] = set()  # ensured: dim checked, payload indexes in place
+        self._lexical: set[str] = set()  # open shards that have the bm25 sparse vector
+        self._bm25 = Bm25Encoder()
         self._closed = False
 
     @staticmethod
     def _name(collection: str) -> str:
         return COLLECTION_PREFIX + collection
 
-    def _config(self, dim: int) -> qe.EdgeConfig:
+    def _config(self, dim: int, *, sparse: bool) -> qe.EdgeConfig:
+        # sparse=False leaves the sparse vectors unspecified: load() then inherits the stored ones.
+        bm25 = {BM25_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None
         return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
-                             max_search_threads=self._max_search_threads)
+                             sparse_vectors=bm25, max_search_threads=self._max_search_threads)
+
+    def _saved_config(self, full: str) -> dict:
+        return json.loads((self.path / full / _CONFIG_FILE).read_text())
 
     def _shard(self, collection: str, *, dim: int | None = None) -> qe.EdgeShard | None:
         """The open shard; loaded from disk if it exists, created only when ``dim`` is given."""
@@ -85,13 +98,15 @@ class QdrantEdgeStore:
         if (folder / _CONFIG_FILE).exists():
             # With dim, load() checks the stored vectors match (a mismatch raises instead of failing later)
             # and applies max_search_threads; without, the shard keeps the config it was saved with.
-            config = self._config(dim) if dim is not None else None
+            config = self._config(dim, sparse=False) if dim is not None else None
             shard = qe.EdgeShard.load(str(folder), config)
         elif dim is not None:
-            shard = qe.EdgeShard.create(str(folder), self._config(dim))
+            shard = qe.EdgeShard.create(str(folder), self._config(dim, sparse=True))
         else:
             return None
         self._shards[full] = shard
+        if BM25_VECTOR in self._saved_config(full).get("sparse_vectors", {}):
+            self._lexical.add(full)
         return shard
 
     def _require(self, collection: str) -> qe.EdgeShard:
@@ -117,29 +132,60 @@ class QdrantEdgeStore:
                 for field, schema in _INDEXES:
                     if field not in have:
                         shard.update(qe.UpdateOperation.create_field_index(field, schema))
+                if full not in self._lexical:  # a shard created before BM25 support: add the vector
+                    shard.update(qe.UpdateOperation.create_sparse_vector(BM25_VECTOR, modifier=qe.Modifier.Idf))
+                    self._lexical.add(full)
+                    log.info("added the %s sparse vector to %s; its older points are not lexically "
+                             "searchable until upserted again with text", BM25_VECTOR, full)
                 self._ready.add(full)
 
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not points:
             return
-        structs = [qe.Point(p.id, list(map(float, p.vector)), dict(p.payload)) for p in points]
+        structs = [qe.Point(p.id, self._vector(p), dict(p.payload)) for p in points]
         with self._lock:
             self._require(collection).update(qe.UpdateOperation.upsert_points(structs))
 
+    def _vector(self, p: StorePoint) -> list[float] | dict[str, list[float] | qe.SparseVector]:
+        dense = list(map(float, p.vector))
+        if p.text:
+            indices, values = self._bm25.document(p.text)
+            if indices:  # a text of stopwords only has no terms to index
+                return {"": dense, BM25_VECTOR: qe.SparseVector(indices, values)}
+        return dense  # no bm25 vector: the point is simply not lexically searchable
+
     def search(self, collection: str, tenant_id: str, vector: Sequence[float], *,
-               where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+               where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
+        return self._query(collection, tenant_id, qe.Query.Nearest(list(map(float, vector))), where, limit,
+                           with_vectors)
+
+    def search_text(self, collection: str, tenant_id: str, text: str, *,
+                    where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+        with self._lock:
+            self._require(collection)  # opened, so _lexical knows whether it has the sparse vector
+            full = self._name(collection)
+            if full not in self._lexical:
+                raise ValueError(f"{full} predates BM25 support: call ensure_collections to add its "
+                                 f"{BM25_VECTOR} sparse vector, then re-upsert the points with text")
+        indices, values = self._bm25.query(text)
+        query = qe.Query.Nearest(qe.SparseVector(indices, values), using=BM25_VECTOR)
+        return self._query(collection, tenant_id, query, where, limit, False)  # no terms: Edge answers []
+
+    def _query(self, collection: str, tenant_id: str, query: qe.Query, where: StoreFilter | None,
+               limit: int, with_vectors: bool) -> list[StoreHit]:
         if limit < 1:  # as qdrant-client does; Edge would silently answer nothing
             raise ValueError(f"limit value {limit} is invalid. Must be 1 or larger.")
         request = qe.QueryRequest(
-            limit=limit, query=qe.Query.Nearest(list(map(float, vector))), filter=_filter(tenant_id, where),
-            with_payload=True, with_vector=False,
+            limit=limit, query=query, filter=_filter(tenant_id, where),
+            with_payload=True, with_vector=[""] if with_vectors else False,  # the dense vector only
         )
         with self._lock:
             points = self._require(collection).query(request)
-        return [StoreHit(str(p.id), float(p.score), p.payload or {}) for p in points]
+        return [StoreHit(str(p.id), float(p.score), p.payload or {}, _dense(p.vector) if with_vectors else None)
+                for p in points]
 
     def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
-               limit: int = 1000) -> list[StoreHit]:
+               limit: int = 1000, with_vectors: bool = False) -> list[StoreHit]:
         flt = _filter(tenant_id, where)
         out: list[StoreHit] = []
         offset = None
@@ -148,9 +194,10 @@ class QdrantEdgeStore:
             while len(out) < limit:
                 points, offset = shard.scroll(qe.ScrollRequest(
                     offset=offset, limit=min(256, limit - len(out)), filter=flt,
-                    with_payload=True, with_vector=False,
+                    with_payload=True, with_vector=[""] if with_vectors else False,
                 ))
-                out += [StoreHit(str(p.id), 1.0, p.payload or {}) for p in points]
+                out += [StoreHit(str(p.id), 1.0, p.payload or {}, _dense(p.vector) if with_vectors else None)
+                        for p in points]
                 if offset is None:
                     break
         return out
@@ -201,6 +248,7 @@ class QdrantEdgeStore:
             finally:
                 self._shards.clear()
                 self._ready.clear()
+                self._lexical.clear()
                 fcntl.flock(self._lock_file, fcntl.LOCK_UN)
                 self._lock_file.close()
 

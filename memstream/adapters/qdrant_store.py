@@ -2,6 +2,12 @@
 
 Every read is filtered by ``tenant_id`` here, below the processors, so no caller can forget it.
 The embedded store locks its folder to one process: scaled deployments use a Qdrant server.
+
+BM25: every collection has the unnamed dense vector ("") plus a named sparse vector ``bm25`` with
+the IDF modifier; points upserted with text carry both (``{"": dense, "bm25": sparse}``). Qdrant
+cannot add a vector to an existing collection, so a collection created before BM25 support stays
+dense-only: texts upserted into it are not indexed (a warning at ensure_collections) and
+search_text on it raises a ValueError.
 """
 
 from __future__ import annotations
@@ -10,16 +16,18 @@ import logging
 import threading
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from qdrant_client import QdrantClient, models
 
+from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.ports import StoreFilter, StoreHit, StorePoint
 
 log = logging.getLogger(__name__)
 
 COLLECTION_PREFIX = "memstream_"
-_KEYWORD_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "turn_id", "turn_ids", "host_id", "session_id")
+_KEYWORD_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "role", "turn_id", "turn_ids", "card_id",
+                   "scene_id", "host_id", "session_id")
 _FLOAT_FIELDS = ("event_ts",)
 _INT_FIELDS = ("seq",)
 
@@ -40,6 +48,8 @@ class QdrantStore:
         # qdrant-client's local mode is not safe across threads; a lock costs little here.
         self._lock = threading.RLock()
         self._ready: set[str] = set()
+        self._lexical: dict[str, bool] = {}  # collection -> has the bm25 sparse vector (asked once)
+        self._bm25 = Bm25Encoder()
 
     @staticmethod
     def _name(collection: str) -> str:
@@ -53,11 +63,22 @@ class QdrantStore:
                     continue
                 if not self._client.collection_exists(full):
                     self._client.create_collection(
-                        full, vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE)
+                        full, vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
+                        sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
                     )
                     if not self.embedded:  # payload indexes only exist on a server
                         self._create_indexes(full)
+                elif not self._has_bm25(full):
+                    log.warning("%s predates BM25 support: texts are not indexed and search_text fails; "
+                                "recreate the collection to search it lexically", full)
                 self._ready.add(full)
+
+    def _has_bm25(self, full: str) -> bool:
+        known = self._lexical.get(full)
+        if known is None:
+            sparse = self._client.get_collection(full).config.params.sparse_vectors or {}
+            known = self._lexical[full] = BM25_VECTOR in sparse
+        return known
 
     def _create_indexes(self, full: str) -> None:
         schema = models.PayloadSchemaType
@@ -71,30 +92,58 @@ class QdrantStore:
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not points:
             return
-        structs = [models.PointStruct(id=p.id, vector=list(map(float, p.vector)), payload=dict(p.payload)) for p in points]
+        full = self._name(collection)
         with self._lock:
-            self._client.upsert(self._name(collection), points=structs, wait=True)
+            lexical = any(p.text for p in points) and self._has_bm25(full)
+            structs = [models.PointStruct(id=p.id, vector=self._vector(p, lexical), payload=dict(p.payload))
+                       for p in points]
+            self._client.upsert(full, points=structs, wait=True)
+
+    def _vector(self, p: StorePoint, lexical: bool) -> list[float] | dict[str, Any]:
+        dense = list(map(float, p.vector))
+        if lexical and p.text:
+            indices, values = self._bm25.document(p.text)
+            if indices:  # a text of stopwords only has no terms to index
+                return {"": dense, BM25_VECTOR: models.SparseVector(indices=indices, values=values)}
+        return dense  # no bm25 vector: the point is simply not lexically searchable
 
     def search(self, collection: str, tenant_id: str, vector: Sequence[float], *,
-               where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+               where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
         with self._lock:
             result = self._client.query_points(
                 self._name(collection), query=list(map(float, vector)), query_filter=_filter(tenant_id, where),
-                limit=limit, with_payload=True,
+                limit=limit, with_payload=True, with_vectors=with_vectors,
             )
-        return [StoreHit(str(p.id), float(p.score), p.payload or {}) for p in result.points]
+        return [_hit(p, float(p.score), with_vectors) for p in result.points]
+
+    def search_text(self, collection: str, tenant_id: str, text: str, *,
+                    where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+        flt = _filter(tenant_id, where)
+        indices, values = self._bm25.query(text)
+        full = self._name(collection)
+        with self._lock:
+            if not self._has_bm25(full):
+                raise ValueError(f"{full} predates BM25 support (no {BM25_VECTOR} sparse vector): "
+                                 "recreate it to search it lexically")
+            if not indices:  # stopwords or punctuation only: nothing can match
+                return []
+            result = self._client.query_points(
+                full, query=models.SparseVector(indices=indices, values=values), using=BM25_VECTOR,
+                query_filter=flt, limit=limit, with_payload=True,
+            )
+        return [_hit(p, float(p.score), False) for p in result.points]
 
     def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
-               limit: int = 1000) -> list[StoreHit]:
+               limit: int = 1000, with_vectors: bool = False) -> list[StoreHit]:
         out: list[StoreHit] = []
         offset = None
         with self._lock:
             while len(out) < limit:
                 points, offset = self._client.scroll(
                     self._name(collection), scroll_filter=_filter(tenant_id, where),
-                    limit=min(256, limit - len(out)), offset=offset, with_payload=True,
+                    limit=min(256, limit - len(out)), offset=offset, with_payload=True, with_vectors=with_vectors,
                 )
-                out += [StoreHit(str(p.id), 1.0, p.payload or {}) for p in points]
+                out += [_hit(p, 1.0, with_vectors) for p in points]
                 if offset is None:
                     break
         return out
@@ -111,6 +160,15 @@ class QdrantStore:
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._client.close()
+
+
+def _dense(vector: Any) -> list[float]:
+    """The unnamed dense vector of a returned point: a bare list, or the "" entry when it has named ones too."""
+    return list(vector[""] if isinstance(vector, dict) else vector)
+
+
+def _hit(p: models.ScoredPoint | models.Record, score: float, with_vectors: bool) -> StoreHit:
+    return StoreHit(str(p.id), score, p.payload or {}, _dense(p.vector) if with_vectors else None)
 
 
 def _filter(tenant_id: str, where: StoreFilter | None) -> models.Filter:

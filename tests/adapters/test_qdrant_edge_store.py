@@ -183,3 +183,153 @@ def test_edge_folder_is_locked_to_one_store(tmp_path):
     finally:
         s.close()
     QdrantEdgeStore(tmp_path / "q").close()  # released on close
+
+
+# --- BM25 (search_text) -------------------------------------------------------------------------
+# Every document's dense vector points along x; the dense query below points along w, so a dense
+# search ranks these documents by nothing but insertion noise - only the words can find them.
+X, W = unit(1, 0, 0, 0), unit(0, 0, 0, 1)
+DOCS = [  # id, tenant, conversation, text
+    (11, "t1", "c1", "Maria adopted a grey cat called Pixel"),
+    (12, "t1", "c1", "Maria went hiking in the Alps with Tom"),
+    (13, "t1", "c2", "Maria drinks her coffee black"),
+    (14, "t1", "c2", "Maria"),
+    (15, "t1", "c2", "Pixel"),  # same length as 14: only IDF tells them apart
+    (16, "t2", "c9", "Tom flew a zeppelin over Pixel's house"),
+]
+
+
+def fill_docs(store, coll: str = COLL) -> None:  # noqa: ANN001
+    store.upsert(coll, [StorePoint(pid(i), X, {"tenant_id": t, "conversation_id": c}, text)
+                        for i, t, c, text in DOCS])
+    # a dense-only neighbour of W: the dense search finds it first, BM25 never sees it
+    store.upsert(coll, [StorePoint(pid(17), W, {"tenant_id": "t1", "conversation_id": "c1", "note": "zeppelin"})])
+
+
+def test_search_text_finds_by_words_what_the_dense_search_ranks_low(store):
+    fill_docs(store)
+    assert store.search(COLL, "t1", W, limit=1)[0].id == pid(17)
+    hits = store.search_text(COLL, "t1", "hiking in the alps", limit=3)
+    assert [h.id for h in hits] == [pid(12)]  # "in"/"the" are stopwords: no other document matches
+    assert hits[0].payload == {"tenant_id": "t1", "conversation_id": "c1"}
+    assert hits[0].vector is None
+    # English stemming: "adopting cats" matches "adopted ... cat"
+    assert [h.id for h in store.search_text(COLL, "t1", "adopting cats")] == [pid(11)]
+    assert store.search_text(COLL, "t1", "the of and") == []  # stopwords only
+    assert store.search_text(COLL, "t1", "") == []
+
+
+def test_search_text_scores_are_bm25_with_idf_from_the_collection(store):
+    fill_docs(store)
+    hits = store.search_text(COLL, "t1", "maria pixel", limit=10)
+    by_id = {h.id: h.score for h in hits}
+    assert set(by_id) == {pid(i) for i in (11, 12, 13, 14, 15)}
+    assert by_id[pid(15)] > by_id[pid(14)]  # equal length and tf: the rare "pixel" beats the common "maria"
+    assert hits[0].id == pid(11)  # the only t1 document with both terms
+
+    # Qdrant's BM25: tf*(k+1)/(tf + k*(1-b+b*len/avg_len)) per document term, times
+    # idf = ln(1 + (N-n+0.5)/(n+0.5)) over the points that have the sparse vector - all tenants.
+    k, b, avg_len = 1.2, 0.75, 256.0
+    n_docs = len(DOCS)  # point 17 has no text and does not count
+
+    def idf(n: int) -> float:
+        return float(np.log(1 + (n_docs - n + 0.5) / (n + 0.5)))
+
+    def tf(length: int) -> float:
+        return (k + 1) / (1 + k * (1 - b + b * length / avg_len))
+
+    assert by_id[pid(14)] == pytest.approx(tf(1) * idf(4), rel=1e-5)  # "maria" in 4 documents
+    assert by_id[pid(15)] == pytest.approx(tf(1) * idf(3), rel=1e-5)  # "pixel" in 3, one of them t2's
+    # "Maria adopted a grey cat called Pixel": 6 tokens once "a" is dropped
+    assert by_id[pid(11)] == pytest.approx(tf(6) * (idf(4) + idf(3)), rel=1e-5)
+
+
+def test_search_text_keeps_to_the_tenant_and_the_filter(store):
+    fill_docs(store)
+    assert store.search_text(COLL, "t1", "zeppelin") == []  # t2's word; t1's point 17 has it only in payload
+    assert [h.id for h in store.search_text(COLL, "t2", "maria pixel tom")] == [pid(16)]
+    assert store.search_text(COLL, "t3", "maria") == []
+    where = StoreFilter(equals={"conversation_id": "c2"})
+    assert ids(store.search_text(COLL, "t1", "maria pixel", where=where)) == [pid(13), pid(14), pid(15)]
+    where = StoreFilter(any_of={"conversation_id": ["c1"]})
+    assert ids(store.search_text(COLL, "t1", "maria", where=where, limit=10)) == [pid(11), pid(12)]
+    assert len(store.search_text(COLL, "t1", "maria", limit=2)) == 2
+    with pytest.raises(ValueError):
+        store.search_text(COLL, "", "maria")
+
+
+def test_points_without_text_are_not_lexically_found(store):
+    store.upsert(COLL, [
+        StorePoint(pid(1), X, {"tenant_id": "t1", "text": "walrus"}),  # the words only in the payload
+        StorePoint(pid(2), X, {"tenant_id": "t1"}, "the and of"),  # nothing left after the stopwords
+        StorePoint(pid(3), X, {"tenant_id": "t1"}, "walrus"),
+    ])
+    assert [h.id for h in store.search_text(COLL, "t1", "walrus the")] == [pid(3)]
+    assert store.count(COLL, "t1") == 3 and ids(store.search(COLL, "t1", X)) == [pid(1), pid(2), pid(3)]
+
+
+def test_reupserting_an_id_replaces_its_text(store):
+    fill_docs(store)
+    fill_docs(store)  # a redelivered batch
+    assert store.count(COLL) == len(DOCS) + 1
+    assert [h.id for h in store.search_text(COLL, "t1", "maria", limit=10)].count(pid(11)) == 1
+    store.upsert(COLL, [StorePoint(pid(11), X, {"tenant_id": "t1"}, "a walrus on the beach")])
+    assert pid(11) not in ids(store.search_text(COLL, "t1", "pixel adopted"))
+    assert [h.id for h in store.search_text(COLL, "t1", "walrus")] == [pid(11)]
+    store.upsert(COLL, [StorePoint(pid(11), X, {"tenant_id": "t1"})])  # without text: no longer lexical
+    assert store.search_text(COLL, "t1", "walrus") == []
+    assert store.count(COLL) == len(DOCS) + 1
+
+
+def test_with_vectors_returns_the_stored_dense_vector(store):
+    fill(store)  # dense-only points
+    fill_docs(store)  # points with the bm25 sparse vector too
+    for hits in (store.search(COLL, "t1", unit(0, 1, 0, 0), limit=20, with_vectors=True),
+                 store.scroll(COLL, "t1", with_vectors=True)):
+        assert len(hits) == 9
+        stored = {pid(i): vec for i, _, vec, _ in ROWS} | {pid(i): X for i, *_ in DOCS} | {pid(17): W}
+        for h in hits:
+            assert isinstance(h.vector, list) and all(isinstance(x, float) for x in h.vector)
+            assert h.vector == pytest.approx(stored[h.id], abs=1e-6)
+    assert all(h.vector is None for h in store.search(COLL, "t1", X) + store.scroll(COLL, "t1"))
+
+
+def test_bm25_survives_close_and_reopen(kind, tmp_path):
+    s = _open(kind, tmp_path / "q")
+    s.ensure_collections([COLL], DIM)
+    fill_docs(s)
+    s.close()
+    s = _open(kind, tmp_path / "q")
+    try:
+        assert [h.id for h in s.search_text(COLL, "t1", "alps")] == [pid(12)]  # before ensure_collections
+        s.ensure_collections([COLL], DIM)
+        s.upsert(COLL, [StorePoint(pid(18), X, {"tenant_id": "t1"}, "alps again")])
+        assert ids(s.search_text(COLL, "t1", "alps")) == [pid(12), pid(18)]
+    finally:
+        s.close()
+
+
+def test_edge_shard_from_before_bm25_gains_the_sparse_vector(tmp_path):
+    import qdrant_edge as qe
+
+    folder = tmp_path / "q" / "memstream_cards"
+    dense_only = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine))
+    old = qe.EdgeShard.create(str(folder), dense_only)
+    old.update(qe.UpdateOperation.upsert_points([qe.Point(pid(1), X, {"tenant_id": "t1"})]))
+    old.close()
+    s = QdrantEdgeStore(tmp_path / "q")
+    try:
+        with pytest.raises(ValueError, match="predates BM25"):  # opened for reading, not migrated yet
+            s.search_text(COLL, "t1", "walrus")
+        s.ensure_collections([COLL], DIM)
+        assert s.search_text(COLL, "t1", "walrus") == []  # the old point has no text
+        s.upsert(COLL, [StorePoint(pid(2), X, {"tenant_id": "t1"}, "walrus")])
+        assert [h.id for h in s.search_text(COLL, "t1", "walrus")] == [pid(2)]
+        assert s.count(COLL) == 2
+    finally:
+        s.close()
+    s = QdrantEdgeStore(tmp_path / "q")
+    try:
+        assert [h.id for h in s.search_text(COLL, "t1", "walrus")] == [pid(2)]  # the migration persisted
+    finally:
+        s.close()

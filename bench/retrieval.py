@@ -1,0 +1,280 @@
+"""Evidence recall per access profile against plain top-K baselines, and query latency.
+
+LoCoMo conversations go through the real Kafka pipeline (extractive mode). Then every category 1–4
+question is answered (evidence only, no LLM) by the query engine over the resulting store, once per
+method: adaptive (the rule planner picks the profile), Lookup, Compose and Replay forced; in the same
+run the baselines rank raw turns (dense, BM25) and keep as many as fit the adaptive context tokens
+of that question. Recall is the share of gold dia_ids inside the provenance of the returned evidence.
+Latency: the engine in process (retrieval), request to reply over Kafka (reply), both again after
+the store is grown with synthetic cards to ``scale_cards``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from bench.scoring import evidence_recall, percentile, take_within_budget
+from memstream.config import Settings
+from memstream.datasets import LocomoSample, load_locomo, locomo_turns
+from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
+from processors.ids import point_id
+from processors.index import CARDS, TURNS
+from processors.query import QueryEngine, QueryOptions
+from processors.timeparse import parse_locomo_datetime
+from processors.tokens import count_tokens
+from schemas import Query, Reply
+from streams import runtime
+from streams.client import MemoryClient
+from streams.deployment import Deployment
+
+TENANT = "bench"
+METHODS = ("adaptive", "lookup", "compose", "replay")
+BASELINES = ("dense_topk", "bm25_topk")
+
+
+@dataclass
+class RetrievalOptions:
+    data: Path
+    conversations: Sequence[str] = ()
+    categories: Sequence[int] = (1, 2, 3, 4)
+    reply_queries: int = 100  # over Kafka, per store size
+    scale_cards: int = 100_000  # 0 = no size test
+    workdir: Path = Path(".data/bench/retrieval")
+
+
+@dataclass(frozen=True)
+class Question:
+    conversation_id: str
+    text: str
+    category: int
+    gold: tuple[str, ...]
+    asked_at: datetime
+
+
+def load_questions(samples: Sequence[LocomoSample], categories: Sequence[int]) -> list[Question]:
+    """Category 1–4 questions with gold evidence, asked the day after their conversation's last session."""
+    out = []
+    for sample in samples:
+        last = max((parse_locomo_datetime(d) for _, d, _ in sample.sessions), default=datetime.now(timezone.utc))
+        for qa in sample.qa:
+            if qa.category in categories and qa.evidence:
+                out.append(Question(sample.sample_id, qa.question, qa.category, tuple(qa.evidence),
+                                    last + timedelta(days=1)))
+    return out
+
+
+def query_for(q: Question, profile: str) -> Query:
+    return Query(tenant_id=TENANT, conversation_id=q.conversation_id, correlation_id=uuid.uuid4().hex,
+                 reply_topic="bench.replies", question=q.text, question_time=q.asked_at,
+                 profile=profile, answer=False, sent_at=datetime.now(timezone.utc))  # type: ignore[arg-type]
+
+
+@dataclass
+class Outcome:
+    recall: float
+    context_tokens: int
+    provenance_turns: float  # per evidence item
+
+
+def reply_outcome(q: Question, reply: Reply) -> Outcome:
+    provenance = [t for e in reply.evidence for t in e.turn_ids]
+    per_item = len(provenance) / len(reply.evidence) if reply.evidence else 0.0
+    return Outcome(evidence_recall(q.gold, provenance), reply.context_tokens, per_item)
+
+
+def baseline_outcome(q: Question, hits: Sequence[Any], budget: int) -> Outcome:
+    texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in hits]
+    keep = take_within_budget(texts, budget, count_tokens)
+    provenance = [h.payload["turn_id"] for h in hits[:keep]]
+    return Outcome(evidence_recall(q.gold, provenance), sum(count_tokens(t) for t in texts[:keep]), 1.0 if keep else 0.0)
+
+
+def summarize(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    n = max(len(outcomes), 1)
+    return {"evidence_recall": round(sum(o.recall for o in outcomes) / n, 4),
+            "context_tokens": round(sum(o.context_tokens for o in outcomes) / n, 1),
+            "provenance_turns_per_evidence": round(sum(o.provenance_turns for o in outcomes) / n, 3),
+            "questions": len(outcomes)}
+
+
+def evaluate(engine: QueryEngine, store: VectorStore, embedder: Embedder, questions: Sequence[Question],
+             progress: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Every method and baseline on every question; recall tables and in-process retrieval latency."""
+    results: dict[str, list[tuple[int, Outcome]]] = {m: [] for m in (*METHODS, *BASELINES)}
+    latencies: list[float] = []
+    profiles: dict[str, int] = {}
+    for q in questions:
+        for method in METHODS:
+            t0 = time.perf_counter()
+            reply = engine.run(query_for(q, "auto" if method == "adaptive" else method))
+            if method == "adaptive":
+                latencies.append((time.perf_counter() - t0) * 1000.0)
+                profiles[reply.access_profile or "?"] = profiles.get(reply.access_profile or "?", 0) + 1
+                budget = max(reply.context_tokens, 1)
+            results[method].append((q.category, reply_outcome(q, reply)))
+        vector = embedder.embed([q.text])[0]
+        scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+        dense = store.search(TURNS, TENANT, vector, where=scope, limit=50)
+        sparse = store.search_text(TURNS, TENANT, q.text, where=scope, limit=50)
+        results["dense_topk"].append((q.category, baseline_outcome(q, dense, budget)))
+        results["bm25_topk"].append((q.category, baseline_outcome(q, sparse, budget)))
+        progress()
+    categories = sorted({q.category for q in questions})
+    return {
+        "overall": {m: summarize([o for _, o in rows]) for m, rows in results.items()},
+        "per_category": {str(c): {m: summarize([o for cat, o in rows if cat == c]) for m, rows in results.items()}
+                         for c in categories},
+        "adaptive_profiles": profiles,
+        "retrieval_p50_ms": round(percentile(latencies, 50), 2),
+        "retrieval_p99_ms": round(percentile(latencies, 99), 2),
+    }
+
+
+def retrieval_latency(engine: QueryEngine, questions: Sequence[Question]) -> list[float]:
+    out = []
+    for q in questions:
+        t0 = time.perf_counter()
+        engine.run(query_for(q, "auto"))
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def grow_store(store: VectorStore, target_cards: int, *, seed: int = 7, batch: int = 2000,
+               progress: Callable[[int], None] = lambda n: None) -> int:
+    """Add synthetic cards (real cards' vectors with noise, their words shuffled) up to ``target_cards``.
+
+    They spread over the real conversations, so every query filters through its share of them.
+    Returns how many were added.
+    """
+    real = store.scroll(CARDS, TENANT, limit=10**7, with_vectors=True)
+    missing = target_cards - len(real)
+    if missing <= 0 or not real:
+        return 0
+    rng = np.random.default_rng(seed)
+    added = 0
+    while added < missing:
+        n = min(batch, missing - added)
+        points = []
+        for j in rng.integers(0, len(real), size=n):
+            source = real[int(j)]
+            vector = np.asarray(source.vector, dtype=np.float32) + rng.normal(0, 0.04, size=len(source.vector))
+            vector /= np.linalg.norm(vector)
+            words = str(source.payload.get("text", "")).split()
+            rng.shuffle(words)
+            card_id = point_id("synthetic", TENANT, "", [], str(added + len(points)))
+            text = " ".join(words)
+            payload = {**source.payload, "card_id": card_id, "text": text, "synthetic": True,
+                       "entity_triggers": [], "bridge_triggers": []}
+            points.append(StorePoint(card_id, vector.tolist(), payload, text))
+        store.upsert(CARDS, points)
+        added += n
+        progress(n)
+    return added
+
+
+async def _reply_latency(settings: Settings, questions: Sequence[Question]) -> list[float]:
+    out = []
+    async with MemoryClient(settings) as client:
+        for q in questions[:3]:  # warm-up: first fetches, model load in the worker
+            await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, answer=False,
+                             question_time=q.asked_at, timeout_s=120)
+        for q in questions:
+            t0 = time.perf_counter()
+            await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, answer=False,
+                             question_time=q.asked_at, timeout_s=60)
+            out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def _spread(questions: Sequence[Question], n: int) -> list[Question]:
+    """``n`` questions spread evenly over the list (every conversation and category represented)."""
+    if n >= len(questions):
+        return list(questions)
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]
+
+
+def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], None] = lambda s: None,
+                        on_sent: Callable[[Any], None] | None = None, on_question: Callable[[], None] = lambda: None,
+                        on_grow: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
+    from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+
+    base = Settings()
+    samples = load_locomo(options.data)
+    if options.conversations:
+        samples = [s for s in samples if s.sample_id in set(options.conversations)]
+    if not samples:
+        raise ValueError(f"no conversations to ingest from {options.data}")
+    turns = [t for s in samples for t in locomo_turns(s, tenant_id=TENANT)]
+    questions = load_questions(samples, options.categories)
+    sampled = _spread(questions, options.reply_queries)
+    result: dict[str, Any] = {"data": str(options.data), "conversations": [s.sample_id for s in samples],
+                              "turns": len(turns), "questions": len(questions), "mode": "extractive"}
+    env = {"MEMSTREAM_EXTRACT_MODE": "extractive", "MEMSTREAM_LLM_BASE_URL": "", "MEMSTREAM_COMPRESSOR_MODEL": ""}
+    with contextlib.ExitStack() as running:
+        status("starting Kafka")
+        running.enter_context(runtime.KAFKA.session(base))
+        deployment = Deployment(base, options.workdir / time.strftime("%Y%m%d-%H%M%S"), env)
+        running.callback(deployment.stop_workers)
+        status("starting a worker (all stages)")
+        deployment.start_worker("bench")
+        status(f"streaming {len(turns)} turns")
+        t0 = time.perf_counter()
+        deployment.produce(turns, on_sent=on_sent)
+        deployment.drain(timeout_s=3600)
+        result["ingest_s"] = round(time.perf_counter() - t0, 1)
+        status(f"asking {len(sampled)} questions over Kafka")
+        replies = asyncio.run(_reply_latency(deployment.settings, sampled))
+        result["reply_p50_ms"] = round(percentile(replies, 50), 2)
+        result["reply_p99_ms"] = round(percentile(replies, 99), 2)
+        deployment.stop_workers()
+
+        runtime.apply_torch_threads(deployment.settings)
+        embedder = SentenceTransformerEmbedder(deployment.settings.embedding_model,
+                                               batch_size=deployment.settings.embedding_batch)
+        services_options = _query_options(deployment.settings)
+        with deployment.store() as store:
+            result["cards"] = store.count(CARDS, TENANT)
+            engine = QueryEngine(store, embedder, None, services_options)
+            status(f"answering {len(questions)} questions × {len(METHODS)} methods + {len(BASELINES)} baselines")
+            result |= evaluate(engine, store, embedder, questions, progress=on_question)
+            if options.scale_cards:
+                status(f"growing the store to {options.scale_cards} cards")
+                result["synthetic_cards"] = grow_store(store, options.scale_cards, progress=on_grow)
+                optimize = getattr(store, "optimize", None)
+                if optimize is not None:
+                    status("building the HNSW index (optimize)")
+                    t0 = time.perf_counter()
+                    optimize()
+                    result["optimize_s"] = round(time.perf_counter() - t0, 1)
+                result["cards_scaled"] = store.count(CARDS, TENANT)
+                status(f"retrieval latency at {result['cards_scaled']} cards")
+                scaled = retrieval_latency(engine, sampled)
+                result["retrieval_p50_ms_100k"] = round(percentile(scaled, 50), 2)
+                result["retrieval_p99_ms_100k"] = round(percentile(scaled, 99), 2)
+        if options.scale_cards:
+            status("reply latency over Kafka at the grown store")
+            deployment.start_worker("bench-scaled")
+            replies = asyncio.run(_reply_latency(deployment.settings, sampled))
+            result["reply_p50_ms_100k"] = round(percentile(replies, 50), 2)
+            deployment.stop_workers()
+    return result
+
+
+def _query_options(settings: Settings) -> QueryOptions:
+    from streams.services import Services
+
+    return Services(settings).query_options
+
+
+__all__ = ["RetrievalOptions", "Question", "load_questions", "evaluate", "grow_store", "run_retrieval_bench",
+           "METHODS", "BASELINES"]

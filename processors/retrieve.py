@@ -1,0 +1,235 @@
+"""Stage 7 retrieval: a candidate pool from several signals, fused and reranked to K evidence cards.
+
+Signals (each a ranked list, every store call under the tenant and conversation as hard filters):
+- dense: cosine search over card vectors, for the question and (Compose) its rewrites;
+- sparse: BM25 over card text;
+- trigger: entity/bridge triggers of cards, and scene/horizon triggers of scenes, whose similarity to
+  the question passes a calibrated threshold, promote their host (a scene promotes its items);
+- cascade (Compose): the scenes the question reaches, grouped into topics by density, the best
+  topics kept whole with their temporal neighbours, and then their items.
+Rerank: every pooled card gets a semantic rank (best cosine to the question or a rewrite, whatever
+found it); reciprocal-rank fusion of that with the sparse, trigger and cascade ranks, plus a vote
+for naming a planned entity, orders the pool; near-identical texts are dropped; K are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from memstream.ports import StoreFilter, StoreHit, VectorStore
+
+from .cascade import rank_topics
+from .index import CARDS, SCENES, TRIGGERS
+
+SIGNALS = ("dense", "sparse", "trigger", "cascade")
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    evidence_k: int = 10
+    candidates: int = 30  # per signal and query text
+    rrf_k: int = 60
+    min_similarity: float = 0.15  # a card under this cosine, found by nothing else, does not score
+    trigger_threshold: float = 0.55  # see docs/retrieval.md for the calibration
+    trigger_hits: int = 24
+    scene_items: int = 4  # items a promoted scene brings
+    cascade_scenes: int = 16
+    cascade_eps: float = 0.35  # cosine distance within a topic
+    cascade_topics: int = 2
+    cascade_items: int = 24
+    neighbour_s: float = 3600.0  # scenes this close in time to a chosen one are its neighbours
+    entity_weight: float = 0.5  # in first-rank RRF votes
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Hard filters of one query. ``roles``: one search per entry (None = any role), then fused."""
+
+    tenant_id: str
+    conversation_id: str
+    time_range: tuple[float | None, float | None] | None = None
+    roles: tuple[str | None, ...] = (None,)
+
+    def conversation(self, **any_of: Sequence[str]) -> StoreFilter:
+        return StoreFilter(equals={"conversation_id": self.conversation_id}, any_of=any_of)
+
+    def cards(self, role: str | None, **any_of: Sequence[str]) -> StoreFilter:
+        equals: dict[str, str] = {"conversation_id": self.conversation_id}
+        if role is not None:
+            equals["role"] = role
+        ranges = {"event_ts": self.time_range} if self.time_range else {}
+        return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges)
+
+    def without_time(self) -> Scope:
+        return Scope(self.tenant_id, self.conversation_id, None, self.roles)
+
+
+@dataclass
+class Candidate:
+    id: str
+    payload: Mapping[str, Any]
+    vector: np.ndarray | None
+    ranks: dict[str, int] = field(default_factory=dict)  # ranking name → best (0-based) rank
+    found_by: set[str] = field(default_factory=set)
+    similarity: float = 0.0
+    score: float = 0.0
+
+
+class Pool:
+    """Candidates by point id: a card found several ways is one candidate with several votes."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Candidate] = {}
+
+    def add(self, ranking: str, signal: str, hits: Iterable[StoreHit]) -> None:
+        for rank, hit in enumerate(hits):
+            c = self.items.get(hit.id)
+            if c is None:
+                c = self.items[hit.id] = Candidate(hit.id, hit.payload, _vector(hit))
+            elif c.vector is None:
+                c.vector = _vector(hit)
+            c.ranks[ranking] = min(rank, c.ranks.get(ranking, rank))
+            c.found_by.add(signal)
+
+    def missing_vectors(self) -> list[str]:
+        return [c.id for c in self.items.values() if c.vector is None]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def _vector(hit: StoreHit) -> np.ndarray | None:
+    return None if hit.vector is None else np.asarray(hit.vector, dtype=np.float32)
+
+
+def mentions_entity(payload: Mapping[str, Any], entities: Sequence[str]) -> bool:
+    wanted = {e.lower() for e in entities}
+    if not wanted:
+        return False
+    names = [payload.get("subject") or "", *payload.get("entity_triggers", [])]
+    return any(n.lower() in wanted for n in names)
+
+
+def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], params: RetrievalParams) -> list[Candidate]:
+    """The pool in final order (see the module docstring); candidates that do not score are left out."""
+    candidates = list(pool.items.values())
+    if not candidates:
+        return []
+    for c in candidates:
+        c.similarity = float(np.max(query_vectors @ c.vector)) if c.vector is not None else 0.0
+    semantic = sorted(candidates, key=lambda c: c.similarity, reverse=True)
+    vote = lambda rank: 1.0 / (params.rrf_k + rank + 1)  # noqa: E731
+    out = []
+    for rank, c in enumerate(semantic):
+        others = {name: r for name, r in c.ranks.items() if not name.startswith("dense")}
+        if c.similarity < params.min_similarity and not others:
+            continue
+        c.score = vote(rank) + sum(vote(r) for r in others.values())
+        if mentions_entity(c.payload, entities):
+            c.score += params.entity_weight * vote(0)
+        out.append(c)
+    return sorted(out, key=lambda c: c.score, reverse=True)
+
+
+def top_k(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
+    """The first ``k`` candidates, skipping texts already chosen (the same sentence said twice)."""
+    seen: set[str] = set()
+    out = []
+    for c in ranked:
+        key = " ".join(str(c.payload.get("text", "")).lower().split())
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+        if len(out) == k:
+            break
+    return out
+
+
+class Retriever:
+    """The store-facing half of retrieval; the choices (fusion, topics) are the pure functions above."""
+
+    def __init__(self, store: VectorStore, params: RetrievalParams):
+        self.store = store
+        self.params = params
+
+    def hybrid(self, pool: Pool, scope: Scope, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Dense and BM25 candidates for each query text, one ranking per text and role."""
+        n = self.params.candidates
+        for i, (text, vector) in enumerate(zip(texts, vectors)):
+            for role in scope.roles:
+                where = scope.cards(role)
+                pool.add(f"dense:{i}:{role}", "dense", self.store.search(
+                    CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True))
+                pool.add(f"sparse:{i}:{role}", "sparse", self.store.search_text(
+                    CARDS, scope.tenant_id, text, where=where, limit=n))
+
+    def triggers(self, pool: Pool, scope: Scope, vectors: np.ndarray) -> list[str]:
+        """Promote the cards whose triggers pass the threshold; return the scenes promoted likewise."""
+        best: dict[tuple[str, str], float] = {}
+        for vector in vectors:
+            for hit in self.store.search(TRIGGERS, scope.tenant_id, vector, where=scope.conversation(),
+                                         limit=self.params.trigger_hits):
+                if hit.score >= self.params.trigger_threshold:
+                    key = (hit.payload["host_kind"], hit.payload["host_id"])
+                    best[key] = max(best.get(key, 0.0), hit.score)
+        ordered = sorted(best, key=best.get, reverse=True)  # type: ignore[arg-type]
+        card_ids = [host for kind, host in ordered if kind == "card"]
+        if card_ids:
+            order = {cid: i for i, cid in enumerate(card_ids)}
+            for role in scope.roles:
+                hits = self.store.scroll(CARDS, scope.tenant_id, where=scope.cards(role, card_id=card_ids),
+                                         limit=len(card_ids), with_vectors=True)
+                pool.add(f"trigger:{role}", "trigger", sorted(hits, key=lambda h: order[h.payload["card_id"]]))
+        return [host for kind, host in ordered if kind == "scene"]
+
+    def scene_items(self, pool: Pool, scope: Scope, vector: np.ndarray, scene_ids: Sequence[str],
+                    *, signal: str, limit: int) -> None:
+        """The items of these scenes closest to the question join the pool under ``signal``."""
+        if not scene_ids:
+            return
+        for role in scope.roles:
+            pool.add(f"{signal}:{role}", signal, self.store.search(
+                CARDS, scope.tenant_id, vector, where=scope.cards(role, scene_id=list(scene_ids)),
+                limit=limit, with_vectors=True))
+
+    def cascade(self, pool: Pool, scope: Scope, vector: np.ndarray) -> list[str]:
+        """Topic → scene → item: returns the scenes chosen; their items join the pool."""
+        p = self.params
+        scenes = [h for h in self.store.search(SCENES, scope.tenant_id, vector, where=scope.conversation(),
+                                               limit=p.cascade_scenes, with_vectors=True) if h.vector is not None]
+        if not scenes:
+            return []
+        topics = rank_topics(np.asarray([h.vector for h in scenes], dtype=np.float32),
+                             [h.score for h in scenes], eps=p.cascade_eps)
+        chosen = [scenes[i] for topic in topics[:p.cascade_topics] for i in topic.members]
+        scene_ids = [h.id for h in chosen]
+        for h in chosen[:p.cascade_topics]:  # temporal neighbours of each topic's best scene
+            start, end = h.payload.get("event_ts"), h.payload.get("end_ts") or h.payload.get("event_ts")
+            if start is None:
+                continue
+            near = StoreFilter(equals={"conversation_id": scope.conversation_id},
+                               range_ts={"event_ts": (start - p.neighbour_s, end + p.neighbour_s)})
+            for n in self.store.scroll(SCENES, scope.tenant_id, where=near, limit=8):
+                if n.id not in scene_ids:
+                    scene_ids.append(n.id)
+        self.scene_items(pool, scope, vector, scene_ids, signal="cascade", limit=p.cascade_items)
+        return scene_ids
+
+    def fill_vectors(self, pool: Pool, scope: Scope) -> None:
+        """BM25 hits come without vectors; the rerank needs them."""
+        missing = pool.missing_vectors()
+        if not missing:
+            return
+        for hit in self.store.scroll(CARDS, scope.tenant_id, where=scope.conversation(card_id=missing),
+                                     limit=len(missing), with_vectors=True):
+            c = pool.items.get(hit.id)
+            if c is not None and hit.vector is not None:
+                c.vector = np.asarray(hit.vector, dtype=np.float32)
+
+
+__all__ = ["SIGNALS", "RetrievalParams", "Scope", "Candidate", "Pool", "Retriever", "rerank", "top_k",
+           "mentions_entity"]

@@ -1,0 +1,101 @@
+"""Pool, fusion, rerank, dedup, trigger promotion order and the topic cascade, on hand-made vectors."""
+
+import numpy as np
+
+from memstream.ports import StoreHit
+from processors.cascade import NOISE, density_clusters, rank_topics
+from processors.query import replay_window, roles_for, time_range
+from processors.retrieve import Pool, RetrievalParams, mentions_entity, rerank, top_k
+from schemas import Plan
+
+
+def unit(*xs: float) -> list[float]:
+    v = np.asarray(xs, dtype=np.float32)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def hit(pid: str, vector=None, text=None, **payload) -> StoreHit:  # noqa: ANN001
+    return StoreHit(pid, 0.0, {"text": text or pid, **payload}, vector)
+
+
+Q = np.asarray([unit(1, 0, 0)], dtype=np.float32)
+PARAMS = RetrievalParams(min_similarity=0.15, entity_weight=0.5)
+
+
+def test_a_card_found_twice_is_one_candidate_with_both_votes():
+    pool = Pool()
+    pool.add("dense:0:None", "dense", [hit("a", unit(1, 0, 0)), hit("b", unit(0, 1, 0))])
+    pool.add("sparse:0:None", "sparse", [hit("b"), hit("c")])
+    assert len(pool) == 3
+    assert pool.items["b"].found_by == {"dense", "sparse"}
+    assert pool.items["b"].ranks == {"dense:0:None": 1, "sparse:0:None": 0}
+    assert pool.missing_vectors() == ["c"]
+
+
+def test_rerank_orders_by_semantic_rank_plus_other_votes():
+    pool = Pool()
+    pool.add("dense:0:None", "dense", [hit("near", unit(1, 0.1, 0)), hit("mid", unit(1, 0.6, 0))])
+    pool.add("sparse:0:None", "sparse", [hit("mid", unit(1, 0.6, 0))])
+    ranked = rerank(pool, Q, [], PARAMS)
+    # "mid" is semantically second but the BM25 vote lifts it above "near".
+    assert [c.id for c in ranked] == ["mid", "near"]
+
+
+def test_a_dissimilar_card_found_by_nothing_else_does_not_score():
+    pool = Pool()
+    pool.add("dense:0:None", "dense", [hit("near", unit(1, 0, 0)), hit("far", unit(0, 0, 1))])
+    pool.add("trigger:None", "trigger", [hit("promoted", unit(0, 1, 0))])
+    ids = [c.id for c in rerank(pool, Q, [], PARAMS)]
+    assert "far" not in ids  # cosine 0 < 0.15 and dense only
+    assert "promoted" in ids  # as dissimilar, but a trigger promoted it
+
+
+def test_naming_a_planned_entity_earns_a_vote():
+    pool = Pool()
+    pool.add("dense:0:None", "dense", [hit("x", unit(1, 0.2, 0), subject="Melanie"),
+                                       hit("y", unit(1, 0.25, 0), subject="Caroline")])
+    assert [c.id for c in rerank(pool, Q, ["caroline"], PARAMS)] == ["y", "x"]
+    assert [c.id for c in rerank(pool, Q, [], PARAMS)] == ["x", "y"]
+    assert mentions_entity({"subject": "Ann", "entity_triggers": ["Paris"]}, ["paris"])
+    assert not mentions_entity({"subject": "Ann"}, [])
+
+
+def test_top_k_drops_the_same_sentence_said_twice_and_stops_at_k():
+    pool = Pool()
+    pool.add("dense:0:None", "dense", [hit("a", unit(1, 0, 0), text="I love  Paris"),
+                                       hit("b", unit(1, 0.1, 0), text="i love paris"),
+                                       hit("c", unit(1, 0.2, 0), text="Rome"), hit("d", unit(1, 0.3, 0), text="Oslo")])
+    assert [c.id for c in top_k(rerank(pool, Q, [], PARAMS), 2)] == ["a", "c"]
+
+
+def test_density_clusters_group_close_scenes_and_leave_outliers():
+    vectors = np.asarray([unit(1, 0.05, 0), unit(1, 0, 0.05), unit(1, 0.02, 0.02), unit(0, 1, 0), unit(0, 0, 1)])
+    labels = density_clusters(vectors, eps=0.1, min_samples=2)
+    assert labels[0] == labels[1] == labels[2] != NOISE
+    assert labels[3] == NOISE and labels[4] == NOISE
+
+
+def test_topics_rank_by_best_scene_with_a_share_of_the_rest():
+    vectors = np.asarray([unit(1, 0.05, 0), unit(1, 0, 0.05), unit(0, 1, 0)])
+    topics = rank_topics(vectors, [0.50, 0.48, 0.55], eps=0.1)
+    # The two-scene topic (0.50 + 0.1 * 0.48 = 0.548) stays just under the lone 0.55 scene.
+    assert [t.members for t in topics] == [(2,), (0, 1)]
+    topics = rank_topics(vectors, [0.54, 0.50, 0.55], eps=0.1)
+    assert topics[0].members == (0, 1)
+
+
+def test_participant_resolution():
+    assert roles_for("user") == ("user",)
+    assert roles_for("assistant") == ("assistant",)
+    assert roles_for("both") == (None,)
+    assert roles_for("ambiguous") == ("user", "assistant")  # each side searched, then fused
+
+
+def test_time_range_and_replay_window():
+    from datetime import datetime, timezone
+
+    start = datetime(2023, 5, 1, tzinfo=timezone.utc)
+    plan = Plan(planner="rules", profile="lookup", time_from=start)
+    assert time_range(plan) == (start.timestamp(), None)
+    assert time_range(Plan(planner="rules", profile="lookup")) is None
+    assert replay_window([5, 6, 0], 1) == [0, 1, 4, 5, 6, 7]
