@@ -27,11 +27,12 @@ from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
 from processors.ids import point_id
-from processors.index import CARDS, TURNS
+from processors.index import CARDS, SCENES, TRIGGERS, TURNS
 from processors.query import QueryEngine, QueryOptions
+from processors.retrieve import RetrievalParams, discriminative
 from processors.timeparse import parse_locomo_datetime
 from processors.tokens import count_tokens
-from schemas import Query, Reply
+from schemas import Query, Reply, Turn
 from streams import runtime
 from streams.client import MemoryClient
 from streams.deployment import Deployment
@@ -106,9 +107,11 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, float]:
             "questions": len(outcomes)}
 
 
-def evaluate(engine: QueryEngine, store: VectorStore, embedder: Embedder, questions: Sequence[Question],
+def evaluate(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questions: Sequence[Question],
              progress: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """Every method and baseline on every question; recall tables and in-process retrieval latency."""
+    """Every method and baseline on every question; recall tables and in-process retrieval latency.
+
+    ``baseline`` holds the raw turns as a plain RAG system indexes them (see :func:`baseline_store`)."""
     results: dict[str, list[tuple[int, Outcome]]] = {m: [] for m in (*METHODS, *BASELINES)}
     latencies: list[float] = []
     profiles: dict[str, int] = {}
@@ -123,8 +126,8 @@ def evaluate(engine: QueryEngine, store: VectorStore, embedder: Embedder, questi
             results[method].append((q.category, reply_outcome(q, reply)))
         vector = embedder.embed([q.text])[0]
         scope = StoreFilter(equals={"conversation_id": q.conversation_id})
-        dense = store.search(TURNS, TENANT, vector, where=scope, limit=50)
-        sparse = store.search_text(TURNS, TENANT, q.text, where=scope, limit=50)
+        dense = baseline.search(TURNS, TENANT, vector, where=scope, limit=50)
+        sparse = baseline.search_text(TURNS, TENANT, q.text, where=scope, limit=50)
         results["dense_topk"].append((q.category, baseline_outcome(q, dense, budget)))
         results["bm25_topk"].append((q.category, baseline_outcome(q, sparse, budget)))
         progress()
@@ -137,6 +140,65 @@ def evaluate(engine: QueryEngine, store: VectorStore, embedder: Embedder, questi
         "retrieval_p50_ms": round(percentile(latencies, 50), 2),
         "retrieval_p99_ms": round(percentile(latencies, 99), 2),
     }
+
+
+def baseline_turn_text(turn: Turn) -> str:
+    """What a plain RAG baseline indexes per turn: the speaker and the words (the speaker's name is
+    often what a question names)."""
+    return f"{turn.speaker}: {turn.text}"
+
+
+def baseline_store(path: Path, turns: Sequence[Turn], embedder: Embedder, *, batch: int = 256) -> VectorStore:
+    """The raw turns in their own store, dense and BM25 over :func:`baseline_turn_text`."""
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+
+    store = QdrantEdgeStore(path)
+    store.ensure_collections([TURNS], embedder.dim)
+    for i in range(0, len(turns), batch):
+        chunk = turns[i:i + batch]
+        texts = [baseline_turn_text(t) for t in chunk]
+        vectors = embedder.embed(texts)
+        store.upsert(TURNS, [StorePoint(point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""), v.tolist(),
+                                        {"tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
+                                         "turn_id": t.turn_id, "speaker": t.speaker, "text": t.text}, text)
+                             for t, v, text in zip(chunk, vectors, texts)])
+    return store
+
+
+def calibrate_triggers(store: VectorStore, embedder: Embedder, questions: Sequence[Question], params: RetrievalParams,
+                       thresholds: Sequence[float] = tuple(round(0.30 + 0.05 * i, 2) for i in range(11))) -> dict[str, Any]:
+    """How trustworthy a trigger's similarity is, per threshold: of the hosts it would promote, the
+    share that holds a gold turn (precision), and the share of questions that gain a gold turn through
+    a promotion (coverage). The threshold is chosen where their F1 peaks."""
+    promoted = {t: 0 for t in thresholds}
+    useful = {t: 0 for t in thresholds}
+    helped = {t: 0 for t in thresholds}
+    for q in questions:
+        vector = embedder.embed([q.text])[0]
+        scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+        hits = discriminative(store.search(TRIGGERS, TENANT, vector, where=scope, limit=params.trigger_hits),
+                              params.trigger_max_hosts)
+        hosts = {h.payload["host_id"] for h in hits}
+        provenance = {h.id: set(h.payload.get("turn_ids", [])) for collection in (CARDS, SCENES)
+                      for h in store.scroll(collection, TENANT, where=StoreFilter(
+                          equals={"conversation_id": q.conversation_id}, any_of={"card_id" if collection == CARDS
+                                                                                 else "scene_id": list(hosts)}),
+                          limit=len(hosts) + 1)} if hosts else {}
+        for t in thresholds:
+            chosen = {h.payload["host_id"] for h in hits if h.score >= t}
+            good = [host for host in chosen if provenance.get(host, set()) & set(q.gold)]
+            promoted[t] += len(chosen)
+            useful[t] += len(good)
+            helped[t] += bool(good)
+    table = []
+    for t in thresholds:
+        precision = useful[t] / promoted[t] if promoted[t] else 0.0
+        coverage = helped[t] / len(questions) if questions else 0.0
+        f1 = 2 * precision * coverage / (precision + coverage) if precision + coverage else 0.0
+        table.append({"threshold": t, "promoted_per_question": round(promoted[t] / max(len(questions), 1), 2),
+                      "precision": round(precision, 4), "coverage": round(coverage, 4), "f1": round(f1, 4)})
+    best = max(table, key=lambda row: row["f1"])
+    return {"table": table, "best_threshold": best["threshold"], "configured": params.trigger_threshold}
 
 
 def retrieval_latency(engine: QueryEngine, questions: Sequence[Question]) -> list[float]:
@@ -242,11 +304,16 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
         embedder = SentenceTransformerEmbedder(deployment.settings.embedding_model,
                                                batch_size=deployment.settings.embedding_batch)
         services_options = _query_options(deployment.settings)
+        status("indexing the raw turns for the baselines")
+        baseline = running.enter_context(contextlib.closing(
+            baseline_store(deployment.settings.data_dir / "baseline-turns", turns, embedder)))
         with deployment.store() as store:
             result["cards"] = store.count(CARDS, TENANT)
             engine = QueryEngine(store, embedder, None, services_options)
             status(f"answering {len(questions)} questions × {len(METHODS)} methods + {len(BASELINES)} baselines")
-            result |= evaluate(engine, store, embedder, questions, progress=on_question)
+            result |= evaluate(engine, baseline, embedder, questions, progress=on_question)
+            status("calibrating the trigger threshold")
+            result["trigger_calibration"] = calibrate_triggers(store, embedder, questions, services_options.retrieval)
             if options.scale_cards:
                 status(f"growing the store to {options.scale_cards} cards")
                 result["synthetic_cards"] = grow_store(store, options.scale_cards, progress=on_grow)

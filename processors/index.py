@@ -69,7 +69,11 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
              "valid_to": card.valid_to.isoformat() if card.valid_to else None,
              "superseded_by": card.superseded_by},
         ))
-        for family, triggers in (("entity", card.entity_triggers), ("bridge", card.bridge_triggers)):
+        # The speaker's own name would promote every card they ever said: it stays in the payload (for
+        # the entity vote in the rerank) but is no trigger point.
+        speaker = (card.speaker or "").lower()
+        entity = [t for t in card.entity_triggers if t.lower() != speaker]
+        for family, triggers in (("entity", entity), ("bridge", card.bridge_triggers)):
             specs += _triggers(write, base, card.card_id, "card", family, triggers)
     for profile in write.profile_updates:
         for field in ("traits", "preferences", "relationships", "constraints"):

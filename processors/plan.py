@@ -39,6 +39,10 @@ _FIDELITY = re.compile(
     r"\b(exact(ly)?|word[- ]for[- ]word|verbatim|quote|wording|what did (i|you) (say|write)|code|snippet)\b", re.I)
 _DISTRIBUTED = re.compile(
     r"\b(how many|all|every|list|both|each|compare|in total|times|which .* and|(kinds?|types?|sorts?) of)\b", re.I)
+# "What video games does Nate play?", "Which cities has John been to?", "What are ...": a set is asked
+# for, and its members usually come from several places in the conversation.
+_PLURAL_OBJECT = re.compile(
+    r"^\W*(what|which)\s+((\w+\s+){0,2}?\w{2,}[^s\W]s\s+(has|have|does|do|did|are|were)|(are|were)\s)\b", re.I)
 _AGGREGATE = re.compile(r"\b(how many|in total|count|all)\b", re.I)
 _TEMPORAL = re.compile(r"\b(when|what (date|day|year|month)|how long|before|after|first|last)\b", re.I)
 _COMPARE = re.compile(r"\b(compare|more than|less than|better|worse|difference)\b", re.I)
@@ -309,7 +313,7 @@ def rule_plan(question: str, now: datetime) -> Plan:
     spans = _spans(question, now)
     masked = _mask(question, spans)
     fidelity = bool(_FIDELITY.search(question))
-    distributed = bool(_DISTRIBUTED.search(masked))
+    distributed = bool(_DISTRIBUTED.search(masked) or _PLURAL_OBJECT.search(masked))
     operation = _operation(masked)
     time_from, time_to = (None, None) if _ASKS_TIME.search(question) else _combine(spans)
     entities = _entities(masked)

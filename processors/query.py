@@ -19,7 +19,7 @@ from memstream.ports import LLM, Embedder, LLMError, StoreFilter, VectorStore
 from schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
-from .index import PROFILES, TURNS
+from .index import CARDS, PROFILES, TURNS
 from .plan import LlmPlanner, choose_profile, rule_plan
 from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, rerank, top_k
 from .tokens import count_tokens
@@ -112,7 +112,7 @@ class QueryEngine:
         vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         latency["embed_ms"] = _ms(t0)
 
-        scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), roles_for(plan.participants))
+        scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan))
         chosen = self.retrieve(plan, scope, texts, vectors, k, latency)
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.
@@ -164,6 +164,14 @@ class QueryEngine:
             replied_at=datetime.now(timezone.utc),
         )
 
+    def _roles(self, query: Query, plan: Plan) -> tuple[str | None, ...]:
+        roles = roles_for(plan.participants)
+        if len(roles) > 1:  # ambiguous: one search per side only where the conversation has both sides
+            present = tuple(r for r in roles if self.store.count(CARDS, query.tenant_id, where=StoreFilter(
+                equals={"conversation_id": query.conversation_id, "role": r})))
+            roles = present if len(present) > 1 else (None,)
+        return roles
+
     def retrieve(self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int,
                  latency: dict[str, float]) -> list[Candidate]:
         """The profile's candidate pool, reranked, cut to ``k``; per-step latencies into ``latency``."""
@@ -182,7 +190,7 @@ class QueryEngine:
             latency["cascade_ms"] = _ms(t0)
         t0 = time.perf_counter()
         r.fill_vectors(pool, scope)
-        chosen = top_k(rerank(pool, vectors, plan.entities, r.params), k)
+        chosen = top_k(rerank(pool, vectors, plan.entities, r.params), k, new_turns_only=r.params.new_turns_only)
         latency["rerank_ms"] = _ms(t0)
         return chosen
 

@@ -31,17 +31,19 @@ SIGNALS = ("dense", "sparse", "trigger", "cascade")
 class RetrievalParams:
     evidence_k: int = 10
     candidates: int = 30  # per signal and query text
-    rrf_k: int = 60
+    rrf_k: int = 5  # small: the top of each ranking decides (tuned on LoCoMo conv-26, see docs/retrieval.md)
     min_similarity: float = 0.15  # a card under this cosine, found by nothing else, does not score
-    trigger_threshold: float = 0.55  # see docs/retrieval.md for the calibration
+    trigger_threshold: float = 0.5  # calibrated on LoCoMo dev, see docs/retrieval.md
     trigger_hits: int = 24
+    trigger_max_hosts: int = 3  # a trigger text shared by more hosts among the hits promotes none
     scene_items: int = 4  # items a promoted scene brings
     cascade_scenes: int = 16
     cascade_eps: float = 0.35  # cosine distance within a topic
     cascade_topics: int = 2
     cascade_items: int = 24
     neighbour_s: float = 3600.0  # scenes this close in time to a chosen one are its neighbours
-    entity_weight: float = 0.5  # in first-rank RRF votes
+    entity_weight: float = 0.25  # in first-rank RRF votes
+    new_turns_only: bool = True  # one evidence item per source turn: more of the conversation in K
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,15 @@ def mentions_entity(payload: Mapping[str, Any], entities: Sequence[str]) -> bool
     return any(n.lower() in wanted for n in names)
 
 
+def discriminative(hits: Sequence[StoreHit], max_hosts: int) -> list[StoreHit]:
+    """Trigger hits whose text points to at most ``max_hosts`` hosts: a trigger that half the
+    conversation carries (a name said every day) says nothing about which memory is meant."""
+    hosts: dict[str, set[str]] = {}
+    for h in hits:
+        hosts.setdefault(str(h.payload.get("text", "")).lower(), set()).add(h.payload["host_id"])
+    return [h for h in hits if len(hosts[str(h.payload.get("text", "")).lower()]) <= max_hosts]
+
+
 def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], params: RetrievalParams) -> list[Candidate]:
     """The pool in final order (see the module docstring); candidates that do not score are left out."""
     candidates = list(pool.items.values())
@@ -134,15 +145,19 @@ def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], param
     return sorted(out, key=lambda c: c.score, reverse=True)
 
 
-def top_k(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
-    """The first ``k`` candidates, skipping texts already chosen (the same sentence said twice)."""
+def top_k(ranked: Sequence[Candidate], k: int, *, new_turns_only: bool = False) -> list[Candidate]:
+    """The first ``k`` candidates, skipping texts already chosen (the same sentence said twice) and,
+    with ``new_turns_only``, candidates whose source turns earlier evidence already covers."""
     seen: set[str] = set()
+    covered: set[str] = set()
     out = []
     for c in ranked:
         key = " ".join(str(c.payload.get("text", "")).lower().split())
-        if key in seen:
+        turns = set(c.payload.get("turn_ids", []))
+        if key in seen or (new_turns_only and turns and turns <= covered):
             continue
         seen.add(key)
+        covered |= turns
         out.append(c)
         if len(out) == k:
             break
@@ -171,11 +186,12 @@ class Retriever:
         """Promote the cards whose triggers pass the threshold; return the scenes promoted likewise."""
         best: dict[tuple[str, str], float] = {}
         for vector in vectors:
-            for hit in self.store.search(TRIGGERS, scope.tenant_id, vector, where=scope.conversation(),
-                                         limit=self.params.trigger_hits):
-                if hit.score >= self.params.trigger_threshold:
-                    key = (hit.payload["host_kind"], hit.payload["host_id"])
-                    best[key] = max(best.get(key, 0.0), hit.score)
+            hits = [h for h in self.store.search(TRIGGERS, scope.tenant_id, vector, where=scope.conversation(),
+                                                 limit=self.params.trigger_hits)
+                    if h.score >= self.params.trigger_threshold]
+            for hit in discriminative(hits, self.params.trigger_max_hosts):
+                key = (hit.payload["host_kind"], hit.payload["host_id"])
+                best[key] = max(best.get(key, 0.0), hit.score)
         ordered = sorted(best, key=best.get, reverse=True)  # type: ignore[arg-type]
         card_ids = [host for kind, host in ordered if kind == "card"]
         if card_ids:
@@ -232,4 +248,4 @@ class Retriever:
 
 
 __all__ = ["SIGNALS", "RetrievalParams", "Scope", "Candidate", "Pool", "Retriever", "rerank", "top_k",
-           "mentions_entity"]
+           "mentions_entity", "discriminative"]

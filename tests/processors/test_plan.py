@@ -48,6 +48,12 @@ def end_of(*args: int) -> datetime:
         ("What code did you write for the parser?", "replay", "lookup"),
         # A time phrase is a filter, not a temporal operation.
         ("What did I buy last week?", "lookup", "lookup"),
+        # A set is asked for: its members come from several places.
+        ("What video games does Nate play?", "compose", "lookup"),
+        ("Which cities has John been to?", "compose", "lookup"),
+        ("What are the names of John's children?", "compose", "lookup"),
+        ("What class did Nora sign up for?", "lookup", "lookup"),
+        ("What does Nate's business sell?", "lookup", "lookup"),
     ],
 )
 def test_rule_planner(question, profile, operation):
