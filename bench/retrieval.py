@@ -49,6 +49,8 @@ class RetrievalOptions:
     categories: Sequence[int] = (1, 2, 3, 4)
     reply_queries: int = 100  # over Kafka, per store size
     scale_cards: int = 100_000  # 0 = no size test
+    sweep_k: Sequence[int] = (5, 10, 20, 40, 60)  # recall against context tokens; () = no sweep
+    plot: Path | None = None  # PNG of the sweep
     workdir: Path = Path(".data/bench/retrieval")
 
 
@@ -140,6 +142,56 @@ def evaluate(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, que
         "retrieval_p50_ms": round(percentile(latencies, 50), 2),
         "retrieval_p99_ms": round(percentile(latencies, 99), 2),
     }
+
+
+def sweep(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questions: Sequence[Question],
+          ks: Sequence[int], progress: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+    """Recall against context tokens as K grows: adaptive, and the baselines at its tokens."""
+    rows = []
+    for k in ks:
+        outcomes: dict[str, list[Outcome]] = {"adaptive": [], "dense_topk": [], "bm25_topk": []}
+        for q in questions:
+            reply = engine.run(query_for(q, "auto").model_copy(update={"k": k}))
+            outcomes["adaptive"].append(reply_outcome(q, reply))
+            budget = max(reply.context_tokens, 1)
+            vector = embedder.embed([q.text])[0]
+            scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+            limit = max(50, 4 * k)
+            outcomes["dense_topk"].append(baseline_outcome(
+                q, baseline.search(TURNS, TENANT, vector, where=scope, limit=limit), budget))
+            outcomes["bm25_topk"].append(baseline_outcome(
+                q, baseline.search_text(TURNS, TENANT, q.text, where=scope, limit=limit), budget))
+            progress()
+        rows.append({"k": k, **{m: summarize(o) for m, o in outcomes.items()}})
+    return rows
+
+
+def plot_sweep(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
+    """Evidence recall against context tokens per question, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, style in (("adaptive", "o-"), ("dense_topk", "s--"), ("bm25_topk", "^--")):
+        xs = [row[method]["context_tokens"] for row in rows]
+        ys = [row[method]["evidence_recall"] for row in rows]
+        ax.plot(xs, ys, style, label=method)
+        if method == "adaptive":
+            for row, x, y in zip(rows, xs, ys):
+                ax.annotate(f"K={row['k']}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
+    ax.set_xlabel("context tokens per question")
+    ax.set_ylabel("evidence recall (gold dia_ids in provenance)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
 
 
 def baseline_turn_text(turn: Turn) -> str:
@@ -312,6 +364,13 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
             engine = QueryEngine(store, embedder, None, services_options)
             status(f"answering {len(questions)} questions × {len(METHODS)} methods + {len(BASELINES)} baselines")
             result |= evaluate(engine, baseline, embedder, questions, progress=on_question)
+            if options.sweep_k:
+                status(f"recall against context tokens, K in {list(options.sweep_k)}")
+                result["sweep"] = sweep(engine, baseline, embedder, questions, options.sweep_k, progress=on_question)
+                if options.plot:
+                    result["plot"] = str(plot_sweep(result["sweep"], options.plot,
+                                                    f"LoCoMo {', '.join(result['conversations'])}: "
+                                                    f"{len(questions)} questions, extractive memories"))
             status("calibrating the trigger threshold")
             result["trigger_calibration"] = calibrate_triggers(store, embedder, questions, services_options.retrieval)
             if options.scale_cards:

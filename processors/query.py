@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from memstream.ports import LLM, Embedder, LLMError, StoreFilter, VectorStore
+from memstream.ports import LLM, Embedder, LLMError, StoreFilter, StoreHit, VectorStore
 from schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
@@ -131,12 +131,7 @@ class QueryEngine:
                                          where=scope.conversation(), limit=5)
         profile_text = "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}"
                                  for h in profile_hits) or None
-        if not evidence:  # nothing scored: the profile is the fallback evidence
-            evidence = [Evidence(evidence_id=f"P{i + 1}", kind="profile", point_id=h.id,
-                                 text=f"{h.payload['subject']} {h.payload['field']}: {h.payload['text']}",
-                                 subject=h.payload.get("subject"), turn_ids=list(h.payload.get("turn_ids", [])),
-                                 score=round(h.score, 5), found_by=["profile"])
-                        for i, h in enumerate(profile_hits)]
+        evidence = evidence or profile_evidence(profile_hits)
         latency["profile_ms"] = _ms(t0)
 
         answer, mode = None, "evidence_only"
@@ -178,7 +173,7 @@ class QueryEngine:
         pool = Pool()
         r = self.retriever
         t0 = time.perf_counter()
-        r.hybrid(pool, scope, texts, vectors)
+        r.hybrid(pool, scope, texts, vectors, k=k)
         latency["hybrid_ms"] = _ms(t0)
         t0 = time.perf_counter()
         promoted_scenes = r.triggers(pool, scope, vectors)
@@ -237,6 +232,15 @@ class QueryEngine:
         return result.content.strip(), cost
 
 
+def profile_evidence(hits: Sequence[StoreHit]) -> list[Evidence]:
+    """When nothing scored, the speaker profile is the evidence (it is otherwise outside the budget)."""
+    return [Evidence(evidence_id=f"P{i + 1}", kind="profile", point_id=h.id,
+                     text=f"{h.payload['subject']} {h.payload['field']}: {h.payload['text']}",
+                     subject=h.payload.get("subject"), turn_ids=list(h.payload.get("turn_ids", [])),
+                     score=round(h.score, 5), found_by=["profile"])
+            for i, h in enumerate(hits)]
+
+
 def card_evidence(evidence_id: str, c: Candidate) -> Evidence:
     p = c.payload
     return Evidence(
@@ -259,4 +263,4 @@ def _ms(t0: float) -> float:
 
 
 __all__ = ["QueryEngine", "QueryOptions", "rule_plan", "choose_profile", "rrf_fuse", "cap_to_budget",
-           "roles_for", "time_range", "replay_window", "card_evidence"]
+           "roles_for", "time_range", "replay_window", "card_evidence", "profile_evidence"]

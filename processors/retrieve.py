@@ -171,9 +171,10 @@ class Retriever:
         self.store = store
         self.params = params
 
-    def hybrid(self, pool: Pool, scope: Scope, texts: Sequence[str], vectors: np.ndarray) -> None:
-        """Dense and BM25 candidates for each query text, one ranking per text and role."""
-        n = self.params.candidates
+    def hybrid(self, pool: Pool, scope: Scope, texts: Sequence[str], vectors: np.ndarray, *, k: int = 0) -> None:
+        """Dense and BM25 candidates for each query text, one ranking per text and role (at least
+        twice ``k`` per signal, so a large K still has a pool to choose from)."""
+        n = max(self.params.candidates, 2 * k)
         for i, (text, vector) in enumerate(zip(texts, vectors)):
             for role in scope.roles:
                 where = scope.cards(role)

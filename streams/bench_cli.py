@@ -131,6 +131,8 @@ def retrieval(
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
     reply_queries: int = typer.Option(100, min=1, help="Questions asked over Kafka for the reply latency"),
     scale_cards: int = typer.Option(100_000, min=0, help="Grow the store to this many cards for the size test (0: skip)"),
+    sweep_k: str = typer.Option("5,10,20,40,60", help="Evidence K values for recall against context tokens ('' = none)"),
+    plot: Optional[Path] = typer.Option(None, help="PNG of the sweep (default: beside --json)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Evidence recall of adaptive / Lookup / Compose / Replay against dense and BM25 top-K over raw
@@ -139,14 +141,16 @@ def retrieval(
     from memstream.datasets import load_locomo
 
     options = RetrievalOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-                               reply_queries=reply_queries, scale_cards=scale_cards)
+                               reply_queries=reply_queries, scale_cards=scale_cards,
+                               sweep_k=[int(k) for k in sweep_k.split(",") if k.strip()],
+                               plot=plot or (json_out.with_suffix(".png") if json_out else None))
     samples = [s for s in load_locomo(data) if not options.conversations or s.sample_id in options.conversations]
     turns = sum(s.turn_count for s in samples)
     questions = len(load_questions(samples, options.categories))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
         task = progress.add_task("starting", total=turns)
-        asked = progress.add_task("questions", total=questions, visible=False)
+        asked = progress.add_task("questions", total=questions * (1 + len(options.sweep_k)), visible=False)
         grown = progress.add_task("synthetic cards", total=max(scale_cards, 1), visible=False)
 
         def on_question() -> None:
@@ -170,6 +174,14 @@ def retrieval(
                       f"{overall['evidence_recall']:.3f}", f"{overall['context_tokens']:.0f}",
                       f"{overall['provenance_turns_per_evidence']:.2f}")
     console.print(table)
+    if result.get("sweep"):
+        sweep = Table(title="recall against context tokens (baselines at the adaptive tokens of each question)")
+        for col in ("K", "adaptive", "dense_topk", "bm25_topk", "tokens"):
+            sweep.add_column(col, justify="right")
+        for row in result["sweep"]:
+            sweep.add_row(str(row["k"]), *(f"{row[m]['evidence_recall']:.3f}" for m in ("adaptive", "dense_topk", "bm25_topk")),
+                          f"{row['adaptive']['context_tokens']:.0f}")
+        console.print(sweep)
     for key in ("retrieval_p50_ms", "retrieval_p99_ms", "reply_p50_ms", "retrieval_p50_ms_100k", "retrieval_p99_ms_100k",
                 "reply_p50_ms_100k", "adaptive_profiles"):
         if key in result:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +19,7 @@ from rich.table import Table
 
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
-from schemas import Reply, Turn
+from schemas import Plan, Reply, Turn
 
 from . import runtime
 from .app import app_id
@@ -157,12 +158,14 @@ def print_reply(reply: Reply, question: str) -> None:
     else:
         header += "[yellow]no LLM configured: evidence only[/]"
     console.print(Panel(header, title=f"access profile: {reply.access_profile}", expand=False))
+    if reply.plan is not None:
+        console.print(plan_line(reply.plan))
     table = Table(show_lines=False)
-    for col in ("id", "when", "evidence", "turns", "score", "found by"):
+    for col in ("id", "when", "type", "subject", "evidence", "turns", "score", "found by"):
         table.add_column(col)
     for e in reply.evidence:
-        table.add_row(e.evidence_id, e.event_time.date().isoformat() if e.event_time else "",
-                      e.text[:140], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
+        table.add_row(e.evidence_id, e.event_time.date().isoformat() if e.event_time else "", e.type or e.kind,
+                      e.subject or "", e.text[:140], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
     console.print(table)
     if reply.profile_text:
         console.print(Panel(reply.profile_text, title="profile", expand=False))
@@ -171,15 +174,31 @@ def print_reply(reply: Reply, question: str) -> None:
     console.print(f"[dim]context {reply.context_tokens} tokens · LLM {cost or 'none'} · ms: {timings}[/]")
 
 
+def plan_line(plan: Plan) -> str:
+    """The plan on one line: who planned, the operation, the booleans, entities, time range, rewrites."""
+    parts = [f"[bold]plan[/] ({plan.planner}): {plan.operation}", f"participants {plan.participants}",
+             f"distributed {'yes' if plan.distributed else 'no'}", f"fidelity {'yes' if plan.fidelity else 'no'}"]
+    if plan.entities:
+        parts.append("entities " + ", ".join(plan.entities))
+    if plan.time_from or plan.time_to:
+        start = plan.time_from.date().isoformat() if plan.time_from else "…"
+        end = plan.time_to.date().isoformat() if plan.time_to else "…"
+        parts.append(f"time {start} → {end}")
+    if plan.rewrites:
+        parts.append("rewrites: " + " | ".join(plan.rewrites))
+    return " · ".join(parts)
+
+
 async def _ask(settings: Settings, questions: list[str], tenant: str, conversation: str, profile: str,
-               timeout: float | None) -> list[tuple[str, Reply, float]]:
+               timeout: float | None, *, k: int | None = None, answer: bool = True,
+               question_time: datetime | None = None) -> list[tuple[str, Reply, float]]:
     await ensure_topics(settings)
     out = []
     async with MemoryClient(settings) as client:
         for q in questions:
             t0 = time.perf_counter()
             reply = await client.ask(q, tenant_id=tenant, conversation_id=conversation, profile=profile,
-                                     timeout_s=timeout)
+                                     k=k, answer=answer, question_time=question_time, timeout_s=timeout)
             out.append((q, reply, (time.perf_counter() - t0) * 1000))
     return out
 
@@ -191,12 +210,18 @@ def ask(
     tenant: str = typer.Option("default"),
     profile: str = typer.Option("auto", help="auto | lookup | compose | replay"),
     timeout: Optional[float] = typer.Option(None, help="Seconds to wait for the reply"),
+    k: Optional[int] = typer.Option(None, help="Evidence items (default MEMSTREAM_EVIDENCE_K)"),
+    evidence_only: bool = typer.Option(False, "--evidence-only", help="No answer call: the evidence alone"),
+    at: Optional[datetime] = typer.Option(None, help="The question's own time, for relative phrases (default now, UTC)"),
     as_json: bool = typer.Option(False, "--json", help="Print the raw reply JSON"),
 ) -> None:
     """Ask a question over memory.queries and print the reply from memory.replies."""
     s = _settings()
+    if at is not None and at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
     try:
-        [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout))
+        [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout,
+                                            k=k, answer=not evidence_only, question_time=at))
     except QueryTimeout as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None

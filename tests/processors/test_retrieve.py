@@ -99,3 +99,24 @@ def test_time_range_and_replay_window():
     assert time_range(plan) == (start.timestamp(), None)
     assert time_range(Plan(planner="rules", profile="lookup")) is None
     assert replay_window([5, 6, 0], 1) == [0, 1, 4, 5, 6, 7]
+
+
+def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
+    from processors.retrieve import discriminative
+
+    common = [StoreHit(f"t{i}", 0.9, {"text": "Caroline", "host_id": f"card{i}"}) for i in range(5)]
+    rare = [StoreHit("r1", 0.6, {"text": "team dinner", "host_id": "cardX"}),
+            StoreHit("r2", 0.6, {"text": "Team Dinner", "host_id": "cardY"})]
+    kept = discriminative(common + rare, max_hosts=3)
+    assert [h.id for h in kept] == ["r1", "r2"]  # two hosts share "team dinner": still specific
+    assert discriminative(common, max_hosts=5) == common
+
+
+def test_the_profile_is_the_evidence_only_when_nothing_scored():
+    from processors.query import profile_evidence
+
+    hits = [StoreHit("p1", 0.4, {"subject": "Nora", "field": "preferences", "text": "no seafood", "turn_ids": ["D1:9"]})]
+    evidence = profile_evidence(hits)
+    assert [(e.kind, e.found_by, e.turn_ids, e.text) for e in evidence] == [
+        ("profile", ["profile"], ["D1:9"], "Nora preferences: no seafood")]
+    assert profile_evidence([]) == []
