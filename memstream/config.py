@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     query_planner: Literal["auto", "llm", "rules"] = Field(
         "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner")
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
-    trigger_threshold: float = Field(0.5, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)")
+    trigger_threshold: float = Field(0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)")
     cascade_topics: int = Field(2, ge=1, description="Compose: topics of scenes kept whole")
     query_timeout_s: float = Field(30.0, gt=0)
 
