@@ -156,16 +156,17 @@ def print_reply(reply: Reply, question: str) -> None:
     if reply.answer_mode == "llm":
         header += f"[green]answer[/]: {reply.answer}"
     else:
-        header += "[yellow]no LLM configured: evidence only[/]"
+        header += "[yellow]evidence only: no LLM configured, or no answer asked for[/]"
     console.print(Panel(header, title=f"access profile: {reply.access_profile}", expand=False))
     if reply.plan is not None:
         console.print(plan_line(reply.plan))
     table = Table(show_lines=False)
-    for col in ("id", "when", "type", "subject", "evidence", "turns", "score", "found by"):
-        table.add_column(col)
+    for col in ("id", "when", "type", "evidence", "turns", "score", "found by"):
+        # The evidence wraps; the short columns never do.
+        table.add_column(col, no_wrap=col != "evidence", ratio=1 if col == "evidence" else None)
     for e in reply.evidence:
         table.add_row(e.evidence_id, e.event_time.date().isoformat() if e.event_time else "", e.type or e.kind,
-                      e.subject or "", e.text[:140], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
+                      e.text[:160], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
     console.print(table)
     if reply.profile_text:
         console.print(Panel(reply.profile_text, title="profile", expand=False))
