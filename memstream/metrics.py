@@ -35,6 +35,12 @@ class Metrics:
         self.embedded_texts = Counter("memstream_embedded_texts_total", "Texts embedded by the model (computed) or answered by the embedding cache (cached)", ["source"], registry=r)
         self.points_written = Counter("memstream_points_written_total", "Points upserted by collection", ["collection"], registry=r)
         self.llm_enabled = Gauge("memstream_llm_enabled", "1 when an LLM endpoint is configured", registry=r)
+        self.consolidation_runs = Counter("memstream_consolidation_runs_total", "Conversation consolidations by trigger (idle, schedule, command)", ["reason"], registry=r)
+        self.consolidation_queues = Counter("memstream_consolidation_queues_total", "Update queues built (one per new card)", registry=r)
+        self.consolidation_candidates = Histogram("memstream_consolidation_queue_candidates", "Candidates in one update queue", buckets=(0, 1, 2, 3, 5, 10, 20), registry=r)
+        self.consolidation_decisions = Counter("memstream_consolidation_decisions_total", "Pair decisions by action and by who decided (llm, rules)", ["action", "decided_by"], registry=r)
+        self.consolidation_lag = Histogram("memstream_consolidation_lag_seconds", "From a card's write to its consolidation", buckets=(1, 10, 60, 300, 600, 1800, 3600, 21600, 86400), registry=r)
+        self.consolidation_seconds = Histogram("memstream_consolidation_seconds", "Duration of one conversation's consolidation", buckets=_LATENCY_BUCKETS, registry=r)
 
     def count_llm(self, stage: str, model: str | None, calls: int, prompt_tokens: int, completion_tokens: int,
                   *, tenant: str | None = None, conversation: str | None = None) -> None:

@@ -124,4 +124,14 @@ class VectorStore(Protocol):
 
     def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int: ...
 
+    def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
+        """Set these payload fields on one point of this tenant (other fields untouched). Returns False,
+        changing nothing, when the point does not exist or belongs to another tenant.
+
+        The tenant is enforced by the engine (a tenant_id AND has-id filter selects the point), not by
+        a check in Python. A ``None`` value is stored as JSON null (the key stays, so
+        ``StoreFilter.is_null`` matches it); vectors are kept. ``tenant_id`` itself cannot be set.
+        """
+        ...
+
     def close(self) -> None: ...

@@ -1,50 +1,195 @@
-"""Stage 6 (first form): build each new card's update queue by ANN search.
+"""Stage 6: sleep-time consolidation of a conversation's new cards (LightMem's update, done better).
 
-For a new card, older cards of the same tenant, conversation and subject whose similarity is at
-least tau join its queue (top n). Cost is one search per card: O(N·k), never O(N²). Decisions
-(keep / merge / supersede / duplicate) come with the consolidation issue; this records the queues.
+For each new card, an ANN search finds the current cards of the same tenant, conversation and
+subject with similarity ≥ τ (top n): its update queue. One search per card, so O(N·k), never
+O(N²). Each pair is oriented by time, so only a newer card updates an older one, whichever arrived
+first. One decision call per queue (or the rules of :mod:`processors.versioning`) gives keep_both /
+duplicate / merge / supersede per pair, which become commutative payload patches: nothing is deleted.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-from memstream.ports import StoreFilter, VectorStore
-from schemas import Card, ConsolidationCandidate, ConsolidationUpdate
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memstream.ports import LLM, LLMError, StoreFilter, StoreHit, VectorStore
+from schemas import (
+    Card,
+    ConsolidationCandidate,
+    ConsolidationUpdate,
+    PairDecision,
+    Provenance,
+    StageCost,
+)
+
+from . import prompts
 from .ids import stable_id
 from .index import CARDS
+from .versioning import ACTIONS, CardView, NewCard, oriented, patches_for, rule_decision
+
+log = logging.getLogger(__name__)
 
 
-def update_queue(
-    store: VectorStore,
-    tenant_id: str,
-    conversation_id: str,
-    card: Card,
-    vector: Sequence[float],
-    *,
-    tau: float,
-    top_n: int,
-) -> ConsolidationUpdate:
-    where = StoreFilter(equals={"conversation_id": conversation_id, "subject": card.subject})
-    hits = store.search(CARDS, tenant_id, vector, where=where, limit=top_n + 1)
-    card_ts = card.event_time.timestamp() if card.event_time else None
-    candidates = [
-        ConsolidationCandidate(card_id=h.id, score=round(h.score, 5))
-        for h in hits
-        if h.id != card.card_id
-        and h.score >= tau
-        # only a newer card updates an older one
-        and (card_ts is None or h.payload.get("event_ts") is None or h.payload["event_ts"] <= card_ts)
-    ][:top_n]
+@dataclass(frozen=True)
+class ConsolidateParams:
+    tau: float = 0.8
+    top_n: int = 10
+    duplicate_similarity: float = 0.95
+
+
+@dataclass(frozen=True)
+class Candidate:
+    card: CardView
+    payload: Mapping[str, Any]
+    similarity: float
+
+
+def current_cards(conversation_id: str, **equals: str) -> StoreFilter:
+    """Cards in the current view: not superseded, merged away or a repeat (``valid_to`` is null)."""
+    return StoreFilter(equals={"conversation_id": conversation_id, **equals}, is_null=("valid_to",))
+
+
+def update_queue(store: VectorStore, tenant_id: str, conversation_id: str, card: CardView,
+                 vector: Sequence[float], params: ConsolidateParams) -> list[Candidate]:
+    """The card's queue: similar current cards of its subject, in time order."""
+    hits = store.search(CARDS, tenant_id, vector, where=current_cards(conversation_id, subject=card.subject),
+                        limit=params.top_n + 1)
+    queue = [Candidate(CardView.from_payload(h.id, h.payload), h.payload, round(h.score, 5))
+             for h in hits if h.id != card.card_id and h.score >= params.tau][:params.top_n]
+    return sorted(queue, key=lambda c: c.card.order)
+
+
+class Decider(Protocol):
+    def decide(self, card: CardView, queue: Sequence[Candidate]) -> tuple[list[PairDecision], dict[str, str], StageCost | None]:
+        """Per pair a decision; merged texts by newer card id; what the LLM cost (None without one)."""
+        ...
+
+
+class RuleDecider:
+    def __init__(self, params: ConsolidateParams):
+        self.params = params
+
+    def decide(self, card: CardView, queue: Sequence[Candidate]) -> tuple[list[PairDecision], dict[str, str], StageCost | None]:
+        return [self.rule(card, c) for c in queue], {}, None
+
+    def rule(self, card: CardView, c: Candidate) -> PairDecision:
+        older, newer = oriented(card, c.card)
+        action = rule_decision(older, newer, c.similarity, duplicate_similarity=self.params.duplicate_similarity)
+        return PairDecision(older_card_id=older.card_id, newer_card_id=newer.card_id, similarity=c.similarity,
+                            action=action, decided_by="rules")
+
+
+class _LlmChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    candidate: str
+    action: str
+    merged: str = ""
+
+
+class _LlmDecisions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    decisions: list[_LlmChoice] = Field(default_factory=list)
+
+
+class LlmDecider:
+    """One JSON-schema call per queue; invalid output gets one repair, then the rules decide."""
+
+    def __init__(self, llm: LLM, params: ConsolidateParams, *, max_tokens: int = 512):
+        self.llm = llm
+        self.rules = RuleDecider(params)
+        self.max_tokens = max_tokens
+
+    def decide(self, card: CardView, queue: Sequence[Candidate]) -> tuple[list[PairDecision], dict[str, str], StageCost | None]:
+        if not queue:
+            return [], {}, None
+        labels = [f"C{i + 1}" for i in range(len(queue))]
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": prompts.CONSOLIDATE_SYSTEM},
+            {"role": "user", "content": prompts.consolidate_user(card, [(lab, c.card) for lab, c in zip(labels, queue)])},
+        ]
+        schema = prompts.consolidate_schema(labels, list(ACTIONS))
+        cost = StageCost(stage="consolidate")
+        for attempt in range(2):
+            try:
+                result = self.llm.complete(messages, json_schema=schema, schema_name="consolidation",
+                                           max_tokens=self.max_tokens)
+            except LLMError as exc:
+                log.warning("consolidation call failed, the rules decide: %s", exc)
+                break
+            cost = cost + StageCost(stage="consolidate", calls=1, prompt_tokens=result.prompt_tokens,
+                                    completion_tokens=result.completion_tokens, model=result.model)
+            try:
+                parsed = _LlmDecisions.model_validate(result.data if result.data is not None else result.content)
+            except ValidationError as exc:
+                if attempt == 0:
+                    messages += [{"role": "assistant", "content": result.content},
+                                 {"role": "user", "content": prompts.repair_user(str(exc)[:400])}]
+                continue
+            chosen = {d.candidate: d for d in parsed.decisions if d.candidate in labels and d.action in ACTIONS}
+            decisions, merged = [], {}
+            for label, c in zip(labels, queue):
+                d = chosen.get(label)
+                if d is None:  # skipped by the model: the rules decide this pair
+                    decisions.append(self.rules.rule(card, c))
+                    continue
+                older, newer = oriented(card, c.card)
+                decisions.append(PairDecision(older_card_id=older.card_id, newer_card_id=newer.card_id,
+                                              similarity=c.similarity, action=d.action, decided_by="llm"))  # type: ignore[arg-type]
+                if d.action == "merge" and d.merged.strip():
+                    merged[f"{older.card_id}|{newer.card_id}"] = d.merged.strip()
+            return decisions, merged, cost
+        decisions, _, _ = self.rules.decide(card, queue)
+        return decisions, {}, cost if cost.calls else None
+
+
+def consolidate_card(store: VectorStore, decider: Decider, tenant_id: str, conversation_id: str, hit: StoreHit,
+                     params: ConsolidateParams) -> ConsolidationUpdate | None:
+    """One queue: build it, decide, turn decisions into patches (and merged cards). None if empty."""
+    card = CardView.from_payload(hit.id, hit.payload)
+    if hit.vector is None:
+        raise ValueError("consolidation needs the card's stored vector (scroll with_vectors=True)")
+    queue = update_queue(store, tenant_id, conversation_id, card, hit.vector, params)
+    if not queue:
+        return None
+    decisions, merged_texts, cost = decider.decide(card, queue)
+    payloads = {hit.id: hit.payload, **{c.card.card_id: c.payload for c in queue}}
+    views = {card.card_id: card, **{c.card.card_id: c.card for c in queue}}
+    patches, merged_cards = [], []
+    for d in decisions:
+        found, new_cards = patches_for(d.action, views[d.older_card_id], views[d.newer_card_id], tenant_id=tenant_id,
+                                       conversation_id=conversation_id,
+                                       merged_text=merged_texts.get(f"{d.older_card_id}|{d.newer_card_id}"))
+        patches += found
+        merged_cards += [merged_card(n, payloads[d.older_card_id], payloads[d.newer_card_id]) for n in new_cards]
+    written = hit.payload.get("valid_from")
     return ConsolidationUpdate(
-        tenant_id=tenant_id,
-        conversation_id=conversation_id,
-        update_id=stable_id("queue", tenant_id, conversation_id, card.card_id),
-        action="candidates",
-        card_id=card.card_id,
-        subject=card.subject,
-        candidates=candidates,
+        tenant_id=tenant_id, conversation_id=conversation_id,
+        update_id=stable_id("queue", tenant_id, conversation_id, card.card_id, *sorted(c.card.card_id for c in queue)),
+        card_id=card.card_id, subject=card.subject,
+        candidates=[ConsolidationCandidate(card_id=c.card.card_id, score=c.similarity) for c in queue],
+        decisions=decisions, patches=patches, merged_cards=merged_cards,
+        costs=[cost] if cost is not None else [],
+        written_at=datetime.fromisoformat(written) if written else None,
         decided_at=datetime.now(timezone.utc),
     )
+
+
+def merged_card(new: NewCard, older: Mapping[str, Any], newer: Mapping[str, Any]) -> Card:
+    """The card a merge creates: provenance of both, the newer card's time and type, lineage to both."""
+    turn_ids = list(dict.fromkeys([*older.get("turn_ids", []), *newer.get("turn_ids", [])]))
+    sessions = list(dict.fromkeys([*older.get("session_ids", []), *newer.get("session_ids", [])]))
+    event_time = newer.get("event_time")
+    return Card(card_id=new.card_id, subject=new.subject, type=new.type, content=new.text,  # type: ignore[arg-type]
+                event_time=datetime.fromisoformat(event_time) if event_time else None,
+                provenance=Provenance(turn_ids=turn_ids, scene_id=newer.get("scene_id"), session_ids=sessions),
+                entity_triggers=list(dict.fromkeys([*older.get("entity_triggers", []), *newer.get("entity_triggers", [])])),
+                speaker=newer.get("speaker"), valid_from=datetime.fromisoformat(newer["valid_from"]),
+                version=max(int(older.get("version", 1)), int(newer.get("version", 1))) + 1)
+
+
+__all__ = ["ConsolidateParams", "Candidate", "current_cards", "update_queue", "Decider", "RuleDecider", "LlmDecider",
+           "consolidate_card", "merged_card"]

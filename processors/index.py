@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import MemoryWrite
+from schemas import Card, MemoryWrite
 
 from .ids import point_id
 
@@ -56,19 +56,7 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
             specs += _triggers(write, base, scene.scene_id, "scene", family, triggers)
     roles = {t.turn_id: t.role for t in write.source_turns}
     for card in write.cards:
-        specs.append(PointSpec(
-            CARDS, card.card_id, card.content,
-            {**base, "kind": "card", "card_id": card.card_id, "subject": card.subject, "type": card.type,
-             "text": card.content, "speaker": card.speaker,
-             "role": roles.get(card.provenance.turn_ids[0], "user"), "turn_ids": card.provenance.turn_ids,
-             "scene_id": card.provenance.scene_id, "session_ids": card.provenance.session_ids,
-             "event_time": card.event_time.isoformat() if card.event_time else None,
-             "event_ts": _ts(card.event_time), "time_phrase": card.time_phrase, "atomic": card.atomic,
-             "entity_triggers": card.entity_triggers, "bridge_triggers": card.bridge_triggers,
-             "version": card.version, "valid_from": card.valid_from.isoformat(),
-             "valid_to": card.valid_to.isoformat() if card.valid_to else None,
-             "superseded_by": card.superseded_by},
-        ))
+        specs.append(card_spec(base, card, roles.get(card.provenance.turn_ids[0], "user")))
         # The speaker's own name would promote every card they ever said: it stays in the payload (for
         # the entity vote in the rerank) but is no trigger point.
         speaker = (card.speaker or "").lower()
@@ -86,6 +74,22 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
                      "turn_ids": profile.source_turn_ids},
                 ))
     return specs
+
+
+def card_spec(base: dict[str, Any], card: Card, role: str) -> PointSpec:
+    """A card's point (``base``: tenant, conversation and the write it came from)."""
+    return PointSpec(
+        CARDS, card.card_id, card.content,
+        {**base, "kind": "card", "card_id": card.card_id, "subject": card.subject, "type": card.type,
+         "text": card.content, "speaker": card.speaker, "role": role, "turn_ids": card.provenance.turn_ids,
+         "scene_id": card.provenance.scene_id, "session_ids": card.provenance.session_ids,
+         "event_time": card.event_time.isoformat() if card.event_time else None,
+         "event_ts": _ts(card.event_time), "time_phrase": card.time_phrase, "atomic": card.atomic,
+         "entity_triggers": card.entity_triggers, "bridge_triggers": card.bridge_triggers,
+         "version": card.version, "valid_from": card.valid_from.isoformat(),
+         "valid_to": card.valid_to.isoformat() if card.valid_to else None,
+         "superseded_by": card.superseded_by},
+    )
 
 
 def _triggers(write: MemoryWrite, base: dict[str, Any], host_id: str, host_kind: str, family: str,

@@ -307,6 +307,15 @@ def split_rewrites(question: str, entities: list[str]) -> list[str]:
     return out[:MAX_REWRITES]
 
 
+_PAST = re.compile(r"\b(used to|before|previously|formerly|earlier|at first|originally|no longer|anymore|"
+                   r"in the past|back then|(where|what|who) (did|was|were) .* (live|work|have|like|prefer)\b)", re.I)
+
+
+def about_the_past(question: str, time_from: datetime | None, time_to: datetime | None) -> bool:
+    """Superseded versions are evidence too when the question names a period or asks how things were."""
+    return time_from is not None or time_to is not None or bool(_PAST.search(question))
+
+
 def rule_plan(question: str, now: datetime) -> Plan:
     """The planner without an LLM: the same fields from patterns."""
     now = _utc(now)
@@ -327,6 +336,7 @@ def rule_plan(question: str, now: datetime) -> Plan:
         distributed=distributed,
         fidelity=fidelity,
         rewrites=split_rewrites(question, entities) if distributed else [],
+        history=about_the_past(question, time_from, time_to),
         profile=choose_profile(fidelity=fidelity, distributed=distributed),
     )
 
@@ -466,11 +476,13 @@ class LlmPlanner:
             distributed=out.distributed,
             fidelity=out.fidelity,
             rewrites=rewrites[:MAX_REWRITES],
+            history=about_the_past(question, time_from, time_to),
             profile=choose_profile(fidelity=out.fidelity, distributed=out.distributed),
         )
 
 
 __all__ = [
+    "about_the_past",
     "LlmPlanner",
     "PlanInvalid",
     "Planner",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Sequence
 
 from schemas import CompressedTurn
+
+if TYPE_CHECKING:
+    from .versioning import CardView
 
 CARD_TYPES = ["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
 
@@ -176,4 +180,42 @@ def plan_schema(max_entities: int = 6, max_rewrites: int = 2) -> dict:
         },
         "required": ["entities", "participants", "time", "operation", "distributed", "fidelity", "rewrites"],
         "additionalProperties": False,
+    }
+
+
+CONSOLIDATE_SYSTEM = """You maintain a long-term memory. A new memory card about a subject is compared with
+similar older cards about the same subject (each with its date). For each candidate decide:
+- keep_both: both are true and worth keeping (different facts, or events that both happened);
+- duplicate: the same fact stated again;
+- supersede: the same attribute with a newer value (the later card replaces the earlier one, e.g. a move);
+- merge: two partial statements of one fact; then write the combined statement in "merged".
+Never invent facts. Only the later card can replace the earlier one."""
+
+
+def consolidate_user(card: CardView, candidates: Sequence[tuple[str, CardView]]) -> str:
+    def line(label: str, c: CardView) -> str:
+        when = datetime.fromtimestamp(c.order[0], tz=timezone.utc).date().isoformat()
+        return f"[{label}] {when} ({c.type}) {c.text}"
+
+    return ("New card:\n" + line("NEW", card) + "\n\nCandidates:\n" + "\n".join(line(lab, c) for lab, c in candidates)
+            + "\n\nDecide for every candidate.")
+
+
+def consolidate_schema(labels: Sequence[str], actions: Sequence[str]) -> dict:
+    """Bounded, enum-constrained: a constrained decoder can only name the candidates that exist."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "decisions": {
+                "type": "array", "maxItems": len(labels),
+                "items": {
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"candidate": _one_of(labels, 1)["items"], "action": {"type": "string", "enum": list(actions)},
+                                   "merged": _text(300)},
+                    "required": ["candidate", "action", "merged"],
+                },
+            },
+        },
+        "required": ["decisions"],
     }

@@ -112,7 +112,7 @@ class QueryEngine:
         vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         latency["embed_ms"] = _ms(t0)
 
-        scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan))
+        scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
         chosen = self.retrieve(plan, scope, texts, vectors, k, latency)
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.

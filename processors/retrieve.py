@@ -54,6 +54,7 @@ class Scope:
     conversation_id: str
     time_range: tuple[float | None, float | None] | None = None
     roles: tuple[str | None, ...] = (None,)
+    history: bool = False  # False: only current versions (consolidation left the rest with valid_to)
 
     def conversation(self, **any_of: Sequence[str]) -> StoreFilter:
         return StoreFilter(equals={"conversation_id": self.conversation_id}, any_of=any_of)
@@ -63,10 +64,10 @@ class Scope:
         if role is not None:
             equals["role"] = role
         ranges = {"event_ts": self.time_range} if self.time_range else {}
-        return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges)
+        return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges, is_null=() if self.history else ("valid_to",))
 
     def without_time(self) -> Scope:
-        return Scope(self.tenant_id, self.conversation_id, None, self.roles)
+        return Scope(self.tenant_id, self.conversation_id, None, self.roles, self.history)
 
 
 @dataclass

@@ -17,9 +17,11 @@ them in any order, or twice, gives the same state: redelivery and parallel queue
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Literal, Mapping
+
+from schemas import CardPatch
 
 from .ids import point_id
 
@@ -79,19 +81,6 @@ def rule_decision(older: CardView, newer: CardView, similarity: float, *, duplic
 
 
 @dataclass(frozen=True)
-class CardPatch:
-    """Fields to set on one stored card; ``successor`` fields combine by the earliest successor."""
-
-    card_id: str
-    valid_to: str | None = None  # ISO time the card stopped being current
-    successor: str | None = None  # superseded_by
-    successor_order: tuple[float, float, str] | None = None
-    duplicate_of: str | None = None
-    support: frozenset[str] = field(default_factory=frozenset)  # card ids that repeated this one
-    lineage: tuple[str, ...] = ()  # for a merged card: the cards it combines
-
-
-@dataclass(frozen=True)
 class NewCard:
     """A merged card to insert (it needs an embedding and a store point of its own)."""
 
@@ -103,8 +92,8 @@ class NewCard:
     lineage: tuple[str, str]
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
 def patches_for(action: Action, older: CardView, newer: CardView, *, tenant_id: str, conversation_id: str,
@@ -116,19 +105,20 @@ def patches_for(action: Action, older: CardView, newer: CardView, *, tenant_id: 
     if action == "keep_both":
         return [], []
     if action == "supersede":
-        return [CardPatch(older.card_id, valid_to=_iso(became_true), successor=newer.card_id,
+        return [CardPatch(card_id=older.card_id, valid_to=_utc(became_true), superseded_by=newer.card_id,
                           successor_order=newer.order)], []
     if action == "duplicate":
-        return [CardPatch(newer.card_id, valid_to=_iso(newer.valid_from_ts), successor=older.card_id,
+        return [CardPatch(card_id=newer.card_id, valid_to=_utc(newer.valid_from_ts), superseded_by=older.card_id,
                           successor_order=older.order, duplicate_of=older.card_id),
-                CardPatch(older.card_id, support=frozenset({newer.card_id}))], []
+                CardPatch(card_id=older.card_id, support=[newer.card_id])], []
     if action == "merge":
         text = merged_text or f"{older.text} {newer.text}"
         merged_id = point_id("merged", tenant_id, conversation_id, [older.card_id, newer.card_id], text)
         merged = NewCard(merged_id, newer.subject, newer.type, text, newer.event_ts, (older.card_id, newer.card_id))
         order = (became_true, newer.valid_from_ts, merged_id)
-        return [CardPatch(older.card_id, valid_to=_iso(became_true), successor=merged_id, successor_order=order),
-                CardPatch(newer.card_id, valid_to=_iso(became_true), successor=merged_id, successor_order=order)], [merged]
+        return [CardPatch(card_id=older.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order),
+                CardPatch(card_id=newer.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order),
+                CardPatch(card_id=merged_id, lineage=[older.card_id, newer.card_id])], [merged]
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -137,18 +127,23 @@ def apply_patches(payload: Mapping[str, Any], patches: Iterable[CardPatch]) -> d
     (by time order) wins, the repeats are a set, so arrival order and redelivery do not matter."""
     out = dict(payload)
     for patch in patches:
-        if patch.successor is not None:
+        if patch.superseded_by is not None and patch.successor_order is not None:
             current = out.get("successor_order")
-            if current is None or tuple(patch.successor_order or ()) < tuple(current):
-                out["superseded_by"] = patch.successor
-                out["valid_to"] = patch.valid_to
-                out["successor_order"] = list(patch.successor_order or ())
+            if current is None or tuple(patch.successor_order) < tuple(current):
+                out["superseded_by"] = patch.superseded_by
+                out["valid_to"] = patch.valid_to.isoformat() if patch.valid_to else None
+                out["successor_order"] = list(patch.successor_order)
                 out["duplicate_of"] = patch.duplicate_of  # the winning decision says what the card became
         if patch.support:
-            out["support"] = sorted(set(out.get("support") or []) | patch.support)
+            out["support"] = sorted(set(out.get("support") or []) | set(patch.support))
         if patch.lineage:
             out["lineage"] = list(patch.lineage)
     return out
+
+
+def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a patch run changed (what the store has to write)."""
+    return {k: v for k, v in after.items() if before.get(k) != v}
 
 
 def is_current(payload: Mapping[str, Any]) -> bool:
@@ -156,5 +151,5 @@ def is_current(payload: Mapping[str, Any]) -> bool:
     return payload.get("valid_to") is None
 
 
-__all__ = ["Action", "ACTIONS", "STATEFUL_TYPES", "CardView", "CardPatch", "NewCard", "oriented", "normalized",
-           "rule_decision", "patches_for", "apply_patches", "is_current"]
+__all__ = ["Action", "ACTIONS", "STATEFUL_TYPES", "CardView", "NewCard", "oriented", "normalized", "rule_decision",
+           "patches_for", "apply_patches", "changed_fields", "is_current"]

@@ -4,10 +4,13 @@ from .base import SCHEMA_VERSION, Payload, SchemaError, TenantScoped, conversati
 from .dlq import DeadLetter
 from .memory import (
     Card,
+    CardPatch,
+    ConsolidateCommand,
     ConsolidationCandidate,
     ConsolidationUpdate,
     FlushSegment,
     MemoryWrite,
+    PairDecision,
     ProfileUpdate,
     Provenance,
     Scene,
@@ -21,7 +24,8 @@ from .topics import decode_compressed_message, decode_segments_message
 
 __all__ = [
     "SCHEMA_VERSION", "Payload", "SchemaError", "TenantScoped", "conversation_key", "utc",
-    "DeadLetter", "Card", "ConsolidationCandidate", "ConsolidationUpdate", "FlushSegment",
+    "DeadLetter", "Card", "CardPatch", "ConsolidateCommand", "ConsolidationCandidate", "ConsolidationUpdate",
+    "FlushSegment", "PairDecision",
     "MemoryWrite", "ProfileUpdate", "Provenance", "Scene", "SourceTurn", "StageCost", "StmFlush",
     "Evidence", "Plan", "Query", "Reply", "CompressedTurn", "SegmentedTurn", "StmTick", "Turn",
     "WindowTick", "decode_compressed_message", "decode_segments_message",

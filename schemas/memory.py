@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .base import TenantScoped, UtcDatetime
+from .base import ID_PATTERN, Payload, TenantScoped, UtcDatetime
 from .turns import CompressedTurn
 
 CardType = Literal["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
@@ -136,7 +136,7 @@ class MemoryWrite(TenantScoped):
     written_at: UtcDatetime
 
 
-ConsolidationAction = Literal["candidates", "keep_both", "duplicate", "merge", "supersede"]
+ConsolidationAction = Literal["keep_both", "duplicate", "merge", "supersede"]
 
 
 class ConsolidationCandidate(Part):
@@ -144,14 +144,59 @@ class ConsolidationCandidate(Part):
     score: float
 
 
+class PairDecision(Part):
+    """What consolidation decided about two similar cards of one subject (always older → newer)."""
+
+    older_card_id: str
+    newer_card_id: str
+    similarity: float
+    action: ConsolidationAction
+    decided_by: Literal["llm", "rules"]
+
+
+class CardPatch(Part):
+    """Payload fields one decision sets on a stored card. Patches combine commutatively: the earliest
+    successor (by ``successor_order``) wins and ``support`` is a set, so order and replays do not matter."""
+
+    card_id: str
+    valid_to: UtcDatetime | None = None
+    superseded_by: str | None = None
+    successor_order: tuple[float, float, str] | None = Field(
+        None, description="(event time, said time, id) of the successor: the earliest one wins")
+    duplicate_of: str | None = None
+    support: list[str] = Field(default_factory=list, description="Card ids that repeated this card")
+    lineage: list[str] = Field(default_factory=list, description="For a merged card: the cards it combines")
+
+
 class ConsolidationUpdate(TenantScoped):
-    """A consolidation outcome on ``memory.updates`` (applied to the store idempotently)."""
+    """One update queue's outcome on ``memory.updates``; applying it to the store is idempotent, so
+    replaying the topic rebuilds the same state. Nothing is deleted: cards leave the current view."""
 
     kind: Literal["consolidation_update"] = "consolidation_update"
-    update_id: str
-    action: ConsolidationAction
-    card_id: str = Field(description="The newer card the queue was built for")
+    update_id: str = Field(description="Deterministic: the queue's card and its candidates")
+    card_id: str = Field(description="The card the queue was built for")
     subject: str
     candidates: list[ConsolidationCandidate] = Field(default_factory=list)
+    decisions: list[PairDecision] = Field(default_factory=list)
+    patches: list[CardPatch] = Field(default_factory=list)
+    merged_cards: list[Card] = Field(default_factory=list, description="New cards a merge created")
     costs: list[StageCost] = Field(default_factory=list)
+    written_at: UtcDatetime | None = Field(None, description="When the card was written (for the lag metric)")
     decided_at: UtcDatetime
+
+
+class ConsolidateCommand(Payload):
+    """On ``memory.control``: consolidate now. Without a conversation, every pending conversation
+    (of the tenant, or of all tenants) in the partitions that receive it."""
+
+    kind: Literal["consolidate"] = "consolidate"
+    tenant_id: str | None = Field(None, pattern=ID_PATTERN)
+    conversation_id: str | None = Field(None, pattern=ID_PATTERN)
+    reason: Literal["command", "idle", "schedule"] = "command"
+    requested_at: UtcDatetime
+
+    @model_validator(mode="after")
+    def _conversation_needs_tenant(self) -> ConsolidateCommand:
+        if self.conversation_id and not self.tenant_id:
+            raise ValueError("a conversation is named within a tenant: give tenant_id too")
+        return self

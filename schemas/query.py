@@ -38,6 +38,7 @@ class Plan(Part):
     distributed: bool = False
     fidelity: bool = False
     rewrites: list[str] = Field(default_factory=list, max_length=2)
+    history: bool = Field(False, description="About the past: superseded versions are evidence too")
     profile: AccessProfile
 
 

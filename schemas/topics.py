@@ -6,7 +6,7 @@ import orjson
 
 from .base import Payload, SchemaError
 from .dlq import DeadLetter
-from .memory import ConsolidationUpdate, MemoryWrite, StmFlush
+from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlush
 from .query import Query, Reply
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
@@ -17,6 +17,7 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     "stm.flush": (StmFlush,),
     "cards": (MemoryWrite,),
     "updates": (ConsolidationUpdate,),
+    "control": (ConsolidateCommand,),
     "queries": (Query,),
     "replies": (Reply,),
     "dlq": (DeadLetter,),

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Sequence
@@ -19,13 +20,16 @@ from faust.types import EventT
 
 from memstream.config import STAGES, Settings
 from processors.compress import compress_turn
-from processors.consolidate import update_queue
+from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, consolidate_card
 from processors.extract import ExtractiveExtractor, LlmExtractor
-from processors.index import LEXICAL, points_for_write
+from processors.index import CARDS, LEXICAL, card_spec, points_for_write
+from processors.versioning import CardView, apply_patches, changed_fields
 from processors.query import QueryEngine
 from processors.segment import Segmenter, SegmenterState, window_is_idle
 from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
 from schemas import (
+    ConsolidateCommand,
+    ConsolidationUpdate,
     DeadLetter,
     MemoryWrite,
     Payload,
@@ -42,7 +46,7 @@ from schemas import (
 )
 from aiokafka import TopicPartition
 
-from memstream.ports import StorePoint
+from memstream.ports import StoreFilter, StorePoint
 from schemas.query import TOPIC_PATTERN
 
 from .client import partition_lag
@@ -418,27 +422,110 @@ class _Wiring:
         self.agent("index", "cards", handler)
 
     def stage_consolidate(self) -> None:
-        s, services = self.s, self.services
-        store = services.store
-        out_topic = s.topic("updates")
+        """Sleep-time consolidation: writes mark cards pending per conversation (changelog table); an
+        idle conversation, the schedule or a command on ``memory.control`` runs its update queues in
+        parallel; outcomes go to ``memory.updates``, whose consumer applies them to the store."""
+        s, services, metrics = self.s, self.services, self.metrics
+        pending = self.table("consolidation")
+        control, updates = s.topic("control"), s.topic("updates")
+        params = ConsolidateParams(tau=s.consolidate_tau, top_n=s.consolidate_top_n)
+        decider: Decider = LlmDecider(services.llm, params) if services.llm is not None else RuleDecider(params)
+        pool = ThreadPoolExecutor(max_workers=s.consolidate_parallel, thread_name_prefix="consolidate")
+        log.info("consolidation: %s decisions, idle after %.0fs, schedule %s", type(decider).__name__,
+                 s.sleep_idle_s, f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off")
 
-        def queues(write: MemoryWrite) -> list[Out]:
-            if not write.cards:
-                return []
-            vectors = services.embedder.embed([c.content for c in write.cards])
-            outs = []
-            for card, vector in zip(write.cards, vectors):
-                update = update_queue(store, write.tenant_id, write.conversation_id, card, vector,
-                                      tau=s.consolidate_tau, top_n=s.consolidate_top_n)
-                if update.candidates:
-                    outs.append(Out(out_topic, update.key, update))
-            return outs
-
-        async def handler(raw: bytes) -> StageResult:
+        async def on_write(raw: bytes) -> StageResult:
             write = MemoryWrite.from_bytes(raw)
-            return StageResult(await asyncio.to_thread(queues, write))
+            if write.cards:
+                state = pending.get(write.key) or {"cards": [], "last_write": 0.0}
+                state["cards"] += [c.card_id for c in write.cards if c.card_id not in state["cards"]]
+                state["last_write"] = time.time()
+                pending[write.key] = state
+            return StageResult()
 
-        self.agent("consolidate", "cards", handler)
+        def run_queues(tenant: str, conversation: str, card_ids: list[str]) -> tuple[list[Out], list[str]]:
+            hits = services.store.scroll(CARDS, tenant, where=StoreFilter(
+                equals={"conversation_id": conversation}, any_of={"card_id": card_ids}),
+                limit=len(card_ids) + 1, with_vectors=True)
+            hits.sort(key=lambda h: CardView.from_payload(h.id, h.payload).order)  # oldest first
+            outcomes = list(pool.map(lambda h: consolidate_card(services.store, decider, tenant, conversation, h, params), hits))
+            outs = []
+            for update in outcomes:
+                metrics.consolidation_queues.inc()
+                if update is None:
+                    metrics.consolidation_candidates.observe(0)
+                    continue
+                metrics.consolidation_candidates.observe(len(update.candidates))
+                for d in update.decisions:
+                    metrics.consolidation_decisions.labels(d.action, d.decided_by).inc()
+                for cost in update.costs:
+                    metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
+                                      tenant=tenant, conversation=conversation)
+                if update.written_at is not None:
+                    metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
+                outs.append(Out(updates, update.key, update))
+            return outs, [h.id for h in hits]  # cards not indexed yet stay pending
+
+        async def on_command(raw: bytes) -> StageResult:
+            command = ConsolidateCommand.from_bytes(raw)
+            if command.conversation_id is None:
+                # A broadcast: one keyed command per pending conversation here, so each runs in the
+                # partition (and table changelog) that owns it.
+                prefix = f"{command.tenant_id}/" if command.tenant_id else ""
+                keys = [k for k, v in list(pending.items()) if v and v["cards"] and k.startswith(prefix)]
+                return StageResult([Out(control, k, ConsolidateCommand(
+                    tenant_id=k.split("/", 1)[0], conversation_id=k.split("/", 1)[1], reason=command.reason,
+                    requested_at=command.requested_at)) for k in keys])
+            key = f"{command.tenant_id}/{command.conversation_id}"
+            state = pending.get(key)
+            if not state or not state["cards"]:
+                return StageResult()
+            started = time.perf_counter()
+            outs, done = await asyncio.to_thread(run_queues, command.tenant_id, command.conversation_id, state["cards"])
+            # The updates are acknowledged by the broker before the cards stop being pending.
+            await self.produce("consolidate.run", outs)
+            state = pending.get(key) or {"cards": [], "last_write": 0.0}
+            state["cards"] = [c for c in state["cards"] if c not in set(done)]
+            pending[key] = state
+            metrics.consolidation_runs.labels(command.reason).inc()
+            metrics.consolidation_seconds.observe(time.perf_counter() - started)
+            return StageResult()
+
+        def apply(update: ConsolidationUpdate) -> None:
+            store = services.store
+            if update.merged_cards:
+                specs = [card_spec({"tenant_id": update.tenant_id, "conversation_id": update.conversation_id,
+                                    "write_id": update.update_id}, c, "user") for c in update.merged_cards]
+                vectors = services.embedder.embed([p.text for p in specs])
+                store.upsert(CARDS, [StorePoint(p.id, v, p.payload, p.text) for p, v in zip(specs, vectors)])
+            by_card: dict[str, list] = {}
+            for patch in update.patches:
+                by_card.setdefault(patch.card_id, []).append(patch)
+            stored = store.scroll(CARDS, update.tenant_id, where=StoreFilter(
+                equals={"conversation_id": update.conversation_id}, any_of={"card_id": list(by_card)}),
+                limit=len(by_card) + 1)
+            for hit in stored:
+                fields = changed_fields(hit.payload, apply_patches(hit.payload, by_card[hit.id]))
+                if fields:
+                    store.set_payload(CARDS, update.tenant_id, hit.id, fields)
+
+        async def on_update(raw: bytes) -> StageResult:
+            await asyncio.to_thread(apply, ConsolidationUpdate.from_bytes(raw))
+            return StageResult()
+
+        self.agent("consolidate", "cards", on_write)
+        self.agent("consolidate.run", "control", on_command)
+        self.agent("consolidate.apply", "updates", on_update)
+        self.idle_timer("consolidation", pending,
+                        lambda data: bool(data["cards"]) and time.time() - data["last_write"] >= s.sleep_idle_s, control,
+                        lambda tenant, conv: ConsolidateCommand(tenant_id=tenant, conversation_id=conv, reason="idle",
+                                                                requested_at=datetime.now(timezone.utc)))
+        if s.consolidate_every_s > 0:
+            async def scheduled() -> None:
+                await self.send(control, b"schedule", ConsolidateCommand(
+                    reason="schedule", requested_at=datetime.now(timezone.utc)).to_bytes())
+
+            self.app.timer(interval=s.consolidate_every_s, name="memstream.consolidation.schedule")(scheduled)
 
     def stage_query(self) -> None:
         services, metrics = self.services, self.metrics

@@ -19,12 +19,12 @@ from rich.table import Table
 
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
-from schemas import Plan, Reply, Turn
+from schemas import ConsolidateCommand, Plan, Reply, Turn
 
 from . import runtime
 from .app import app_id
 from .bench_cli import bench
-from .client import MemoryClient, QueryTimeout, TurnProducer, wait_drained
+from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
 from .deployment import DRAIN_TOPICS
 from .topics import PIPELINE, ensure_topics
 
@@ -231,6 +231,22 @@ def ask(
     else:
         print_reply(reply, q)
         console.print(f"[dim]round trip over Kafka: {ms:.0f} ms[/]")
+
+
+@cli.command()
+def consolidate(
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant's conversations"),
+    conversation: Optional[str] = typer.Option(None, help="Only this conversation (needs --tenant)"),
+) -> None:
+    """Consolidate now (sleep time on demand): a command on memory.control for the workers running
+    the consolidate stage. Without options, every conversation with new cards."""
+    s = _settings()
+    command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
+                                 requested_at=datetime.now(timezone.utc))
+    asyncio.run(ensure_topics(s))
+    sent = asyncio.run(request_consolidation(s, command))
+    scope = f"{tenant}/{conversation}" if conversation else (f"tenant {tenant}" if tenant else "every tenant")
+    console.print(f"consolidation requested for {scope} ({sent} message(s) on {s.topic('control')})")
 
 
 @cli.command()

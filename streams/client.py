@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memstream.config import Settings
-from schemas import Query, Reply, SchemaError, Turn
+from schemas import ConsolidateCommand, Query, Reply, SchemaError, Turn, conversation_key
 
 
 class QueryTimeout(TimeoutError):
@@ -49,6 +49,32 @@ class TurnProducer:
 
     async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         await (await self._producer.send(topic, key=key, value=value))
+
+
+async def request_consolidation(settings: Settings, command: ConsolidateCommand) -> int:
+    """Put a consolidate command on ``memory.control``: keyed to its conversation's partition, or,
+    without a conversation, onto every partition (each worker then consolidates what it holds).
+    Returns how many messages were sent."""
+    topic = settings.topic("control")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        if command.conversation_id is not None:
+            await (await producer.send(topic, key=command_key(command), value=command.to_bytes()))
+            return 1
+        partitions = await asyncio.wait_for(producer.partitions_for(topic), 30)
+        futures = [await producer.send(topic, key=command_key(command), value=command.to_bytes(), partition=p)
+                   for p in sorted(partitions)]
+        await asyncio.gather(*futures)
+        return len(futures)
+    finally:
+        await producer.stop()
+
+
+def command_key(command: ConsolidateCommand) -> bytes:
+    if command.conversation_id is not None:
+        return conversation_key(command.tenant_id or "", command.conversation_id).encode()
+    return f"{command.tenant_id or '*'}/*".encode()
 
 
 class MemoryClient:

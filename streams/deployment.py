@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import socket
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
@@ -15,15 +16,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from memstream.adapters import open_store
 from memstream.config import Settings
 from memstream.ports import VectorStore
-from schemas import DeadLetter, Reply, Turn
+from schemas import ConsolidateCommand, DeadLetter, Reply, Turn
 
 from . import runtime
 from .app import app_id
-from .client import MemoryClient, TurnProducer, partitions_of, wait_drained
+from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, wait_drained
 from .topics import ensure_topics
 
 # Topics a turn crosses before its memories are in the store.
-DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
+DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "control", "updates")
 
 
 def free_port() -> int:
@@ -81,6 +82,11 @@ class Deployment:
     def drain(self, timeout_s: float = 240.0) -> None:
         asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in DRAIN_TOPICS],
                                  timeout_s=timeout_s))
+
+    def consolidate(self, *, tenant: str | None = None, conversation: str | None = None) -> int:
+        command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
+                                     requested_at=datetime.now(timezone.utc))
+        return asyncio.run(request_consolidation(self.settings, command))
 
     def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto", answer: bool = True,
             timeout_s: float = 60.0) -> Reply:

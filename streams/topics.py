@@ -13,7 +13,8 @@ from memstream.config import Settings
 log = logging.getLogger(__name__)
 
 # Logical names; the full name is "<prefix>.<name>" (default prefix "memory").
-PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "queries", "replies", "dlq")
+PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "control", "queries", "replies",
+            "dlq")
 
 
 async def ensure_topics(settings: Settings, *, attempts: int = 30) -> None:

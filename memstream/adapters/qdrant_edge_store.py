@@ -16,6 +16,10 @@ Engine notes (qdrant-edge-py 0.9):
   loaded with its sparse vectors omitted (inherited) and a pre-BM25 shard gets the sparse vector
   added by ensure_collections (``create_sparse_vector``): its old points stay dense-only until
   re-upserted with text. search_text on a shard not yet migrated raises a ValueError.
+- ``set_payload_by_filter`` merges like the server's ``merge_map``: a null value REMOVES the key.
+  set_payload therefore writes fields holding a None with ``overwrite_payload_by_filter`` (the point's
+  payload read and merged under the store lock), which keeps an explicit null.
+- ``HasIdCondition`` takes a ``set`` of ids (a list is a TypeError); a string id must parse as a UUID.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import qdrant_edge as qe
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.adapters.qdrant_store import COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS, _dense
+from memstream.adapters.qdrant_store import (COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS, _dense,
+                                             _settable)
 from memstream.ports import StoreFilter, StoreHit, StorePoint
 
 log = logging.getLogger(__name__)
@@ -211,6 +216,27 @@ class QdrantEdgeStore:
                 return 0
             return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
 
+    def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
+        fields = _settable(fields)
+        flt = _filter(tenant_id, None, has_id=point_id)  # the engine, not Python, keeps to the tenant
+        with self._lock:  # held across the read and the write: the answer and the update agree
+            shard = self._shard(collection)
+            if shard is None:
+                return False
+            if any(v is None for v in fields.values()):
+                # set_payload would drop a None key; overwrite the merged payload to store a JSON null
+                points, _ = shard.scroll(qe.ScrollRequest(limit=1, filter=flt, with_payload=True, with_vector=False))
+                if not points:
+                    return False
+                merged = {**(points[0].payload or {}), **fields}
+                shard.update(qe.UpdateOperation.overwrite_payload_by_filter(flt, merged))
+                return True
+            if not shard.count(qe.CountRequest(exact=True, filter=flt)):
+                return False
+            if fields:
+                shard.update(qe.UpdateOperation.set_payload_by_filter(flt, fields))
+            return True
+
     def optimize(self, collections: Sequence[str] | None = None) -> bool:
         """Build HNSW graphs / merge segments now, blocking reads and writes until done.
 
@@ -259,7 +285,7 @@ def _match_value(value: str | int | bool) -> qe.MatchValue:
     return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
 
 
-def _filter(tenant_id: str | None, where: StoreFilter | None) -> qe.Filter:
+def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | None = None) -> qe.Filter:
     """The same conditions as qdrant_store._filter, in Edge's types."""
     if not tenant_id:
         raise ValueError("every store query is scoped by a tenant_id")
@@ -275,4 +301,6 @@ def _filter(tenant_id: str | None, where: StoreFilter | None) -> qe.Filter:
             must.append(qe.IsNullCondition(key))
         for key, (lo, hi) in where.range_ts.items():
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
+    if has_id is not None:
+        must.append(qe.HasIdCondition({has_id}))  # a set: the bindings refuse a list
     return qe.Filter(must=must)

@@ -8,6 +8,11 @@ the IDF modifier; points upserted with text carry both (``{"": dense, "bm25": sp
 cannot add a vector to an existing collection, so a collection created before BM25 support stays
 dense-only: texts upserted into it are not indexed (a warning at ensure_collections) and
 search_text on it raises a ValueError.
+
+set_payload: Qdrant's set_payload merges like the server's ``merge_map``, where a null value REMOVES
+the key (local mode does the same). Fields holding a None are therefore written by overwrite_payload
+with the point's payload read and merged first: atomic within this store (its lock), but against a
+Qdrant server another writer's change to the same point between the read and the write is lost.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from qdrant_client import QdrantClient, models
 
@@ -156,6 +161,28 @@ class QdrantStore:
             flt = _filter(tenant_id, where) if tenant_id is not None else None
             return int(self._client.count(full, count_filter=flt, exact=True).count)
 
+    def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
+        fields = _settable(fields)
+        full = self._name(collection)
+        flt = _filter(tenant_id, None, has_id=point_id)  # the engine, not Python, keeps to the tenant
+        with self._lock:  # held across the read and the write: the answer and the update agree
+            if not self._client.collection_exists(full):
+                return False
+            if any(v is None for v in fields.values()):
+                # set_payload would drop a None key; overwrite the merged payload to store a JSON null
+                points, _ = self._client.scroll(full, scroll_filter=flt, limit=1, with_payload=True,
+                                                with_vectors=False)
+                if not points:
+                    return False
+                merged = {**(points[0].payload or {}), **fields}
+                self._client.overwrite_payload(full, payload=merged, points=flt, wait=True)
+                return True
+            if not self._client.count(full, count_filter=flt, exact=True).count:
+                return False
+            if fields:
+                self._client.set_payload(full, payload=fields, points=flt, wait=True)
+            return True
+
     def close(self) -> None:
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -171,7 +198,14 @@ def _hit(p: models.ScoredPoint | models.Record, score: float, with_vectors: bool
     return StoreHit(str(p.id), score, p.payload or {}, _dense(p.vector) if with_vectors else None)
 
 
-def _filter(tenant_id: str, where: StoreFilter | None) -> models.Filter:
+def _settable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields for set_payload as a plain dict; moving a point to another tenant is refused."""
+    if "tenant_id" in fields:
+        raise ValueError("set_payload cannot change a point's tenant_id")
+    return dict(fields)
+
+
+def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = None) -> models.Filter:
     if not tenant_id:
         raise ValueError("every store query is scoped by a tenant_id")
     must: list[models.Condition] = [models.FieldCondition(key="tenant_id", match=models.MatchValue(value=tenant_id))]
@@ -184,4 +218,6 @@ def _filter(tenant_id: str, where: StoreFilter | None) -> models.Filter:
             must.append(models.IsNullCondition(is_null=models.PayloadField(key=key)))
         for key, (lo, hi) in where.range_ts.items():
             must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
+    if has_id is not None:
+        must.append(models.HasIdCondition(has_id=[has_id]))
     return models.Filter(must=must)

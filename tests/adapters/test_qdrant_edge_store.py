@@ -333,3 +333,119 @@ def test_edge_shard_from_before_bm25_gains_the_sparse_vector(tmp_path):
         assert [h.id for h in s.search_text(COLL, "t1", "walrus")] == [pid(2)]  # the migration persisted
     finally:
         s.close()
+
+
+# --- set_payload -------------------------------------------------------------------------------
+def payloads(store, tenant: str, coll: str = COLL) -> dict:  # noqa: ANN001
+    return {h.id: dict(h.payload) for h in store.scroll(coll, tenant)}
+
+
+def test_set_payload_sets_fields_and_keeps_the_rest_of_the_point(store):
+    fill(store)
+    fill_docs(store)
+    before = {h.id: h for h in store.scroll(COLL, "t1", with_vectors=True)}
+    score = {h.id: h.score for h in store.search_text(COLL, "t1", "adopting cats")}[pid(11)]
+    fields = {"valid_to": 123.5, "tags": [1.0, 2.0, "x"], "grid": [[1.0, 2.5], [3.0]], "note": {"k": [0.5]}}
+    assert store.set_payload(COLL, "t1", pid(11), fields) is True
+
+    after = {h.id: h for h in store.scroll(COLL, "t1", with_vectors=True)}
+    assert after[pid(11)].payload == {**before[pid(11)].payload, **fields}  # lists round-trip as stored
+    assert after[pid(11)].vector == pytest.approx(X, abs=1e-6)
+    for i in (1, 2, 3, 12, 13, 14, 15, 17):  # the other points are untouched
+        assert after[pid(i)].payload == before[pid(i)].payload
+        assert after[pid(i)].vector == pytest.approx(before[pid(i)].vector, abs=1e-6)
+    # the bm25 sparse vector is kept: same hits, same score, the new payload on the hit
+    hits = store.search_text(COLL, "t1", "adopting cats")
+    assert [h.id for h in hits] == [pid(11)] and hits[0].score == pytest.approx(score, rel=1e-6)
+    assert hits[0].payload["tags"] == [1.0, 2.0, "x"]
+    assert store.search(COLL, "t1", X, where=StoreFilter(equals={"conversation_id": "c1"}), limit=10)
+
+    # replacing a field (and writing a null: the overwrite path) also keeps vectors and the other fields
+    assert store.set_payload(COLL, "t1", pid(11), {"tags": ["y"], "valid_to": None}) is True
+    hit = {h.id: h for h in store.scroll(COLL, "t1", with_vectors=True)}[pid(11)]
+    assert hit.payload == {**before[pid(11)].payload, **fields, "tags": ["y"], "valid_to": None}
+    assert hit.vector == pytest.approx(X, abs=1e-6)
+    hits = store.search_text(COLL, "t1", "adopting cats")
+    assert [h.id for h in hits] == [pid(11)] and hits[0].score == pytest.approx(score, rel=1e-6)
+    assert store.count(COLL) == len(ROWS) + len(DOCS) + 1
+
+
+@pytest.mark.parametrize("fields", [{"subject": "Eve"}, {"superseded_by": None, "subject": "Eve"}])
+def test_set_payload_refuses_another_tenants_point_and_a_missing_id(store, fields):
+    fill(store)
+    t1, t2 = payloads(store, "t1"), payloads(store, "t2")
+    assert store.set_payload(COLL, "t2", pid(1), fields) is False  # pid(1) is t1's
+    assert store.set_payload(COLL, "t1", pid(4), fields) is False  # pid(4) is t2's
+    assert store.set_payload(COLL, "t3", pid(1), fields) is False
+    assert store.set_payload(COLL, "t1", pid(99), fields) is False  # no such point
+    assert store.set_payload("never_created", "t1", pid(1), fields) is False
+    assert payloads(store, "t1") == t1 and payloads(store, "t2") == t2  # nothing changed
+    assert store.set_payload(COLL, "t2", pid(4), fields) is True  # its own tenant may
+    assert payloads(store, "t2")[pid(4)] == {**t2[pid(4)], **fields}
+    assert payloads(store, "t1") == t1
+
+
+def test_set_payload_null_is_a_stored_null_that_is_null_matches(store):
+    fill(store)
+    null = StoreFilter(is_null=["superseded_by"])
+    assert ids(store.scroll(COLL, "t1", where=null)) == [pid(1)]  # point 3 has no key at all
+    assert store.set_payload(COLL, "t1", pid(3), {"superseded_by": None}) is True
+    assert ids(store.scroll(COLL, "t1", where=null)) == [pid(1), pid(3)]
+    assert payloads(store, "t1")[pid(3)]["superseded_by"] is None
+    assert store.set_payload(COLL, "t1", pid(1), {"superseded_by": pid(9)}) is True
+    assert ids(store.scroll(COLL, "t1", where=null)) == [pid(3)]
+    assert store.count(COLL, "t1", where=StoreFilter(equals={"superseded_by": pid(9)})) == 2
+    assert store.set_payload(COLL, "t1", pid(1), {"superseded_by": None}) is True
+    assert ids(store.scroll(COLL, "t1", where=null)) == [pid(1), pid(3)]
+    assert ids(store.search(COLL, "t1", X, where=null, limit=10)) == [pid(1), pid(3)]
+
+    # a new field: null, then a value (no longer is_null, found by range), then null again
+    valid_to = StoreFilter(is_null=["valid_to"])
+    assert store.scroll(COLL, "t1", where=valid_to) == []
+    assert store.set_payload(COLL, "t1", pid(2), {"valid_to": None}) is True
+    assert ids(store.scroll(COLL, "t1", where=valid_to)) == [pid(2)]
+    assert store.set_payload(COLL, "t1", pid(2), {"valid_to": 250.0}) is True
+    assert store.scroll(COLL, "t1", where=valid_to) == []
+    assert ids(store.scroll(COLL, "t1", where=StoreFilter(range_ts={"valid_to": (200.0, 300.0)}))) == [pid(2)]
+    assert store.set_payload(COLL, "t1", pid(2), {"valid_to": None}) is True
+    assert ids(store.scroll(COLL, "t1", where=valid_to)) == [pid(2)]
+    assert payloads(store, "t2")[pid(4)] == {"tenant_id": "t2", **ROWS[3][3]}  # t2's null untouched
+
+
+@pytest.mark.parametrize("fields", [{"valid_to": 5.0, "tags": [1.0, "x"]}, {"valid_to": None, "tags": [[1.0]]}])
+def test_set_payload_is_idempotent(store, fields):
+    fill(store)
+    assert store.set_payload(COLL, "t1", pid(2), fields) is True
+    once = payloads(store, "t1")
+    assert store.set_payload(COLL, "t1", pid(2), fields) is True
+    assert payloads(store, "t1") == once and once[pid(2)] == {"tenant_id": "t1", **ROWS[1][3], **fields}
+    assert store.count(COLL) == len(ROWS)
+
+
+def test_set_payload_arguments(store):
+    fill(store)
+    before = payloads(store, "t1")
+    assert store.set_payload(COLL, "t1", pid(1), {}) is True  # exists; nothing to set
+    assert store.set_payload(COLL, "t1", pid(99), {}) is False
+    with pytest.raises(ValueError):
+        store.set_payload(COLL, "", pid(1), {"subject": "Eve"})
+    with pytest.raises(ValueError):  # a point cannot be moved to another tenant
+        store.set_payload(COLL, "t1", pid(1), {"tenant_id": "t2"})
+    assert payloads(store, "t1") == before
+
+
+def test_set_payload_persists_after_close_and_reopen(kind, tmp_path):
+    s = _open(kind, tmp_path / "q")
+    s.ensure_collections([COLL], DIM)
+    fill(s)
+    assert s.set_payload(COLL, "t1", pid(3), {"superseded_by": None, "tags": [1.0, "x"]})
+    assert s.set_payload(COLL, "t1", pid(2), {"valid_to": 9.5})
+    s.close()
+    s = _open(kind, tmp_path / "q")
+    try:
+        got = payloads(s, "t1")
+        assert got[pid(3)] == {"tenant_id": "t1", **ROWS[2][3], "superseded_by": None, "tags": [1.0, "x"]}
+        assert got[pid(2)]["valid_to"] == 9.5
+        assert ids(s.scroll(COLL, "t1", where=StoreFilter(is_null=["superseded_by"]))) == [pid(1), pid(3)]
+    finally:
+        s.close()

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from memstream.adapters.qdrant_store import QdrantStore
-from memstream.ports import StorePoint
-from processors.consolidate import update_queue
+import orjson
+
+from memstream.ports import LLMError, LlmResult, StorePoint
+from processors.consolidate import ConsolidateParams, LlmDecider, RuleDecider, consolidate_card, update_queue
+from processors.versioning import CardView
 from processors.index import COLLECTIONS, CARDS
 from schemas import Card, Provenance
 
@@ -19,7 +22,7 @@ def unit(*xs):
     return (v / np.linalg.norm(v)).tolist()
 
 
-def card(card_id, subject, days, content="x"):
+def card(card_id, subject, days, content="x"):  # noqa: D103
     return Card(card_id=card_id, subject=subject, type="state", content=content,
                 event_time=T0 + timedelta(days=days), provenance=Provenance(turn_ids=["D1:1"]),
                 valid_from=T0 + timedelta(days=days))
@@ -33,33 +36,99 @@ def store(tmp_path):
     s.close()
 
 
-def put(store, tenant, c, vector):
+def put(store, tenant, c, vector, **extra):
     store.upsert(CARDS, [StorePoint(c.card_id, vector, {
-        "tenant_id": tenant, "conversation_id": "c1", "subject": c.subject,
-        "event_ts": c.event_time.timestamp()})])
+        "tenant_id": tenant, "conversation_id": "c1", "subject": c.subject, "type": c.type, "text": c.content,
+        "event_ts": c.event_time.timestamp(), "event_time": c.event_time.isoformat(),
+        "valid_from": c.valid_from.isoformat(), "valid_to": None, "turn_ids": c.provenance.turn_ids, **extra})])
+
+
+def view(c):
+    return CardView(c.card_id, c.subject, c.type, c.content, c.event_time.timestamp(), c.valid_from.timestamp())
 
 
 IDS = {name: f"00000000-0000-0000-0000-00000000000{i}" for i, name in enumerate("abcdefg")}
+PARAMS = ConsolidateParams(tau=0.8, top_n=10)
 
 
-def test_queue_holds_similar_older_cards_of_the_same_subject_and_tenant_only(store):
+def test_queue_holds_similar_current_cards_of_the_same_subject_and_tenant_in_time_order(store):
     put(store, "t1", card(IDS["a"], "Maria", 0), unit(1, 0.05, 0))      # similar, older: in
     put(store, "t1", card(IDS["b"], "Maria", 1), unit(0, 1, 0))         # dissimilar: out
     put(store, "t1", card(IDS["c"], "Tom", 2), unit(1, 0, 0))           # other subject: out
     put(store, "t2", card(IDS["d"], "Maria", 3), unit(1, 0, 0))         # other tenant: out
-    put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))     # newer than the card: out
+    put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))     # newer: in (the pair is oriented later)
+    put(store, "t1", card(IDS["g"], "Maria", 5), unit(1, 0.01, 0), valid_to=T0.isoformat())  # superseded: out
     new = card(IDS["f"], "Maria", 30)
     put(store, "t1", new, unit(1, 0, 0))
-    update = update_queue(store, "t1", "c1", new, unit(1, 0, 0), tau=0.8, top_n=10)
-    assert [c.card_id for c in update.candidates] == [IDS["a"]]
-    assert update.candidates[0].score >= 0.8
-    assert update.action == "candidates" and update.card_id == IDS["f"]
+    queue = update_queue(store, "t1", "c1", view(new), unit(1, 0, 0), PARAMS)
+    assert [c.card.card_id for c in queue] == [IDS["a"], IDS["e"]]
+    assert all(c.similarity >= 0.8 for c in queue)
 
 
 def test_queue_is_capped_at_top_n(store):
     for i, name in enumerate("abcde"):
         put(store, "t1", card(IDS[name], "Maria", i), unit(1, 0.01 * i, 0))
     new = card(IDS["f"], "Maria", 30)
-    update = update_queue(store, "t1", "c1", new, unit(1, 0, 0), tau=0.5, top_n=3)
-    assert len(update.candidates) == 3
-    assert [c.card_id for c in update.candidates] == [IDS["a"], IDS["b"], IDS["c"]]
+    queue = update_queue(store, "t1", "c1", view(new), unit(1, 0, 0), ConsolidateParams(tau=0.5, top_n=3))
+    assert [c.card.card_id for c in queue] == [IDS["a"], IDS["b"], IDS["c"]]
+
+
+def boston_and_denver(store):
+    boston = card(IDS["a"], "Maria", 0, "Maria lives in Boston.")
+    denver = card(IDS["b"], "Maria", 21, "Maria moved to Denver.")
+    put(store, "t1", boston, unit(1, 0.6, 0))  # cosine 0.86: similar, not a repeat
+    put(store, "t1", denver, unit(1, 0, 0))
+    [hit] = [h for h in store.scroll(CARDS, "t1", with_vectors=True) if h.id == IDS["b"]]
+    return boston, denver, hit
+
+
+def test_a_queue_with_the_rules_supersedes_the_older_state(store):
+    boston, denver, hit = boston_and_denver(store)
+    update = consolidate_card(store, RuleDecider(PARAMS), "t1", "c1", hit, PARAMS)
+    assert update is not None and update.card_id == IDS["b"]
+    assert [(d.older_card_id, d.newer_card_id, d.action, d.decided_by) for d in update.decisions] == [
+        (IDS["a"], IDS["b"], "supersede", "rules")]
+    assert [(p.card_id, p.superseded_by) for p in update.patches] == [(IDS["a"], IDS["b"])]
+    assert update.costs == []
+
+
+class ScriptedLLM:
+    """A test double of the LLM port: prepared results in order (pure-logic unit test)."""
+
+    model = "scripted"
+
+    def __init__(self, *outputs):
+        self.outputs = list(outputs)
+        self.calls = 0
+
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+        self.calls += 1
+        out = self.outputs.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return LlmResult(content=orjson.dumps(out).decode() if not isinstance(out, str) else out,
+                         prompt_tokens=100, completion_tokens=20, model="scripted",
+                         data=out if isinstance(out, dict) else None)
+
+
+def test_the_llm_decides_a_merge_with_one_call_and_the_merged_card_has_lineage(store):
+    boston, denver, hit = boston_and_denver(store)
+    llm = ScriptedLLM({"decisions": [{"candidate": "C1", "action": "merge", "merged": "Maria lived in Boston, then Denver."}]})
+    update = consolidate_card(store, LlmDecider(llm, PARAMS), "t1", "c1", hit, PARAMS)
+    assert llm.calls == 1 and update.costs[0].calls == 1 and update.costs[0].stage == "consolidate"
+    assert update.decisions[0].action == "merge" and update.decisions[0].decided_by == "llm"
+    [merged] = update.merged_cards
+    assert merged.content == "Maria lived in Boston, then Denver." and merged.version == 2
+    assert merged.provenance.turn_ids == ["D1:1"]
+    assert {p.card_id for p in update.patches} == {IDS["a"], IDS["b"], merged.card_id}
+
+
+def test_invalid_llm_output_is_repaired_once_then_the_rules_decide(store):
+    boston, denver, hit = boston_and_denver(store)
+    llm = ScriptedLLM("not json", "still not json")
+    update = consolidate_card(store, LlmDecider(llm, PARAMS), "t1", "c1", hit, PARAMS)
+    assert llm.calls == 2 and update.costs[0].calls == 2
+    assert update.decisions[0].decided_by == "rules" and update.decisions[0].action == "supersede"
+    llm = ScriptedLLM(LLMError("down"))
+    update = consolidate_card(store, LlmDecider(llm, PARAMS), "t1", "c1", hit, PARAMS)
+    assert update.decisions[0].decided_by == "rules" and update.costs == []
