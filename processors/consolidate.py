@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Protocol, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from memstream.ports import LLM, LLMError, StoreFilter, StoreHit, VectorStore
+from memstream.ports import LLM, StoreFilter, StoreHit, VectorStore
 from schemas import (
     Card,
     ConsolidationCandidate,
@@ -28,6 +28,7 @@ from schemas import (
 
 from . import prompts
 from .ids import stable_id
+from .structured import call_with_repair, parse_output
 from .index import CARDS
 from .versioning import ACTIONS, CardView, NewCard, oriented, patches_for, rule_decision
 
@@ -95,6 +96,10 @@ class _LlmDecisions(BaseModel):
     decisions: list[_LlmChoice] = Field(default_factory=list)
 
 
+class DecisionsInvalid(ValueError):
+    """The LLM's consolidation output could not be used."""
+
+
 class LlmDecider:
     """One JSON-schema call per queue; invalid output gets one repair, then the rules decide."""
 
@@ -112,38 +117,27 @@ class LlmDecider:
             {"role": "user", "content": prompts.consolidate_user(card, [(lab, c.card) for lab, c in zip(labels, queue)])},
         ]
         schema = prompts.consolidate_schema(labels, list(ACTIONS))
-        cost = StageCost(stage="consolidate")
-        for attempt in range(2):
-            try:
-                result = self.llm.complete(messages, json_schema=schema, schema_name="consolidation",
-                                           max_tokens=self.max_tokens)
-            except LLMError as exc:
-                log.warning("consolidation call failed, the rules decide: %s", exc)
-                break
-            cost = cost + StageCost(stage="consolidate", calls=1, prompt_tokens=result.prompt_tokens,
-                                    completion_tokens=result.completion_tokens, model=result.model)
-            try:
-                parsed = _LlmDecisions.model_validate(result.data if result.data is not None else result.content)
-            except ValidationError as exc:
-                if attempt == 0:
-                    messages += [{"role": "assistant", "content": result.content},
-                                 {"role": "user", "content": prompts.repair_user(str(exc)[:400])}]
+        attempt = call_with_repair(
+            self.llm, messages, stage="consolidate", schema=schema, schema_name="consolidation",
+            max_tokens=self.max_tokens, invalid=DecisionsInvalid,
+            read=lambda result: parse_output(result, _LlmDecisions, DecisionsInvalid))
+        if attempt.value is None:
+            log.warning("consolidation of %s fell back to the rules: %s", card.card_id, attempt.error)
+            decisions, _, _ = self.rules.decide(card, queue)
+            return decisions, {}, attempt.cost
+        chosen = {d.candidate: d for d in attempt.value.decisions if d.candidate in labels and d.action in ACTIONS}
+        decisions, merged = [], {}
+        for label, c in zip(labels, queue):
+            d = chosen.get(label)
+            if d is None:  # skipped by the model: the rules decide this pair
+                decisions.append(self.rules.rule(card, c))
                 continue
-            chosen = {d.candidate: d for d in parsed.decisions if d.candidate in labels and d.action in ACTIONS}
-            decisions, merged = [], {}
-            for label, c in zip(labels, queue):
-                d = chosen.get(label)
-                if d is None:  # skipped by the model: the rules decide this pair
-                    decisions.append(self.rules.rule(card, c))
-                    continue
-                older, newer = oriented(card, c.card)
-                decisions.append(PairDecision(older_card_id=older.card_id, newer_card_id=newer.card_id,
-                                              similarity=c.similarity, action=d.action, decided_by="llm"))  # type: ignore[arg-type]
-                if d.action == "merge" and d.merged.strip():
-                    merged[f"{older.card_id}|{newer.card_id}"] = d.merged.strip()
-            return decisions, merged, cost
-        decisions, _, _ = self.rules.decide(card, queue)
-        return decisions, {}, cost if cost.calls else None
+            older, newer = oriented(card, c.card)
+            decisions.append(PairDecision(older_card_id=older.card_id, newer_card_id=newer.card_id,
+                                          similarity=c.similarity, action=d.action, decided_by="llm"))  # type: ignore[arg-type]
+            if d.action == "merge" and d.merged.strip():
+                merged[f"{older.card_id}|{newer.card_id}"] = d.merged.strip()
+        return decisions, merged, attempt.cost
 
 
 def consolidate_card(store: VectorStore, decider: Decider, tenant_id: str, conversation_id: str, hit: StoreHit,

@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime, timezone
-from typing import Any, Sequence
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from memstream.ports import LLM, LLMError
+from memstream.ports import LLM
 from schemas import (
     Card,
     CompressedTurn,
@@ -34,6 +32,7 @@ from schemas.memory import CardType
 
 from . import prompts
 from .ids import point_id, stable_id
+from .structured import call_with_repair, clean_strings, parse_output
 from .text import keywords, names, sentences
 from .timeparse import resolve_first
 
@@ -248,35 +247,20 @@ class LlmExtractor:
             {"role": "system", "content": prompts.EXTRACT_SYSTEM},
             {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
         ]
-        cost = StageCost(stage="extract", model=self.llm.model)
         schema = prompts.extract_schema([t.turn.turn_id for t in flush.turns()], len(flush.segments),
                                         max_cards=self.max_cards)
-        last_error = ""
-        for attempt in range(2):
-            try:
-                result = self.llm.complete(messages, json_schema=schema,
-                                           schema_name="memory_extraction", max_tokens=self.max_tokens)
-            except LLMError as exc:
-                last_error = f"llm error: {exc}"
-                break
-            cost = cost + StageCost(stage="extract", calls=1, prompt_tokens=result.prompt_tokens,
-                                    completion_tokens=result.completion_tokens)
-            try:
-                parsed = _parse(result)
-                return self._write(flush, parsed, cost)
-            except ExtractionInvalid as exc:
-                last_error = str(exc)
-                if attempt == 0:
-                    self.repairs += 1
-                    messages += [
-                        {"role": "assistant", "content": result.content[:4000]},
-                        {"role": "user", "content": prompts.repair_user(last_error)},
-                    ]
+        attempt = call_with_repair(
+            self.llm, messages, stage="extract", schema=schema, schema_name="memory_extraction",
+            max_tokens=self.max_tokens, invalid=ExtractionInvalid, echo_chars=4000,
+            read=lambda result: self._write(flush, parse_output(result, _LlmOutput, ExtractionInvalid)))
+        self.repairs += attempt.repaired
+        if attempt.value is not None:
+            return attempt.value.model_copy(update={"costs": [attempt.cost]})
         self.fallbacks += 1
-        log.warning("extraction fell back to extractive mode for flush %s: %s", flush.flush_id, last_error)
-        return self.fallback.write(flush, mode="extractive_fallback", costs=[cost])
+        log.warning("extraction fell back to extractive mode for flush %s: %s", flush.flush_id, attempt.error)
+        return self.fallback.write(flush, mode="extractive_fallback", costs=[attempt.cost])
 
-    def _write(self, flush: StmFlush, out: _LlmOutput, cost: StageCost) -> MemoryWrite:
+    def _write(self, flush: StmFlush, out: _LlmOutput) -> MemoryWrite:
         turns = flush.turns()
         by_id = {t.turn.turn_id: t for t in turns}
         # One scene per topic segment: the LLM's where it wrote one, else the extractive scene.
@@ -292,9 +276,9 @@ class LlmExtractor:
                 seg_turns = segment.turns
                 scene = scene.model_copy(update={
                     "summary": llm_scene.summary.strip(),
-                    "participants": sorted({t.turn.speaker for t in seg_turns} | set(_clean(llm_scene.participants))),
-                    "scene_triggers": _clean(llm_scene.scene_triggers),
-                    "horizon_triggers": _clean(llm_scene.horizon_triggers),
+                    "participants": sorted({t.turn.speaker for t in seg_turns} | set(clean_strings(llm_scene.participants, 12))),
+                    "scene_triggers": clean_strings(llm_scene.scene_triggers, 12),
+                    "horizon_triggers": clean_strings(llm_scene.horizon_triggers, 12),
                 })
             scenes.append(scene)
             scene_of_turn.update({t.turn.turn_id: scene.scene_id for t in segment.turns})
@@ -310,13 +294,13 @@ class LlmExtractor:
                                subject=c.subject.strip(),
                                event_time=mention.start if mention else anchor.turn.event_time,
                                phrase=mention.phrase if mention else c.time_phrase,
-                               entity=_clean([c.subject, *c.entity_triggers]), bridge=_clean(c.bridge_triggers),
+                               entity=clean_strings([c.subject, *c.entity_triggers], 12), bridge=clean_strings(c.bridge_triggers, 12),
                                turn_ids=turn_ids, atomic=c.atomic))
         if not cards:
             raise ExtractionInvalid(f"no card cites a turn id of this flush; valid ids: {', '.join(by_id)}")
         profiles = [
-            ProfileUpdate(speaker=p.speaker, traits=_clean(p.traits), preferences=_clean(p.preferences),
-                          relationships=_clean(p.relationships), constraints=_clean(p.constraints))
+            ProfileUpdate(speaker=p.speaker, traits=clean_strings(p.traits, 12), preferences=clean_strings(p.preferences, 12),
+                          relationships=clean_strings(p.relationships, 12), constraints=clean_strings(p.constraints, 12))
             for p in out.profiles
             if p.speaker in {t.turn.speaker for t in turns}
         ]
@@ -330,28 +314,6 @@ class LlmExtractor:
             scenes=scenes,
             profile_updates=profiles,
             source_turns=source_turns(flush),
-            costs=[cost],
+            costs=[],  # the caller adds what the calls cost
             written_at=datetime.now(timezone.utc),
         )
-
-
-def _clean(items: Sequence[str], limit: int = 12) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        item = item.strip()
-        if item and item not in out:
-            out.append(item[:200])
-    return out[:limit]
-
-
-def _parse(result: Any) -> _LlmOutput:
-    data = result.data
-    if data is None:
-        try:
-            data = orjson.loads(result.content)
-        except orjson.JSONDecodeError as exc:
-            raise ExtractionInvalid(f"output is not JSON: {exc}") from exc
-    try:
-        return _LlmOutput.model_validate(data)
-    except ValidationError as exc:
-        raise ExtractionInvalid(f"output does not match the schema: {str(exc)[:500]}") from exc

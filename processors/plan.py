@@ -14,16 +14,16 @@ import calendar
 import logging
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from memstream.ports import LLM, LLMError
+from memstream.ports import LLM
 from schemas import Plan, StageCost
 from schemas.query import AccessProfile, Operation
 
 from . import prompts
+from .structured import call_with_repair, clean_strings, parse_output
 from .text import PRONOUNS, STOPWORDS, names
 from .timeparse import MONTHS, WEEKDAYS, TimeMention, find_time_mentions
 
@@ -392,30 +392,6 @@ def _answer_free(rewrite: str, question_words: set[str]) -> bool:
     return True
 
 
-def _clean(items: list[str], limit: int) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        item = re.sub(r"\s+", " ", item).strip()
-        if item and item not in out:
-            out.append(item[:200])
-    return out[:limit]
-
-
-def _parse(result: Any) -> _LlmPlan:
-    data = result.data
-    if data is None:
-        try:
-            data = orjson.loads(result.content)
-        except orjson.JSONDecodeError as exc:
-            raise PlanInvalid(f"output is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PlanInvalid(f"expected a JSON object, got {type(data).__name__}")
-    try:
-        return _LlmPlan.model_validate(data)
-    except ValidationError as exc:
-        raise PlanInvalid(f"output does not match the schema: {str(exc)[:500]}") from exc
-
-
 class LlmPlanner:
     """One structured LLM call per question; the rule planner on invalid output or LLM failure."""
 
@@ -431,32 +407,15 @@ class LlmPlanner:
             {"role": "user", "content": prompts.plan_user(question)},
         ]
         schema = prompts.plan_schema(max_rewrites=MAX_REWRITES)
-        cost = StageCost(stage="plan", model=self.llm.model)
-        last_error = ""
-        for attempt in range(2):
-            try:
-                result = self.llm.complete(messages, json_schema=schema, schema_name="query_plan",
-                                           max_tokens=self.max_tokens)
-            except LLMError as exc:
-                # The request was made: it counts as a call, its tokens are unknown.
-                cost = cost + StageCost(stage="plan", calls=1)
-                last_error = f"llm error: {exc}"
-                break
-            cost = cost + StageCost(stage="plan", calls=1, prompt_tokens=result.prompt_tokens,
-                                    completion_tokens=result.completion_tokens, model=result.model)
-            try:
-                return self._plan(question, now, _parse(result)), cost
-            except PlanInvalid as exc:
-                last_error = str(exc)
-                if attempt == 0:
-                    self.repairs += 1
-                    messages += [
-                        {"role": "assistant", "content": result.content[:2000]},
-                        {"role": "user", "content": prompts.repair_user(last_error)},
-                    ]
+        attempt = call_with_repair(
+            self.llm, messages, stage="plan", schema=schema, schema_name="query_plan", max_tokens=self.max_tokens,
+            invalid=PlanInvalid, read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)))
+        self.repairs += attempt.repaired
+        if attempt.value is not None:
+            return attempt.value, attempt.cost
         self.fallbacks += 1
-        log.warning("planner fell back to rules: %s", last_error)
-        return rule_plan(question, now), cost
+        log.warning("planner fell back to rules: %s", attempt.error)
+        return rule_plan(question, now), attempt.cost
 
     @staticmethod
     def _plan(question: str, now: datetime, out: _LlmPlan) -> Plan:
@@ -465,10 +424,10 @@ class LlmPlanner:
         time_from, time_to = (None, None) if _ASKS_TIME.search(question) else resolve_time(out.time or "", _utc(now))
         rewrites: list[str] = []
         if out.distributed:
-            rewrites = [r for r in _clean(out.rewrites, 10) if not _same(r, question) and _answer_free(r, qwords)]
+            rewrites = [r for r in clean_strings(out.rewrites, 10) if not _same(r, question) and _answer_free(r, qwords)]
         return Plan(
             planner="llm",
-            entities=[e for e in _clean(out.entities, MAX_ENTITIES) if _grounded(e, qwords)],
+            entities=[e for e in clean_strings(out.entities, MAX_ENTITIES) if _grounded(e, qwords)],
             participants=out.participants,
             time_from=time_from,
             time_to=time_to,

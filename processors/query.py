@@ -20,7 +20,7 @@ from schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
-from .plan import LlmPlanner, choose_profile, rule_plan
+from .plan import LlmPlanner, rule_plan
 from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, rerank, top_k
 from .tokens import count_tokens
 
@@ -262,5 +262,5 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 3)
 
 
-__all__ = ["QueryEngine", "QueryOptions", "rule_plan", "choose_profile", "rrf_fuse", "cap_to_budget",
+__all__ = ["QueryEngine", "QueryOptions", "rrf_fuse", "cap_to_budget",
            "roles_for", "time_range", "replay_window", "card_evidence", "profile_evidence"]

@@ -131,4 +131,4 @@ def test_invalid_llm_output_is_repaired_once_then_the_rules_decide(store):
     assert update.decisions[0].decided_by == "rules" and update.decisions[0].action == "supersede"
     llm = ScriptedLLM(LLMError("down"))
     update = consolidate_card(store, LlmDecider(llm, PARAMS), "t1", "c1", hit, PARAMS)
-    assert update.decisions[0].decided_by == "rules" and update.costs == []
+    assert update.decisions[0].decided_by == "rules" and update.costs[0].calls == 1  # the failed request counts

@@ -1,0 +1,87 @@
+"""Reading structured (JSON-schema) LLM output, shared by every stage that asks for it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from memstream.ports import LLM, LLMError, LlmResult
+from schemas import StageCost
+
+from .prompts import repair_user
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse_output(result: LlmResult, model: type[Model], error: type[Exception]) -> Model:
+    """The result's JSON object validated as ``model``; anything else raises ``error`` with a reason
+    short enough to send back in a repair prompt."""
+    data = result.data
+    if data is None:
+        try:
+            data = orjson.loads(result.content)
+        except orjson.JSONDecodeError as exc:
+            raise error(f"output is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise error(f"expected a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(f"output does not match the schema: {str(exc)[:500]}") from exc
+
+
+def clean_strings(items: Iterable[str], limit: int) -> list[str]:
+    """Whitespace collapsed, empties and repeats dropped, each at most 200 characters, at most ``limit``."""
+    out: list[str] = []
+    for item in items:
+        item = re.sub(r"\s+", " ", item).strip()[:200]
+        if item and item not in out:
+            out.append(item)
+    return out[:limit]
+
+
+Value = TypeVar("Value")
+
+
+@dataclass
+class Attempt(Generic[Value]):
+    """What a structured call produced: the value (None when unusable), every call and token spent,
+    the last reason it was unusable, and whether a repair was asked for."""
+
+    value: Value | None
+    cost: StageCost
+    error: str = ""
+    repaired: bool = False
+
+
+def call_with_repair(llm: LLM, messages: Sequence[Mapping[str, str]], *, stage: str, schema: Mapping[str, Any],
+                     schema_name: str, max_tokens: int, read: Callable[[LlmResult], Value],
+                     invalid: type[Exception], echo_chars: int = 2000) -> Attempt[Value]:
+    """One JSON-schema call; output ``read`` rejects (by raising ``invalid``) gets one repair call
+    that shows the model its output and the reason. A failed request counts as a call (it was made;
+    its tokens are unknown)."""
+    history = list(messages)
+    attempt: Attempt[Value] = Attempt(None, StageCost(stage=stage, model=llm.model))
+    for turn in range(2):
+        try:
+            result = llm.complete(history, json_schema=schema, schema_name=schema_name, max_tokens=max_tokens)
+        except LLMError as exc:
+            attempt.cost = attempt.cost + StageCost(stage=stage, calls=1)
+            attempt.error = f"llm error: {exc}"
+            return attempt
+        attempt.cost = attempt.cost + StageCost(stage=stage, calls=1, prompt_tokens=result.prompt_tokens,
+                                                completion_tokens=result.completion_tokens, model=result.model)
+        try:
+            attempt.value = read(result)
+            return attempt
+        except invalid as exc:
+            attempt.error = str(exc)
+            if turn == 0:
+                attempt.repaired = True
+                history += [{"role": "assistant", "content": result.content[:echo_chars]},
+                            {"role": "user", "content": repair_user(attempt.error)}]
+    return attempt
