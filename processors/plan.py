@@ -307,7 +307,7 @@ def split_rewrites(question: str, entities: list[str]) -> list[str]:
     return out[:MAX_REWRITES]
 
 
-_PAST = re.compile(r"\b(used to|before|previously|formerly|earlier|at first|originally|no longer|anymore|"
+_PAST = re.compile(r"\b(used to|did\b.*\buse to|before|previously|formerly|earlier|at first|originally|no longer|anymore|"
                    r"in the past|back then|(where|what|who) (did|was|were) .* (live|work|have|like|prefer)\b)", re.I)
 
 

@@ -1,5 +1,7 @@
 """Pool, fusion, rerank, dedup, trigger promotion order and the topic cascade, on hand-made vectors."""
 
+from datetime import datetime, timezone
+
 import numpy as np
 
 from memstream.ports import StoreHit
@@ -120,3 +122,19 @@ def test_the_profile_is_the_evidence_only_when_nothing_scored():
     assert [(e.kind, e.found_by, e.turn_ids, e.text) for e in evidence] == [
         ("profile", ["profile"], ["D1:9"], "Nora preferences: no seafood")]
     assert profile_evidence([]) == []
+
+
+def test_only_current_versions_are_evidence_unless_the_question_is_about_the_past():
+    from processors.plan import about_the_past, rule_plan
+    from processors.retrieve import Scope
+
+    assert Scope("t", "c").cards(None).is_null == ("valid_to",)
+    assert Scope("t", "c", history=True).cards("user").is_null == ()
+    assert Scope("t", "c", history=True).without_time().history
+    now = datetime(2024, 6, 1, tzinfo=timezone.utc)
+    assert not rule_plan("Where does Maria live?", now).history
+    assert rule_plan("Where did Maria live before?", now).history
+    assert rule_plan("What did Maria use to eat for breakfast?", now).history
+    assert not rule_plan("What knife do I use to cut bread?", now).history
+    assert rule_plan("What did Maria eat in May 2024?", now).history  # a period: superseded versions count
+    assert about_the_past("Which team did Ben play for previously?", None, None)
