@@ -61,6 +61,8 @@ class StoreFilter:
     any_of: Mapping[str, Sequence[str | int]] = field(default_factory=dict)
     is_null: Sequence[str] = ()
     range_ts: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    # Excluded values: a point whose key is missing or different passes (must_not).
+    not_equals: Mapping[str, str | int | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

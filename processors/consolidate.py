@@ -30,6 +30,7 @@ from . import prompts
 from .ids import stable_id
 from .structured import call_with_repair, parse_output
 from .index import CARDS
+from .retrieve import RETIRED
 from .versioning import ACTIONS, CardView, NewCard, oriented, patches_for, rule_decision
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,8 @@ class Candidate:
 
 
 def current_cards(conversation_id: str, **equals: str) -> StoreFilter:
-    """Cards in the current view: not superseded, merged away or a repeat (``valid_to`` is null)."""
-    return StoreFilter(equals={"conversation_id": conversation_id, **equals}, is_null=("valid_to",))
+    """Cards in the current view: not superseded, merged away or a repeat (not retired)."""
+    return StoreFilter(equals={"conversation_id": conversation_id, **equals}, not_equals=RETIRED)
 
 
 def update_queue(store: VectorStore, tenant_id: str, conversation_id: str, card: CardView,

@@ -25,6 +25,9 @@ from .cascade import rank_topics
 from .index import CARDS, SCENES, TRIGGERS
 
 SIGNALS = ("dense", "sparse", "trigger", "cascade")
+# Cards consolidation took out of the current view (superseded, merged, repeats) carry retired=true.
+# An excluded value, not a required one: cards written before consolidation ran have no such key.
+RETIRED = {"retired": True}
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Scope:
     conversation_id: str
     time_range: tuple[float | None, float | None] | None = None
     roles: tuple[str | None, ...] = (None,)
-    history: bool = False  # False: only current versions (consolidation left the rest with valid_to)
+    history: bool = False  # False: only current versions (consolidation retires the others)
 
     def conversation(self, **any_of: Sequence[str]) -> StoreFilter:
         return StoreFilter(equals={"conversation_id": self.conversation_id}, any_of=any_of)
@@ -64,7 +67,7 @@ class Scope:
         if role is not None:
             equals["role"] = role
         ranges = {"event_ts": self.time_range} if self.time_range else {}
-        return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges, is_null=() if self.history else ("valid_to",))
+        return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges, not_equals={} if self.history else RETIRED)
 
     def without_time(self) -> Scope:
         return Scope(self.tenant_id, self.conversation_id, None, self.roles, self.history)

@@ -134,6 +134,7 @@ def apply_patches(payload: Mapping[str, Any], patches: Iterable[CardPatch]) -> d
                 out["valid_to"] = patch.valid_to.isoformat() if patch.valid_to else None
                 out["successor_order"] = list(patch.successor_order)
                 out["duplicate_of"] = patch.duplicate_of  # the winning decision says what the card became
+                out["retired"] = True  # out of the current view (an indexed flag: cheap to filter)
         if patch.support:
             out["support"] = sorted(set(out.get("support") or []) | set(patch.support))
         if patch.lineage:
@@ -148,7 +149,7 @@ def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[
 
 def is_current(payload: Mapping[str, Any]) -> bool:
     """In the default (current) view: not superseded, merged away or a repeat."""
-    return payload.get("valid_to") is None
+    return not payload.get("retired", False)
 
 
 __all__ = ["Action", "ACTIONS", "STATEFUL_TYPES", "CardView", "NewCard", "oriented", "normalized", "rule_decision",

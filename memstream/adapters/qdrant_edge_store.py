@@ -35,8 +35,8 @@ import numpy as np
 import qdrant_edge as qe
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.adapters.qdrant_store import (COLLECTION_PREFIX, _FLOAT_FIELDS, _INT_FIELDS, _KEYWORD_FIELDS, _dense,
-                                             _settable)
+from memstream.adapters.qdrant_store import (COLLECTION_PREFIX, _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS,
+                                             _KEYWORD_FIELDS, _dense, _settable)
 from memstream.ports import StoreFilter, StoreHit, StorePoint
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ _INDEXES = (
     [(f, qe.PayloadSchemaType.Keyword) for f in _KEYWORD_FIELDS]
     + [(f, qe.PayloadSchemaType.Float) for f in _FLOAT_FIELDS]
     + [(f, qe.PayloadSchemaType.Integer) for f in _INT_FIELDS]
+    + [(f, qe.PayloadSchemaType.Bool) for f in _BOOL_FIELDS]
 )
 
 
@@ -303,4 +304,6 @@ def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | N
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
     if has_id is not None:
         must.append(qe.HasIdCondition({has_id}))  # a set: the bindings refuse a list
-    return qe.Filter(must=must)
+    must_not = [qe.FieldCondition(key, match=_match_value(value))
+                for key, value in (where.not_equals.items() if where is not None else ())]
+    return qe.Filter(must=must, must_not=must_not or None)

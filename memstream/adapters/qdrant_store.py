@@ -35,6 +35,7 @@ _KEYWORD_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "role", "t
                    "scene_id", "host_id", "session_id")
 _FLOAT_FIELDS = ("event_ts",)
 _INT_FIELDS = ("seq",)
+_BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
 
 
 class QdrantStore:
@@ -93,6 +94,8 @@ class QdrantStore:
             self._client.create_payload_index(full, field, field_schema=schema.FLOAT)
         for field in _INT_FIELDS:
             self._client.create_payload_index(full, field, field_schema=schema.INTEGER)
+        for field in _BOOL_FIELDS:
+            self._client.create_payload_index(full, field, field_schema=schema.BOOL)
 
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not points:
@@ -220,4 +223,6 @@ def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = N
             must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
     if has_id is not None:
         must.append(models.HasIdCondition(has_id=[has_id]))
-    return models.Filter(must=must)
+    must_not = [models.FieldCondition(key=key, match=models.MatchValue(value=value))
+                for key, value in (where.not_equals.items() if where is not None else ())]
+    return models.Filter(must=must, must_not=must_not or None)

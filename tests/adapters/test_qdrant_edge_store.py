@@ -103,6 +103,10 @@ def test_another_tenants_points_are_never_returned(store):
     (StoreFilter(range_ts={"event_ts": (None, 200.0)}), [1, 2]),
     (StoreFilter(range_ts={"event_ts": (200.0, None)}), [2, 3]),
     (StoreFilter(equals={"subject": "Maria"}, range_ts={"event_ts": (150.0, None)}), [3]),
+    # excluded values: a missing key passes (point 3 has no superseded_by), a bool excludes only bools
+    (StoreFilter(not_equals={"superseded_by": pid(9)}), [1, 3]),
+    (StoreFilter(not_equals={"atomic": True}), [2, 3]),
+    (StoreFilter(equals={"subject": "Maria"}, not_equals={"conversation_id": "c2"}), [1]),
 ])
 def test_each_filter_kind(store, where, expected):
     fill(store)

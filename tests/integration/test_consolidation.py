@@ -67,6 +67,7 @@ def test_a_move_supersedes_the_old_city_without_deleting_it_and_repeats_collapse
     assert len(cards) == 5  # nothing deleted
     assert cards[boston_id]["superseded_by"] == denver_id
     assert cards[boston_id]["valid_to"] == denver_event_time(later)
+    assert cards[boston_id]["retired"] and not cards[denver_id].get("retired") and not cards[nurse_id].get("retired")
     assert cards[denver_id]["valid_to"] is None and cards[nurse_id]["valid_to"] is None
     assert cards[repeat_id]["duplicate_of"] == miso_id and cards[miso_id]["support"] == [repeat_id]
 

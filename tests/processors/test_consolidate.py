@@ -57,7 +57,7 @@ def test_queue_holds_similar_current_cards_of_the_same_subject_and_tenant_in_tim
     put(store, "t1", card(IDS["c"], "Tom", 2), unit(1, 0, 0))           # other subject: out
     put(store, "t2", card(IDS["d"], "Maria", 3), unit(1, 0, 0))         # other tenant: out
     put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))     # newer: in (the pair is oriented later)
-    put(store, "t1", card(IDS["g"], "Maria", 5), unit(1, 0.01, 0), valid_to=T0.isoformat())  # superseded: out
+    put(store, "t1", card(IDS["g"], "Maria", 5), unit(1, 0.01, 0), valid_to=T0.isoformat(), retired=True)  # superseded: out
     new = card(IDS["f"], "Maria", 30)
     put(store, "t1", new, unit(1, 0, 0))
     queue = update_queue(store, "t1", "c1", view(new), unit(1, 0, 0), PARAMS)
