@@ -16,9 +16,10 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstream.ports import LLM, StoreFilter, StoreHit, VectorStore
+from memstream.ports import LLM, Embedder, StoreFilter, StoreHit, StorePoint, VectorStore
 from schemas import (
     Card,
+    CardPatch,
     ConsolidationCandidate,
     ConsolidationUpdate,
     PairDecision,
@@ -29,9 +30,9 @@ from schemas import (
 from . import prompts
 from .ids import stable_id
 from .structured import call_with_repair, parse_output
-from .index import CARDS
+from .index import CARDS, card_spec
 from .retrieve import RETIRED
-from .versioning import ACTIONS, CardView, NewCard, oriented, patches_for, rule_decision
+from .versioning import ACTIONS, CardView, NewCard, apply_patches, changed_fields, oriented, patches_for, rule_decision
 
 log = logging.getLogger(__name__)
 
@@ -186,5 +187,29 @@ def merged_card(new: NewCard, older: Mapping[str, Any], newer: Mapping[str, Any]
                 version=max(int(older.get("version", 1)), int(newer.get("version", 1))) + 1)
 
 
-__all__ = ["ConsolidateParams", "Candidate", "current_cards", "update_queue", "Decider", "RuleDecider", "LlmDecider",
+def apply_update(store: VectorStore, embedder: Embedder, update: ConsolidationUpdate) -> int:
+    """Apply one queue's outcome to the store: insert merged cards, then patch payloads. Idempotent
+    (patches combine commutatively), so a redelivered or replayed update changes nothing more.
+    Returns how many cards changed."""
+    if update.merged_cards:
+        base = {"tenant_id": update.tenant_id, "conversation_id": update.conversation_id, "write_id": update.update_id}
+        specs = [card_spec(base, c, "user") for c in update.merged_cards]
+        vectors = embedder.embed([p.text for p in specs])
+        store.upsert(CARDS, [StorePoint(p.id, v, p.payload, p.text) for p, v in zip(specs, vectors)])
+    by_card: dict[str, list[CardPatch]] = {}
+    for patch in update.patches:
+        by_card.setdefault(patch.card_id, []).append(patch)
+    if not by_card:
+        return 0
+    stored = store.scroll(CARDS, update.tenant_id, where=StoreFilter(
+        equals={"conversation_id": update.conversation_id}, any_of={"card_id": list(by_card)}), limit=len(by_card) + 1)
+    changed = 0
+    for hit in stored:
+        fields = changed_fields(hit.payload, apply_patches(hit.payload, by_card[hit.id]))
+        if fields:
+            changed += store.set_payload(CARDS, update.tenant_id, hit.id, fields)
+    return changed
+
+
+__all__ = ["ConsolidateParams", "apply_update", "Candidate", "current_cards", "update_queue", "Decider", "RuleDecider", "LlmDecider",
            "consolidate_card", "merged_card"]

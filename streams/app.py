@@ -20,10 +20,10 @@ from faust.types import EventT
 
 from memstream.config import STAGES, Settings
 from processors.compress import compress_turn
-from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, consolidate_card
+from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update, consolidate_card
 from processors.extract import ExtractiveExtractor, LlmExtractor
-from processors.index import CARDS, LEXICAL, card_spec, points_for_write
-from processors.versioning import CardView, apply_patches, changed_fields
+from processors.index import CARDS, LEXICAL, points_for_write
+from processors.versioning import CardView
 from processors.query import QueryEngine
 from processors.segment import Segmenter, SegmenterState, window_is_idle
 from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
@@ -491,26 +491,8 @@ class _Wiring:
             metrics.consolidation_seconds.observe(time.perf_counter() - started)
             return StageResult()
 
-        def apply(update: ConsolidationUpdate) -> None:
-            store = services.store
-            if update.merged_cards:
-                specs = [card_spec({"tenant_id": update.tenant_id, "conversation_id": update.conversation_id,
-                                    "write_id": update.update_id}, c, "user") for c in update.merged_cards]
-                vectors = services.embedder.embed([p.text for p in specs])
-                store.upsert(CARDS, [StorePoint(p.id, v, p.payload, p.text) for p, v in zip(specs, vectors)])
-            by_card: dict[str, list] = {}
-            for patch in update.patches:
-                by_card.setdefault(patch.card_id, []).append(patch)
-            stored = store.scroll(CARDS, update.tenant_id, where=StoreFilter(
-                equals={"conversation_id": update.conversation_id}, any_of={"card_id": list(by_card)}),
-                limit=len(by_card) + 1)
-            for hit in stored:
-                fields = changed_fields(hit.payload, apply_patches(hit.payload, by_card[hit.id]))
-                if fields:
-                    store.set_payload(CARDS, update.tenant_id, hit.id, fields)
-
         async def on_update(raw: bytes) -> StageResult:
-            await asyncio.to_thread(apply, ConsolidationUpdate.from_bytes(raw))
+            await asyncio.to_thread(apply_update, services.store, services.embedder, ConsolidationUpdate.from_bytes(raw))
             return StageResult()
 
         self.agent("consolidate", "cards", on_write)

@@ -187,3 +187,29 @@ def retrieval(
         if key in result:
             console.print(f"{key}: {result[key]}")
     _write_json(result, json_out)
+
+
+@bench.command("consolidate")
+def consolidate(
+    sizes: str = typer.Option("10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py)"),
+    parallel: int = typer.Option(4, min=1, help="Update queues decided at once"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N."""
+    from bench.consolidate import GENERATOR, run_consolidate_bench
+
+    counts = [int(n) for n in sizes.split(",") if n.strip()]
+    with _progress() as progress:
+        task = progress.add_task("consolidating", total=sum(counts))
+        result = run_consolidate_bench(counts, parallel=parallel, progress=lambda k: progress.advance(task, k))
+    table = Table(title=f"consolidation at size (rules, no LLM); generator: {GENERATOR}")
+    for col in ("cards", "seconds", "cards/s", "candidates/queue", "decisions", "current cards"):
+        table.add_column(col, justify="right")
+    for run in result["runs"]:
+        table.add_row(str(run["cards"]), f"{run['seconds']:.1f}", f"{run['cards_per_s']:.0f}",
+                      f"{run['candidates_per_queue']:.2f}", ", ".join(f"{k} {v}" for k, v in sorted(run["decisions"].items())),
+                      str(run["current_cards"]))
+    console.print(table)
+    if "ratio" in result:
+        console.print(f"seconds_50k / seconds_10k = {result['ratio']} (5x the cards; linear = 5)")
+    _write_json(result, json_out)

@@ -1,0 +1,129 @@
+"""Consolidation cost at size: time and LLM calls to consolidate N cards, for growing N.
+
+Synthetic cards (the generator, stated in the JSON): ``N / 20`` subjects with 5 attributes each;
+an attribute is a random unit direction, and each card of it is that direction plus Gaussian
+noise (σ = 0.02 per coordinate, cosine ≈ 0.9 within an attribute, ≈ 0 across). Every card is
+"new": it gets its own update queue (one ANN search), decisions by the rules (no LLM; or the LLM
+when one is given) and its patches applied to the store, as the consolidation stream does.
+Near-linear growth is the point: O(N·k), never O(N²).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from memstream.ports import Embedder, StorePoint
+from processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
+from processors.ids import point_id
+from processors.index import CARDS, COLLECTIONS
+
+TENANT = "bench"
+CONVERSATION = "synthetic"
+GENERATOR = ("N/20 subjects x 5 attributes; card vector = attribute direction + N(0, 0.02^2) per coordinate "
+             "(cosine ~0.9 within an attribute); texts '<subject> <attribute>: value <i>', every 3rd saying "
+             "'now'; event times one hour apart")
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def synthetic_cards(n: int, *, dim: int = 384, seed: int = 11) -> list[StorePoint]:
+    rng = np.random.default_rng(seed)
+    subjects = max(1, n // 20)
+    directions = rng.normal(size=(subjects, 5, dim)).astype(np.float32)
+    directions /= np.linalg.norm(directions, axis=-1, keepdims=True)
+    points = []
+    for i in range(n):
+        s, a = int(rng.integers(subjects)), int(rng.integers(5))
+        vector = directions[s, a] + rng.normal(0, 0.02, size=dim).astype(np.float32)
+        vector /= np.linalg.norm(vector)
+        when = T0 + timedelta(hours=i)
+        text = f"person{s} attribute{a}: {'now ' if i % 3 == 0 else ''}value {i}"
+        card_id = point_id("synthetic-card", TENANT, CONVERSATION, [str(i)], text)
+        points.append(StorePoint(card_id, vector.tolist(), {
+            "tenant_id": TENANT, "conversation_id": CONVERSATION, "kind": "card", "card_id": card_id,
+            "subject": f"person{s}", "type": "state", "text": text, "turn_ids": [f"T{i}"],
+            "event_time": when.isoformat(), "event_ts": when.timestamp(), "valid_from": when.isoformat(),
+            "valid_to": None, "superseded_by": None, "version": 1}, text))
+    return points
+
+
+class _NoEmbedder:
+    """The rules never merge; an LLM decider would need the real embedder for merged cards."""
+
+    dim = 384
+    name = "none"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("the rule decisions never merge: nothing to embed")
+
+
+def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedder | None = None,
+                     params: ConsolidateParams = ConsolidateParams(), parallel: int = 4, workdir: Path | None = None,
+                     progress: Callable[[int], None] = lambda k: None) -> dict[str, Any]:
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+
+    decider = decider or RuleDecider(params)
+    embedder = embedder or _NoEmbedder()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        store = QdrantEdgeStore(Path(tmp) / "qdrant")
+        try:
+            store.ensure_collections(COLLECTIONS, 384)
+            cards = synthetic_cards(n)
+            for i in range(0, n, 2000):
+                store.upsert(CARDS, cards[i:i + 2000])
+            t0 = time.perf_counter()
+            store.optimize([CARDS])
+            optimize_s = time.perf_counter() - t0
+            hits = store.scroll(CARDS, TENANT, limit=n + 1, with_vectors=True)
+            decisions: dict[str, int] = {}
+            calls = queues = candidates = changed = 0
+
+            def one(hit):  # noqa: ANN001, ANN202
+                update = consolidate_card(store, decider, TENANT, CONVERSATION, hit, params)
+                return update, (apply_update(store, embedder, update) if update is not None else 0)
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                for update, n_changed in pool.map(one, hits):
+                    queues += 1
+                    progress(1)
+                    if update is None:
+                        continue
+                    candidates += len(update.candidates)
+                    changed += n_changed
+                    calls += sum(c.calls for c in update.costs)
+                    for d in update.decisions:
+                        decisions[d.action] = decisions.get(d.action, 0) + 1
+            seconds = time.perf_counter() - t0
+            current = store.count(CARDS, TENANT) - store.count(CARDS, TENANT, where=_retired())
+        finally:
+            store.close()
+    return {"cards": n, "seconds": round(seconds, 2), "cards_per_s": round(n / seconds, 1), "llm_calls": calls,
+            "queues": queues, "candidates_per_queue": round(candidates / max(queues, 1), 2), "decisions": decisions,
+            "cards_changed": changed, "current_cards": current, "optimize_s": round(optimize_s, 1)}
+
+
+def _retired():  # noqa: ANN202
+    from memstream.ports import StoreFilter
+
+    return StoreFilter(equals={"retired": True})
+
+
+def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any) -> dict[str, Any]:
+    runs = [consolidate_size(n, **kwargs) for n in sizes]
+    result: dict[str, Any] = {"generator": GENERATOR, "decider": "rules", "runs": runs}
+    by_size = {r["cards"]: r for r in runs}
+    if 10_000 in by_size and 50_000 in by_size:
+        result["seconds_10k"] = by_size[10_000]["seconds"]
+        result["seconds_50k"] = by_size[50_000]["seconds"]
+        result["ratio"] = round(result["seconds_50k"] / result["seconds_10k"], 2)
+    return result
+
+
+__all__ = ["GENERATOR", "synthetic_cards", "consolidate_size", "run_consolidate_bench"]

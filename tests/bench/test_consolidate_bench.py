@@ -1,0 +1,16 @@
+"""The consolidation size benchmark on a small synthetic set (real Qdrant Edge, rule decisions)."""
+
+from bench.consolidate import consolidate_size, synthetic_cards
+
+
+def test_synthetic_cards_are_deterministic_and_similar_within_an_attribute():
+    a, b = synthetic_cards(200), synthetic_cards(200)
+    assert [p.id for p in a] == [p.id for p in b] and len({p.id for p in a}) == 200
+    assert all(p.payload["valid_to"] is None and p.text for p in a)
+
+
+def test_every_card_gets_one_queue_and_nothing_is_deleted(tmp_path):
+    run = consolidate_size(400, workdir=tmp_path)
+    assert run["queues"] == 400 and run["llm_calls"] == 0
+    assert set(run["decisions"]) <= {"keep_both", "duplicate", "supersede"}  # the rules never merge
+    assert run["decisions"].get("supersede", 0) > 0 and 0 < run["current_cards"] < 400
