@@ -486,6 +486,7 @@ class _Wiring:
             await self.produce("consolidate.run", outs)
             state = pending.get(key) or {"cards": [], "last_write": 0.0}
             state["cards"] = [c for c in state["cards"] if c not in set(done)]
+            state["last_run"] = time.time()  # a card not indexed yet is retried after the next sleep, not at once
             pending[key] = state
             metrics.consolidation_runs.labels(command.reason).inc()
             metrics.consolidation_seconds.observe(time.perf_counter() - started)
@@ -498,14 +499,22 @@ class _Wiring:
         self.agent("consolidate", "cards", on_write)
         self.agent("consolidate.run", "control", on_command)
         self.agent("consolidate.apply", "updates", on_update)
-        self.idle_timer("consolidation", pending,
-                        lambda data: bool(data["cards"]) and time.time() - data["last_write"] >= s.sleep_idle_s, control,
+        def asleep(data: dict[str, Any]) -> bool:
+            quiet_since = max(data["last_write"], data.get("last_run", 0.0))
+            return bool(data["cards"]) and time.time() - quiet_since >= s.sleep_idle_s
+
+        self.idle_timer("consolidation", pending, asleep, control,
                         lambda tenant, conv: ConsolidateCommand(tenant_id=tenant, conversation_id=conv, reason="idle",
                                                                 requested_at=datetime.now(timezone.utc)))
         if s.consolidate_every_s > 0:
             async def scheduled() -> None:
-                await self.send(control, b"schedule", ConsolidateCommand(
-                    reason="schedule", requested_at=datetime.now(timezone.utc)).to_bytes())
+                # Each worker schedules the conversations its own partitions hold, keyed to them.
+                for key, data in list(pending.items()):
+                    if data and data["cards"]:
+                        tenant, conv = key.split("/", 1)
+                        await self.send(control, key.encode(), ConsolidateCommand(
+                            tenant_id=tenant, conversation_id=conv, reason="schedule",
+                            requested_at=datetime.now(timezone.utc)).to_bytes())
 
             self.app.timer(interval=s.consolidate_every_s, name="memstream.consolidation.schedule")(scheduled)
 

@@ -3,6 +3,7 @@ collapse, and arrival order does not matter."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -74,3 +75,17 @@ def test_a_move_supersedes_the_old_city_without_deleting_it_and_repeats_collapse
 
 def denver_event_time(later: MemoryWrite) -> str:
     return later.cards[0].event_time.isoformat()
+
+
+def test_an_idle_conversation_is_consolidated_without_a_command(make_pipeline):
+    pipe = make_pipeline(MEMSTREAM_CONSOLIDATE_TAU="0.68", MEMSTREAM_SLEEP_IDLE_S="2")
+    pipe.start_worker()
+    for w in (write("acme", 0, ["Maria lives in Boston."]), write("acme", 21, ["Maria moved to Denver."])):
+        pipe.produce_raw("cards", w.key.encode(), w.to_bytes())
+    pipe.drain()
+    deadline = time.monotonic() + 90
+    current = texts(pipe.ask("Where does Maria live?", tenant="acme", conversation=CONV, answer=False))
+    while "Maria lives in Boston." in current and time.monotonic() < deadline:
+        time.sleep(2)
+        current = texts(pipe.ask("Where does Maria live?", tenant="acme", conversation=CONV, answer=False))
+    assert current == ["Maria moved to Denver."], "the idle conversation was consolidated at sleep time"
