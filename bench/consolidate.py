@@ -19,10 +19,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from memstream.ports import Embedder, StorePoint
+from memstream.ports import Embedder, StoreFilter, StorePoint
 from processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
 from processors.ids import point_id
 from processors.index import CARDS, COLLECTIONS
+from processors.retrieve import RETIRED
 
 TENANT = "bench"
 CONVERSATION = "synthetic"
@@ -101,18 +102,12 @@ def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedd
                     for d in update.decisions:
                         decisions[d.action] = decisions.get(d.action, 0) + 1
             seconds = time.perf_counter() - t0
-            current = store.count(CARDS, TENANT) - store.count(CARDS, TENANT, where=_retired())
+            current = store.count(CARDS, TENANT) - store.count(CARDS, TENANT, where=StoreFilter(equals=RETIRED))
         finally:
             store.close()
     return {"cards": n, "seconds": round(seconds, 2), "cards_per_s": round(n / seconds, 1), "llm_calls": calls,
             "queues": queues, "candidates_per_queue": round(candidates / max(queues, 1), 2), "decisions": decisions,
             "cards_changed": changed, "current_cards": current, "optimize_s": round(optimize_s, 1)}
-
-
-def _retired():  # noqa: ANN202
-    from memstream.ports import StoreFilter
-
-    return StoreFilter(equals={"retired": True})
 
 
 def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any) -> dict[str, Any]:

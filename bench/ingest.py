@@ -18,6 +18,8 @@ from schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
 from streams import runtime
 from streams.deployment import Deployment
 
+from bench.deploy import deploy_worker
+
 TENANT = "bench"
 
 
@@ -99,16 +101,7 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
     embed_speed = raw_embedding_speed([t.text for t in turns], base)
     # Unwinds in reverse: the worker stops first, then the LLM server and the broker, if this run started them.
     with contextlib.ExitStack() as running:
-        status("starting Kafka")
-        running.enter_context(runtime.KAFKA.session(base))
-        if options.llm:
-            status("starting the local LLM server")
-            running.enter_context(runtime.LOCAL_LLM.session(base))
-            env |= runtime.local_llm_env(base)
-        deployment = Deployment(base, options.workdir / time.strftime("%Y%m%d-%H%M%S"), env)
-        running.callback(deployment.stop_workers)
-        status("starting a worker (all stages)")
-        deployment.start_worker("bench")
+        deployment = deploy_worker(running, base, options.workdir, env, llm=options.llm, status=status)
         status(f"streaming {len(turns)} turns")
         t0 = time.perf_counter()
         deployment.produce(turns, on_sent=on_sent)

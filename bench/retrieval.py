@@ -35,7 +35,8 @@ from processors.tokens import count_tokens
 from schemas import Query, Reply, Turn
 from streams import runtime
 from streams.client import MemoryClient
-from streams.deployment import Deployment
+
+from bench.deploy import deploy_worker
 
 TENANT = "bench"
 METHODS = ("adaptive", "lookup", "compose", "replay")
@@ -101,6 +102,15 @@ def baseline_outcome(q: Question, hits: Sequence[Any], budget: int) -> Outcome:
     return Outcome(evidence_recall(q.gold, provenance), sum(count_tokens(t) for t in texts[:keep]), 1.0 if keep else 0.0)
 
 
+def baseline_outcomes(q: Question, baseline: VectorStore, embedder: Embedder, budget: int, *,
+                      limit: int) -> dict[str, Outcome]:
+    """Dense and BM25 top-K over the raw turns of the question's conversation, within ``budget`` tokens."""
+    scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+    dense = baseline.search(TURNS, TENANT, embedder.embed([q.text])[0], where=scope, limit=limit)
+    sparse = baseline.search_text(TURNS, TENANT, q.text, where=scope, limit=limit)
+    return {"dense_topk": baseline_outcome(q, dense, budget), "bm25_topk": baseline_outcome(q, sparse, budget)}
+
+
 def summarize(outcomes: Sequence[Outcome]) -> dict[str, float]:
     n = max(len(outcomes), 1)
     return {"evidence_recall": round(sum(o.recall for o in outcomes) / n, 4),
@@ -126,12 +136,8 @@ def evaluate(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, que
                 profiles[reply.access_profile or "?"] = profiles.get(reply.access_profile or "?", 0) + 1
                 budget = max(reply.context_tokens, 1)
             results[method].append((q.category, reply_outcome(q, reply)))
-        vector = embedder.embed([q.text])[0]
-        scope = StoreFilter(equals={"conversation_id": q.conversation_id})
-        dense = baseline.search(TURNS, TENANT, vector, where=scope, limit=50)
-        sparse = baseline.search_text(TURNS, TENANT, q.text, where=scope, limit=50)
-        results["dense_topk"].append((q.category, baseline_outcome(q, dense, budget)))
-        results["bm25_topk"].append((q.category, baseline_outcome(q, sparse, budget)))
+        for name, outcome in baseline_outcomes(q, baseline, embedder, budget, limit=50).items():
+            results[name].append((q.category, outcome))
         progress()
     categories = sorted({q.category for q in questions})
     return {
@@ -153,14 +159,9 @@ def sweep(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questi
         for q in questions:
             reply = engine.run(query_for(q, "auto").model_copy(update={"k": k}))
             outcomes["adaptive"].append(reply_outcome(q, reply))
-            budget = max(reply.context_tokens, 1)
-            vector = embedder.embed([q.text])[0]
-            scope = StoreFilter(equals={"conversation_id": q.conversation_id})
-            limit = max(50, 4 * k)
-            outcomes["dense_topk"].append(baseline_outcome(
-                q, baseline.search(TURNS, TENANT, vector, where=scope, limit=limit), budget))
-            outcomes["bm25_topk"].append(baseline_outcome(
-                q, baseline.search_text(TURNS, TENANT, q.text, where=scope, limit=limit), budget))
+            for name, outcome in baseline_outcomes(q, baseline, embedder, max(reply.context_tokens, 1),
+                                                   limit=max(50, 4 * k)).items():
+                outcomes[name].append(outcome)
             progress()
         rows.append({"k": k, **{m: summarize(o) for m, o in outcomes.items()}})
     return rows
@@ -335,12 +336,7 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
                               "turns": len(turns), "questions": len(questions), "mode": "extractive"}
     env = {"MEMSTREAM_EXTRACT_MODE": "extractive", "MEMSTREAM_LLM_BASE_URL": "", "MEMSTREAM_COMPRESSOR_MODEL": ""}
     with contextlib.ExitStack() as running:
-        status("starting Kafka")
-        running.enter_context(runtime.KAFKA.session(base))
-        deployment = Deployment(base, options.workdir / time.strftime("%Y%m%d-%H%M%S"), env)
-        running.callback(deployment.stop_workers)
-        status("starting a worker (all stages)")
-        deployment.start_worker("bench")
+        deployment = deploy_worker(running, base, options.workdir, env, status=status)
         status(f"streaming {len(turns)} turns")
         t0 = time.perf_counter()
         deployment.produce(turns, on_sent=on_sent)

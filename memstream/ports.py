@@ -107,8 +107,10 @@ class VectorStore(Protocol):
         *,
         where: StoreFilter | None = None,
         limit: int = 10,
+        with_vectors: bool = False,
     ) -> list[StoreHit]:
-        """BM25 ranking over the points upserted with ``StorePoint.text``; scores are BM25 scores.
+        """BM25 ranking over the points upserted with ``StorePoint.text``; scores are BM25 scores
+        (``with_vectors``: the dense vectors come back too, as from ``search``).
 
         Same tenant and ``where`` filtering as :meth:`search`. IDF comes from the whole collection.
         """

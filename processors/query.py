@@ -20,22 +20,13 @@ from schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
-from .plan import LlmPlanner, rule_plan
+from .plan import LlmPlanner, Planner, RulePlanner
 from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, rerank, top_k
 from .tokens import count_tokens
 
 log = logging.getLogger(__name__)
 
 TEMPORAL_OPERATIONS = ("temporal_select", "sort")
-
-
-def rrf_fuse(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
-    """Reciprocal-rank fusion of several ranked id lists."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, pid in enumerate(ranking):
-            scores[pid] = scores.get(pid, 0.0) + 1.0 / (k + rank + 1)
-    return scores
 
 
 def cap_to_budget(texts: Sequence[str], max_tokens: int) -> int:
@@ -83,13 +74,10 @@ class QueryEngine:
         self.llm = llm
         self.options = options
         self.retriever = Retriever(store, options.retrieval)
-        self.planner = LlmPlanner(llm) if llm is not None and options.planner == "llm" else None
+        self.planner: Planner = LlmPlanner(llm) if llm is not None and options.planner == "llm" else RulePlanner()
 
-    def plan(self, query: Query, now: datetime) -> tuple[Plan, StageCost | None]:
-        if self.planner is not None:
-            plan, cost = self.planner.plan(query.question, now)
-        else:
-            plan, cost = rule_plan(query.question, now), None
+    def plan(self, query: Query, now: datetime) -> tuple[Plan, StageCost]:
+        plan, cost = self.planner.plan(query.question, now)
         if query.profile != "auto":
             plan = plan.model_copy(update={"profile": query.profile})
         return plan, cost
@@ -102,7 +90,7 @@ class QueryEngine:
 
         t0 = time.perf_counter()
         plan, plan_cost = self.plan(query, now)
-        if plan_cost is not None:
+        if plan_cost.calls:  # the rule planner spends nothing
             costs.append(plan_cost)
         latency["plan_ms"] = _ms(t0)
 
@@ -184,7 +172,6 @@ class QueryEngine:
             r.cascade(pool, scope, vectors[0])
             latency["cascade_ms"] = _ms(t0)
         t0 = time.perf_counter()
-        r.fill_vectors(pool, scope)
         chosen = top_k(rerank(pool, vectors, plan.entities, r.params), k, new_turns_only=r.params.new_turns_only)
         latency["rerank_ms"] = _ms(t0)
         return chosen
@@ -262,5 +249,5 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 3)
 
 
-__all__ = ["QueryEngine", "QueryOptions", "rrf_fuse", "cap_to_budget",
+__all__ = ["QueryEngine", "QueryOptions", "cap_to_budget",
            "roles_for", "time_range", "replay_window", "card_evidence", "profile_evidence"]

@@ -24,7 +24,6 @@ from memstream.ports import StoreFilter, StoreHit, VectorStore
 from .cascade import rank_topics
 from .index import CARDS, SCENES, TRIGGERS
 
-SIGNALS = ("dense", "sparse", "trigger", "cascade")
 # Cards consolidation took out of the current view (superseded, merged, repeats) carry retired=true.
 # An excluded value, not a required one: cards written before consolidation ran have no such key.
 RETIRED = {"retired": True}
@@ -99,9 +98,6 @@ class Pool:
                 c.vector = _vector(hit)
             c.ranks[ranking] = min(rank, c.ranks.get(ranking, rank))
             c.found_by.add(signal)
-
-    def missing_vectors(self) -> list[str]:
-        return [c.id for c in self.items.values() if c.vector is None]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -185,7 +181,7 @@ class Retriever:
                 pool.add(f"dense:{i}:{role}", "dense", self.store.search(
                     CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True))
                 pool.add(f"sparse:{i}:{role}", "sparse", self.store.search_text(
-                    CARDS, scope.tenant_id, text, where=where, limit=n))
+                    CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True))
 
     def triggers(self, pool: Pool, scope: Scope, vectors: np.ndarray) -> list[str]:
         """Promote the cards whose triggers pass the threshold; return the scenes promoted likewise."""
@@ -240,17 +236,6 @@ class Retriever:
         self.scene_items(pool, scope, vector, scene_ids, signal="cascade", limit=p.cascade_items)
         return scene_ids
 
-    def fill_vectors(self, pool: Pool, scope: Scope) -> None:
-        """BM25 hits come without vectors; the rerank needs them."""
-        missing = pool.missing_vectors()
-        if not missing:
-            return
-        for hit in self.store.scroll(CARDS, scope.tenant_id, where=scope.conversation(card_id=missing),
-                                     limit=len(missing), with_vectors=True):
-            c = pool.items.get(hit.id)
-            if c is not None and hit.vector is not None:
-                c.vector = np.asarray(hit.vector, dtype=np.float32)
 
-
-__all__ = ["SIGNALS", "RetrievalParams", "Scope", "Candidate", "Pool", "Retriever", "rerank", "top_k",
+__all__ = ["RETIRED", "RetrievalParams", "Scope", "Candidate", "Pool", "Retriever", "rerank", "top_k",
            "mentions_entity", "discriminative"]

@@ -166,7 +166,7 @@ class QdrantEdgeStore:
                            with_vectors)
 
     def search_text(self, collection: str, tenant_id: str, text: str, *,
-                    where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+                    where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
         with self._lock:
             self._require(collection)  # opened, so _lexical knows whether it has the sparse vector
             full = self._name(collection)
@@ -175,7 +175,7 @@ class QdrantEdgeStore:
                                  f"{BM25_VECTOR} sparse vector, then re-upsert the points with text")
         indices, values = self._bm25.query(text)
         query = qe.Query.Nearest(qe.SparseVector(indices, values), using=BM25_VECTOR)
-        return self._query(collection, tenant_id, query, where, limit, False)  # no terms: Edge answers []
+        return self._query(collection, tenant_id, query, where, limit, with_vectors)  # no terms: Edge answers []
 
     def _query(self, collection: str, tenant_id: str, query: qe.Query, where: StoreFilter | None,
                limit: int, with_vectors: bool) -> list[StoreHit]:

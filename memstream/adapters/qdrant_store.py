@@ -125,7 +125,7 @@ class QdrantStore:
         return [_hit(p, float(p.score), with_vectors) for p in result.points]
 
     def search_text(self, collection: str, tenant_id: str, text: str, *,
-                    where: StoreFilter | None = None, limit: int = 10) -> list[StoreHit]:
+                    where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
         flt = _filter(tenant_id, where)
         indices, values = self._bm25.query(text)
         full = self._name(collection)
@@ -137,9 +137,9 @@ class QdrantStore:
                 return []
             result = self._client.query_points(
                 full, query=models.SparseVector(indices=indices, values=values), using=BM25_VECTOR,
-                query_filter=flt, limit=limit, with_payload=True,
+                query_filter=flt, limit=limit, with_payload=True, with_vectors=with_vectors,
             )
-        return [_hit(p, float(p.score), False) for p in result.points]
+        return [_hit(p, float(p.score), with_vectors) for p in result.points]
 
     def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
                limit: int = 1000, with_vectors: bool = False) -> list[StoreHit]:

@@ -296,6 +296,9 @@ def test_with_vectors_returns_the_stored_dense_vector(store):
             assert isinstance(h.vector, list) and all(isinstance(x, float) for x in h.vector)
             assert h.vector == pytest.approx(stored[h.id], abs=1e-6)
     assert all(h.vector is None for h in store.search(COLL, "t1", X) + store.scroll(COLL, "t1"))
+    lexical = store.search_text(COLL, "t1", "Maria Pixel Alps", limit=20, with_vectors=True)
+    assert lexical and all(h.vector == pytest.approx(stored[h.id], abs=1e-6) for h in lexical)
+    assert all(h.vector is None for h in store.search_text(COLL, "t1", "Maria Pixel Alps"))
 
 
 def test_bm25_survives_close_and_reopen(kind, tmp_path):

@@ -31,7 +31,7 @@ def test_a_card_found_twice_is_one_candidate_with_both_votes():
     assert len(pool) == 3
     assert pool.items["b"].found_by == {"dense", "sparse"}
     assert pool.items["b"].ranks == {"dense:0:None": 1, "sparse:0:None": 0}
-    assert pool.missing_vectors() == ["c"]
+    assert pool.items["c"].vector is None and pool.items["b"].vector is not None  # the first hit's vector stays
 
 
 def test_rerank_orders_by_semantic_rank_plus_other_votes():

@@ -1,0 +1,30 @@
+"""The benches' running system: the broker (and the local LLM server) and one all-stages worker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from memstream.config import Settings
+from streams import runtime
+from streams.deployment import Deployment
+
+
+def deploy_worker(running: contextlib.ExitStack, base: Settings, workdir: Path, env: Mapping[str, str], *,
+                  llm: bool = False, status: Callable[[str], None] = lambda s: None) -> Deployment:
+    """Start what is not running yet and a worker in a fresh, isolated deployment under ``workdir``.
+    Everything is stopped, in reverse, when ``running`` unwinds (only what this call started)."""
+    status("starting Kafka")
+    running.enter_context(runtime.KAFKA.session(base))
+    env = dict(env)
+    if llm:
+        status("starting the local LLM server")
+        running.enter_context(runtime.LOCAL_LLM.session(base))
+        env |= runtime.local_llm_env(base)
+    deployment = Deployment(base, workdir / time.strftime("%Y%m%d-%H%M%S"), env)
+    running.callback(deployment.stop_workers)
+    status("starting a worker (all stages)")
+    deployment.start_worker("bench")
+    return deployment
