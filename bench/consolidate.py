@@ -85,8 +85,10 @@ def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedd
             decisions: dict[str, int] = {}
             calls = queues = candidates = changed = 0
 
+            as_of = datetime.now(timezone.utc)
+
             def one(hit):  # noqa: ANN001, ANN202
-                update = consolidate_card(store, decider, TENANT, CONVERSATION, hit, params)
+                update = consolidate_card(store, decider, TENANT, CONVERSATION, hit, params, as_of=as_of)
                 return update, (apply_update(store, embedder, update) if update is not None else 0)
 
             t0 = time.perf_counter()

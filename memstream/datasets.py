@@ -123,6 +123,7 @@ class LongMemEvalQuestion:
     haystack_session_ids: list[str]
     haystack_dates: list[str]
     haystack_sessions: list[list[dict[str, Any]]]
+    question_date: str = ""
 
 
 def load_longmemeval(path: Path) -> list[LongMemEvalQuestion]:
@@ -135,9 +136,46 @@ def load_longmemeval(path: Path) -> list[LongMemEvalQuestion]:
             haystack_session_ids=[str(s) for s in q.get("haystack_session_ids", [])],
             haystack_dates=[str(d) for d in q.get("haystack_dates", [])],
             haystack_sessions=q.get("haystack_sessions", []),
+            question_date=str(q.get("question_date", "")),
         )
         for q in data
     ]
+
+
+LONGMEMEVAL_DATE = "%Y/%m/%d (%a) %H:%M"
+
+
+def longmemeval_conversation_id(question: LongMemEvalQuestion) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:@\-]", "_", question.question_id)[:100] or "q"
+
+
+def longmemeval_turn_id(session_id: str, index: int) -> str:
+    """``<haystack session id>:<turn index>`` (the ids stay valid ids, and say where the turn came from)."""
+    return f"{re.sub(r'[^A-Za-z0-9_.@-]', '_', session_id)[:100]}:{index}"
+
+
+def longmemeval_turns(question: LongMemEvalQuestion, *, tenant_id: str) -> list[Turn]:
+    """A question's haystack as its own conversation: sessions in time order with their dates, each
+    turn ``<session>:<i>`` (its index in the session, as ``has_answer`` counts), each session's
+    last turn marked. Empty turns are skipped, keeping their index."""
+    sessions = sorted(zip(question.haystack_dates, question.haystack_session_ids, question.haystack_sessions),
+                      key=lambda s: datetime.strptime(s[0], LONGMEMEVAL_DATE))
+    conversation_id = longmemeval_conversation_id(question)
+    turns: list[Turn] = []
+    for date, session_id, session in sessions:
+        start = datetime.strptime(date, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
+        kept = [(i, t) for i, t in enumerate(session) if str(t.get("content", "")).strip()]
+        for n, (i, t) in enumerate(kept):
+            user = t.get("role") == "user"
+            turns.append(Turn(
+                tenant_id=tenant_id, conversation_id=conversation_id,
+                session_id=re.sub(r"[^A-Za-z0-9_.:@\-]", "_", session_id)[:100],
+                turn_id=longmemeval_turn_id(session_id, i), speaker="User" if user else "Assistant",
+                role="user" if user else "assistant", text=str(t["content"]),
+                event_time=start + timedelta(seconds=30 * n), metadata={"seq": len(turns)},
+                last_in_session=n == len(kept) - 1,
+            ))
+    return turns
 
 
 def topic_change_stream(question: LongMemEvalQuestion, *, tenant_id: str) -> tuple[list[Turn], list[int]]:
@@ -146,7 +184,7 @@ def topic_change_stream(question: LongMemEvalQuestion, *, tenant_id: str) -> tup
     turns: list[Turn] = []
     boundaries: list[int] = []
     start = datetime(2023, 1, 1, tzinfo=timezone.utc)
-    conversation_id = re.sub(r"[^A-Za-z0-9_.:@\-]", "_", question.question_id)[:100] or "q"
+    conversation_id = longmemeval_conversation_id(question)
     for session in question.haystack_sessions:
         session = [t for t in session if str(t.get("content", "")).strip()]
         if not session:

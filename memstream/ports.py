@@ -63,6 +63,8 @@ class StoreFilter:
     range_ts: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
     # Excluded values: a point whose key is missing or different passes (must_not).
     not_equals: Mapping[str, str | int | bool] = field(default_factory=dict)
+    # Excluded ranges (inclusive bounds): a point whose key is missing or outside passes (must_not).
+    not_range_ts: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from . import prompts
 from .ids import stable_id
 from .structured import call_with_repair, parse_output
 from .index import CARDS, card_spec
-from .retrieve import RETIRED
 from .versioning import ACTIONS, CardView, NewCard, apply_patches, changed_fields, oriented, patches_for, rule_decision
 
 log = logging.getLogger(__name__)
@@ -51,15 +50,18 @@ class Candidate:
     similarity: float
 
 
-def current_cards(conversation_id: str, **equals: str) -> StoreFilter:
-    """Cards in the current view: not superseded, merged away or a repeat (not retired)."""
-    return StoreFilter(equals={"conversation_id": conversation_id, **equals}, not_equals=RETIRED)
+def current_as_of(conversation_id: str, as_of: float, **equals: str) -> StoreFilter:
+    """Cards that were current when a run began: not retired by an earlier run, and not created by
+    this one (a merge). What this run itself retires stays in its queues, so the run decides the
+    same whether it runs once or is redone after a crash that had applied part of it."""
+    return StoreFilter(equals={"conversation_id": conversation_id, **equals},
+                       not_range_ts={"retired_ts": (None, as_of - 1e-3), "created_ts": (as_of, None)})
 
 
 def update_queue(store: VectorStore, tenant_id: str, conversation_id: str, card: CardView,
-                 vector: Sequence[float], params: ConsolidateParams) -> list[Candidate]:
-    """The card's queue: similar current cards of its subject, in time order."""
-    hits = store.search(CARDS, tenant_id, vector, where=current_cards(conversation_id, subject=card.subject),
+                 vector: Sequence[float], params: ConsolidateParams, *, as_of: float) -> list[Candidate]:
+    """The card's queue: similar cards of its subject current as of the run's start, in time order."""
+    hits = store.search(CARDS, tenant_id, vector, where=current_as_of(conversation_id, as_of, subject=card.subject),
                         limit=params.top_n + 1)
     queue = [Candidate(CardView.from_payload(h.id, h.payload), h.payload, round(h.score, 5))
              for h in hits if h.id != card.card_id and h.score >= params.tau][:params.top_n]
@@ -143,12 +145,13 @@ class LlmDecider:
 
 
 def consolidate_card(store: VectorStore, decider: Decider, tenant_id: str, conversation_id: str, hit: StoreHit,
-                     params: ConsolidateParams) -> ConsolidationUpdate | None:
-    """One queue: build it, decide, turn decisions into patches (and merged cards). None if empty."""
+                     params: ConsolidateParams, *, as_of: datetime) -> ConsolidationUpdate | None:
+    """One queue of the run that began at ``as_of``: build it, decide, turn decisions into patches
+    (and merged cards). None if empty."""
     card = CardView.from_payload(hit.id, hit.payload)
     if hit.vector is None:
         raise ValueError("consolidation needs the card's stored vector (scroll with_vectors=True)")
-    queue = update_queue(store, tenant_id, conversation_id, card, hit.vector, params)
+    queue = update_queue(store, tenant_id, conversation_id, card, hit.vector, params, as_of=as_of.timestamp())
     if not queue:
         return None
     decisions, merged_texts, cost = decider.decide(card, queue)
@@ -170,7 +173,7 @@ def consolidate_card(store: VectorStore, decider: Decider, tenant_id: str, conve
         decisions=decisions, patches=patches, merged_cards=merged_cards,
         costs=[cost] if cost is not None else [],
         written_at=datetime.fromisoformat(written) if written else None,
-        decided_at=datetime.now(timezone.utc),
+        decided_at=datetime.now(timezone.utc), as_of=as_of,
     )
 
 
@@ -191,8 +194,10 @@ def apply_update(store: VectorStore, embedder: Embedder, update: ConsolidationUp
     """Apply one queue's outcome to the store: insert merged cards, then patch payloads. Idempotent
     (patches combine commutatively), so a redelivered or replayed update changes nothing more.
     Returns how many cards changed."""
+    run_ts = update.as_of.timestamp() if update.as_of is not None else None
     if update.merged_cards:
-        base = {"tenant_id": update.tenant_id, "conversation_id": update.conversation_id, "write_id": update.update_id}
+        base = {"tenant_id": update.tenant_id, "conversation_id": update.conversation_id, "write_id": update.update_id,
+                "created_ts": run_ts}
         specs = [card_spec(base, c, "user") for c in update.merged_cards]
         vectors = embedder.embed([p.text for p in specs])
         store.upsert(CARDS, [StorePoint(p.id, v, p.payload, p.text) for p, v in zip(specs, vectors)])
@@ -205,11 +210,11 @@ def apply_update(store: VectorStore, embedder: Embedder, update: ConsolidationUp
         equals={"conversation_id": update.conversation_id}, any_of={"card_id": list(by_card)}), limit=len(by_card) + 1)
     changed = 0
     for hit in stored:
-        fields = changed_fields(hit.payload, apply_patches(hit.payload, by_card[hit.id]))
+        fields = changed_fields(hit.payload, apply_patches(hit.payload, by_card[hit.id], run_ts=run_ts))
         if fields:
             changed += store.set_payload(CARDS, update.tenant_id, hit.id, fields)
     return changed
 
 
-__all__ = ["ConsolidateParams", "apply_update", "Candidate", "current_cards", "update_queue", "Decider", "RuleDecider", "LlmDecider",
+__all__ = ["ConsolidateParams", "apply_update", "Candidate", "current_as_of", "update_queue", "Decider", "RuleDecider", "LlmDecider",
            "consolidate_card", "merged_card"]

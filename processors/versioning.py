@@ -122,11 +122,15 @@ def patches_for(action: Action, older: CardView, newer: CardView, *, tenant_id: 
     raise ValueError(f"unknown action {action!r}")
 
 
-def apply_patches(payload: Mapping[str, Any], patches: Iterable[CardPatch]) -> dict[str, Any]:
+def apply_patches(payload: Mapping[str, Any], patches: Iterable[CardPatch], *, run_ts: float | None = None) -> dict[str, Any]:
     """A card's payload after these patches. Commutative and idempotent: the earliest successor
-    (by time order) wins, the repeats are a set, so arrival order and redelivery do not matter."""
+    (by time order) wins, the repeats are a set, so arrival order and redelivery do not matter.
+    ``run_ts``, when the patches' consolidation run began, is kept as ``retired_ts`` (the earliest
+    run that retired the card): later runs leave the card out of their queues, its own run not."""
     out = dict(payload)
     for patch in patches:
+        if patch.superseded_by is not None and run_ts is not None:
+            out["retired_ts"] = min(out.get("retired_ts") or run_ts, run_ts)
         if patch.superseded_by is not None and patch.successor_order is not None:
             current = out.get("successor_order")
             if current is None or tuple(patch.successor_order) < tuple(current):

@@ -183,6 +183,9 @@ class ConsolidationUpdate(TenantScoped):
     costs: list[StageCost] = Field(default_factory=list)
     written_at: UtcDatetime | None = Field(None, description="When the card was written (for the lag metric)")
     decided_at: UtcDatetime
+    as_of: UtcDatetime | None = Field(
+        None, description="When its run began (the command's time): the run's queues see the store as of then, so "
+                          "a run redone after a crash makes the same decisions whatever it had already applied")
 
 
 class ConsolidateCommand(Payload):

@@ -46,7 +46,7 @@ from schemas import (
 )
 from aiokafka import TopicPartition
 
-from memstream.ports import StoreFilter, StorePoint
+from memstream.ports import StoreFilter, StoreHit, StorePoint
 from schemas.query import TOPIC_PATTERN
 
 from .client import partition_lag
@@ -55,6 +55,7 @@ from .services import Services
 log = logging.getLogger(__name__)
 
 EXIT_STALLED = 75  # the worker exits with this code for its supervisor to restart it
+RUN_CHUNK = 64  # update queues a consolidation run decides before it sends their outcomes
 
 
 @dataclass
@@ -443,12 +444,15 @@ class _Wiring:
                 pending[write.key] = state
             return StageResult()
 
-        def run_queues(tenant: str, conversation: str, card_ids: list[str]) -> tuple[list[Out], list[str]]:
+        def indexed_cards(tenant: str, conversation: str, card_ids: list[str]) -> list[StoreHit]:
             hits = services.store.scroll(CARDS, tenant, where=StoreFilter(
                 equals={"conversation_id": conversation}, any_of={"card_id": card_ids}),
                 limit=len(card_ids) + 1, with_vectors=True)
-            hits.sort(key=lambda h: CardView.from_payload(h.id, h.payload).order)  # oldest first
-            outcomes = list(pool.map(lambda h: consolidate_card(services.store, decider, tenant, conversation, h, params), hits))
+            return sorted(hits, key=lambda h: CardView.from_payload(h.id, h.payload).order)  # oldest first
+
+        def run_queues(tenant: str, conversation: str, hits: list[StoreHit], as_of: datetime) -> list[Out]:
+            outcomes = list(pool.map(
+                lambda h: consolidate_card(services.store, decider, tenant, conversation, h, params, as_of=as_of), hits))
             outs = []
             for update in outcomes:
                 metrics.consolidation_queues.inc()
@@ -464,7 +468,7 @@ class _Wiring:
                 if update.written_at is not None:
                     metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
                 outs.append(Out(updates, update.key, update))
-            return outs, [h.id for h in hits]  # cards not indexed yet stay pending
+            return outs
 
         async def on_command(raw: bytes) -> StageResult:
             command = ConsolidateCommand.from_bytes(raw)
@@ -481,15 +485,26 @@ class _Wiring:
             if not state or not state["cards"]:
                 return StageResult()
             started = time.perf_counter()
-            outs, done = await asyncio.to_thread(run_queues, command.tenant_id, command.conversation_id, state["cards"])
-            # The updates are acknowledged by the broker before the cards stop being pending.
-            await self.produce("consolidate.run", outs)
+            tenant, conversation = command.tenant_id, command.conversation_id
+            hits = await asyncio.to_thread(indexed_cards, tenant, conversation, state["cards"])
+            log.info("consolidating %s: %d queues", key, len(hits))
+            # Outcomes go out a chunk at a time (memory stays flat, the store is updated as the run goes).
+            # A crash mid-run redelivers the command: the run is redone as of the same time, and the
+            # updates already out are replays (idempotent).
+            for i in range(0, len(hits), RUN_CHUNK):
+                outs = await asyncio.to_thread(run_queues, tenant, conversation, hits[i:i + RUN_CHUNK], command.requested_at)
+                await self.produce("consolidate.run", outs)
+                log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
+            # The updates are acknowledged by the broker before the cards stop being pending; cards
+            # not indexed yet stay pending.
+            done = {h.id for h in hits}
             state = pending.get(key) or {"cards": [], "last_write": 0.0}
-            state["cards"] = [c for c in state["cards"] if c not in set(done)]
+            state["cards"] = [c for c in state["cards"] if c not in done]
             state["last_run"] = time.time()  # a card not indexed yet is retried after the next sleep, not at once
             pending[key] = state
             metrics.consolidation_runs.labels(command.reason).inc()
             metrics.consolidation_seconds.observe(time.perf_counter() - started)
+            log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)
             return StageResult()
 
         async def on_update(raw: bytes) -> StageResult:

@@ -191,25 +191,66 @@ def retrieval(
 
 @bench.command("consolidate")
 def consolidate(
-    sizes: str = typer.Option("10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py)"),
+    sizes: str = typer.Option("10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py; '' = skip)"),
     parallel: int = typer.Option(4, min=1, help="Update queues decided at once"),
+    longmemeval: Optional[Path] = typer.Option(
+        LONGMEMEVAL_DEV if LONGMEMEVAL_DEV.exists() else None,
+        help="LongMemEval JSON for the knowledge-update measure (default: the dev set beside the repo; '' = skip)"),
+    tau: Optional[float] = typer.Option(None, help="Consolidation threshold for the knowledge-update run (default: configured)"),
+    k: Optional[int] = typer.Option(None, min=1, help="Evidence items per question (default: configured)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
-    """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N."""
+    """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N; and
+    on LongMemEval's knowledge-update questions, newest value ranked above the stale one before and
+    after consolidation, with ingestion measured while consolidation runs."""
     from bench.consolidate import GENERATOR, run_consolidate_bench
 
     counts = [int(n) for n in sizes.split(",") if n.strip()]
-    with _progress() as progress:
-        task = progress.add_task("consolidating", total=sum(counts))
-        result = run_consolidate_bench(counts, parallel=parallel, progress=lambda k: progress.advance(task, k))
-    table = Table(title=f"consolidation at size (rules, no LLM); generator: {GENERATOR}")
-    for col in ("cards", "seconds", "cards/s", "candidates/queue", "decisions", "current cards"):
-        table.add_column(col, justify="right")
-    for run in result["runs"]:
-        table.add_row(str(run["cards"]), f"{run['seconds']:.1f}", f"{run['cards_per_s']:.0f}",
-                      f"{run['candidates_per_queue']:.2f}", ", ".join(f"{k} {v}" for k, v in sorted(run["decisions"].items())),
-                      str(run["current_cards"]))
-    console.print(table)
-    if "ratio" in result:
-        console.print(f"seconds_50k / seconds_10k = {result['ratio']} (5x the cards; linear = 5)")
+    result: dict = {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if counts:
+        with _progress() as progress:
+            task = progress.add_task("consolidating", total=sum(counts))
+            result = run_consolidate_bench(counts, parallel=parallel, progress=lambda k: progress.advance(task, k))
+        table = Table(title=f"consolidation at size (rules, no LLM); generator: {GENERATOR}")
+        for col in ("cards", "seconds", "cards/s", "candidates/queue", "decisions", "current cards"):
+            table.add_column(col, justify="right")
+        for run in result["runs"]:
+            table.add_row(str(run["cards"]), f"{run['seconds']:.1f}", f"{run['cards_per_s']:.0f}",
+                          f"{run['candidates_per_queue']:.2f}", ", ".join(f"{k} {v}" for k, v in sorted(run["decisions"].items())),
+                          str(run["current_cards"]))
+        console.print(table)
+        if "ratio" in result:
+            console.print(f"seconds_50k / seconds_10k = {result['ratio']} (5x the cards; linear = 5)")
+    if longmemeval and str(longmemeval):
+        result["knowledge_update"] = _knowledge_update(longmemeval, tau, k)
     _write_json(result, json_out)
+
+
+def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int]) -> dict:
+    from bench.knowledge_update import KnowledgeUpdateOptions, run_knowledge_update_bench, update_case
+    from memstream.datasets import load_longmemeval, longmemeval_turns
+
+    questions = load_longmemeval(data)
+    cases = [c for c in map(update_case, questions) if c is not None]
+    turns = sum(len(longmemeval_turns(q, tenant_id="count")) for q in questions if update_case(q) is not None)
+    with _progress() as progress:
+        task = progress.add_task("starting", total=turns)
+        asked = progress.add_task("questions", total=2 * len(cases), visible=False)
+        ku = run_knowledge_update_bench(
+            KnowledgeUpdateOptions(data=data, tau=tau, k=k),
+            status=lambda text: progress.update(task, description=text),
+            on_sent=lambda _turn: progress.advance(task),
+            on_question=lambda: progress.update(asked, visible=True, advance=1))
+    table = Table(title=f"LongMemEval knowledge updates: {ku['questions']} questions, tau {ku['tau']}, K {ku['k']}")
+    for col in ("", "newest above stale", "newest found", "stale found"):
+        table.add_column(col, justify="right")
+    for when in ("before", "after"):
+        row = ku[when]
+        table.add_row(f"{when} consolidation", f"{row['newest_above_stale']:.2f}", f"{row['newest_found']:.2f}",
+                      f"{row['stale_found']:.2f}")
+    console.print(table)
+    console.print(f"versions: {ku['versions']}; consolidation {ku['consolidation_s']} s over {ku['consolidation_queues']} queues")
+    console.print(f"probe ingest: {ku['probe_alone_turns_per_s']} turns/s alone, {ku['probe_during_turns_per_s']} "
+                  f"turns/s while consolidating (ratio {ku['ingest_during_vs_alone']})")
+    return ku

@@ -198,8 +198,9 @@ async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]
 
 
 async def wait_drained(settings: Settings, group: str, topics: Iterable[str], *, timeout_s: float = 300.0,
-                       settle_s: float = 2.0, progress=None) -> dict[str, int]:  # noqa: ANN001
-    """Wait until ``group`` has committed everything on ``topics`` (twice in a row, ``settle_s`` apart)."""
+                       settle_s: float = 2.0, progress=None) -> float:  # noqa: ANN001
+    """Wait until ``group`` has committed everything on ``topics`` (twice in a row, ``settle_s`` apart).
+    Returns when (``time.monotonic()``) the lag was first seen at zero: the work was done then."""
     topics = list(topics)
     deadline = time.monotonic() + timeout_s
     zero_since: float | None = None
@@ -211,7 +212,7 @@ async def wait_drained(settings: Settings, group: str, topics: Iterable[str], *,
         if sum(lag.values()) == 0:
             zero_since = zero_since or time.monotonic()
             if time.monotonic() - zero_since >= settle_s:
-                return lag
+                return zero_since
         else:
             zero_since = None
         await asyncio.sleep(0.5)

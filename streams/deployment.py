@@ -23,8 +23,9 @@ from .app import app_id
 from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, wait_drained
 from .topics import ensure_topics
 
-# Topics a turn crosses before its memories are in the store.
-DRAIN_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "control", "updates")
+# Topics a turn crosses before its memories are in the store, then those of consolidation.
+INGEST_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
+DRAIN_TOPICS = (*INGEST_TOPICS, "control", "updates")
 
 
 def free_port() -> int:
@@ -79,8 +80,10 @@ class Deployment:
 
         asyncio.run(go())
 
-    def drain(self, timeout_s: float = 240.0) -> None:
-        asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in DRAIN_TOPICS],
+    def drain(self, timeout_s: float = 240.0, *, topics: Iterable[str] = DRAIN_TOPICS) -> float:
+        """Wait until the workers have committed everything on ``topics`` (all stages by default);
+        returns when (``time.monotonic()``) they had."""
+        return asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in topics],
                                  timeout_s=timeout_s))
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None) -> int:
@@ -132,6 +135,20 @@ class Deployment:
                     for records in batch.values():
                         out += [(r.key, r.value) for r in records]
                 return out
+            finally:
+                await consumer.stop()
+
+        return asyncio.run(go())
+
+    def message_count(self, topic: str) -> int:
+        """Messages on a topic so far: the sum of its partitions' end offsets."""
+        async def go() -> int:
+            name = self.settings.topic(topic)
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+            await consumer.start()
+            try:
+                tps = [TopicPartition(name, p) for p in (await partitions_of(self.settings, name))[name]]
+                return sum((await consumer.end_offsets(tps)).values())
             finally:
                 await consumer.stop()
 

@@ -306,4 +306,6 @@ def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | N
         must.append(qe.HasIdCondition({has_id}))  # a set: the bindings refuse a list
     must_not = [qe.FieldCondition(key, match=_match_value(value))
                 for key, value in (where.not_equals.items() if where is not None else ())]
+    must_not += [qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi))
+                 for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())]
     return qe.Filter(must=must, must_not=must_not or None)

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 COLLECTION_PREFIX = "memstream_"
 _KEYWORD_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "role", "turn_id", "turn_ids", "card_id",
                    "scene_id", "host_id", "session_id")
-_FLOAT_FIELDS = ("event_ts",)
+_FLOAT_FIELDS = ("event_ts", "retired_ts", "created_ts")  # consolidation runs see the store as of their start
 _INT_FIELDS = ("seq",)
 _BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
 
@@ -223,6 +223,8 @@ def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = N
             must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
     if has_id is not None:
         must.append(models.HasIdCondition(has_id=[has_id]))
-    must_not = [models.FieldCondition(key=key, match=models.MatchValue(value=value))
-                for key, value in (where.not_equals.items() if where is not None else ())]
+    must_not: list[models.Condition] = [models.FieldCondition(key=key, match=models.MatchValue(value=value))
+                                        for key, value in (where.not_equals.items() if where is not None else ())]
+    must_not += [models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi))
+                 for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())]
     return models.Filter(must=must, must_not=must_not or None)

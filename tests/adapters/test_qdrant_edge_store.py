@@ -107,6 +107,10 @@ def test_another_tenants_points_are_never_returned(store):
     (StoreFilter(not_equals={"superseded_by": pid(9)}), [1, 3]),
     (StoreFilter(not_equals={"atomic": True}), [2, 3]),
     (StoreFilter(equals={"subject": "Maria"}, not_equals={"conversation_id": "c2"}), [1]),
+    # excluded ranges (bounds inclusive); a point without the key passes
+    (StoreFilter(not_range_ts={"event_ts": (None, 200.0)}), [3]),
+    (StoreFilter(not_range_ts={"event_ts": (150.0, None), "seq": (None, 1.0)}), []),
+    (StoreFilter(not_range_ts={"retired_ts": (None, 1e12)}), [1, 2, 3]),
 ])
 def test_each_filter_kind(store, where, expected):
     fill(store)

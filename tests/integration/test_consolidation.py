@@ -10,7 +10,7 @@ import pytest
 
 from processors.ids import point_id
 from processors.index import CARDS
-from schemas import Card, MemoryWrite, Provenance, SourceTurn
+from schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +89,83 @@ def test_an_idle_conversation_is_consolidated_without_a_command(make_pipeline):
         time.sleep(2)
         current = texts(pipe.ask("Where does Maria live?", tenant="acme", conversation=CONV, answer=False))
     assert current == ["Maria moved to Denver."], "the idle conversation was consolidated at sleep time"
+
+
+FIRST = ["Ingrid", "Tomas", "Amara", "Kenji", "Lucia", "Farid", "Greta", "Mateo", "Noor", "Pavel", "Rosa", "Sven",
+         "Yara", "Dmitri", "Elif", "Hugo"]
+LAST = ["Olsen", "Nakamura", "Okafor", "Brennan", "Castillo", "Haddad", "Lindqvist", "Moreau", "Petrov", "Quinn",
+        "Rahman", "Silva", "Tanaka", "Varga", "Weber", "Zielinski"]
+CITIES = ["Boston", "Denver", "Seattle", "Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Austin", "Dublin", "Porto"]
+JOBS = ["nurse", "teacher", "plumber", "pilot", "chef", "lawyer", "baker", "architect", "dentist", "librarian"]
+
+
+def many_lives(tenant: str) -> list[MemoryWrite]:
+    """256 people, six cards each over ten weeks: a home and a job, the home said again, two moves and
+    a new job. Full names: MiniLM puts "<name> lives in Boston." and "<name> moved to Denver." near
+    0.81, so the default tau takes them into one queue."""
+    by_day: dict[int, list[tuple[str, str]]] = {}
+    for i, (first, last) in enumerate((f, l) for f in FIRST for l in LAST):
+        name, start = f"{first} {last}", i % 5
+        home, move, move2 = CITIES[i % 11], CITIES[(i + 3) % 11], CITIES[(i + 7) % 11]
+        job, job2 = JOBS[i % 10], JOBS[(i + 4) % 10]
+        for day, text in ((start, f"{name} lives in {home}."), (start, f"{name} works as a {job}."),
+                          (start + 10, f"{name} lives in {home}."), (start + 30, f"{name} moved to {move}."),
+                          (start + 50, f"{name} now works as a {job2}."), (start + 70, f"{name} moved to {move2}.")):
+            by_day.setdefault(day, []).append((name, text))
+    writes = []
+    for day, said in sorted(by_day.items()):
+        when = T0 + timedelta(days=day)
+        turns = [SourceTurn(turn_id=f"D{day}:{i + 1}", session_id=f"S{day}", speaker=name, role="user", text=text,
+                            event_time=when + timedelta(seconds=i), seq=day * 10_000 + i)
+                 for i, (name, text) in enumerate(said)]
+        cards = [Card(card_id=point_id("card", tenant, CONV, [t.turn_id], t.text), subject=t.speaker, type="state",
+                      content=t.text, event_time=t.event_time, provenance=Provenance(turn_ids=[t.turn_id]),
+                      speaker=t.speaker, valid_from=t.event_time) for t in turns]
+        writes.append(MemoryWrite(tenant_id=tenant, conversation_id=CONV, write_id=f"w{day}", flush_id=f"f{day}",
+                                  mode="llm", cards=cards, scenes=[], source_turns=turns, written_at=when))
+    return writes
+
+
+def versions(pipe, tenant: str) -> dict[tuple[str, str], tuple]:  # noqa: ANN001
+    """Each card's consolidation state, with card ids replaced by (text, time): comparable across tenants."""
+    with pipe.store() as store:
+        cards = {h.id: h.payload for h in store.scroll(CARDS, tenant, limit=10_000)}
+    key = {cid: (p["text"], p["event_time"]) for cid, p in cards.items()}
+    return {key[cid]: (key.get(p.get("superseded_by")), key.get(p.get("duplicate_of")), p.get("valid_to"),
+                       bool(p.get("retired")), tuple(sorted(key[s] for s in p.get("support") or [])))
+            for cid, p in cards.items()}
+
+
+def test_killing_the_worker_mid_run_and_restarting_gives_the_state_of_an_uninterrupted_run(make_pipeline):
+    # One queue at a time: the run lasts long enough to be killed in the middle.
+    pipe = make_pipeline(MEMSTREAM_SLEEP_IDLE_S="3600", MEMSTREAM_CONSOLIDATE_PARALLEL="1")
+    worker = pipe.start_worker("before-crash")
+    for tenant in ("steady", "crashing"):
+        for w in many_lives(tenant):
+            pipe.produce_raw("cards", w.key.encode(), w.to_bytes())
+    pipe.drain()
+    assert pipe.consolidate(tenant="steady", conversation=CONV) == 1
+    pipe.drain()
+    out_before = pipe.message_count("updates")
+
+    assert pipe.consolidate(tenant="crashing", conversation=CONV) == 1
+    deadline = time.monotonic() + 120
+    while pipe.message_count("updates") == out_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.kill()  # some of the run's updates are out (and maybe applied), the rest not decided yet
+    pipe.workers = []
+    assert f"consolidated crashing/{CONV}" not in worker.log_text(), "the kill came after the run had finished"
+    out_at_crash = pipe.message_count("updates") - out_before
+
+    pipe.start_worker("after-crash")
+    pipe.drain()
+    pipe.stop_workers()
+    redone = [ConsolidationUpdate.from_bytes(v) for _, v in pipe.read_topic("updates")]
+    crashing = [u.update_id for u in redone if u.tenant_id == "crashing"]
+    assert 0 < out_at_crash < len(set(crashing)) and len(crashing) > len(set(crashing)), "the run was redone"
+
+    steady, crashed = versions(pipe, "steady"), versions(pipe, "crashing")
+    assert len(steady) == 256 * 6
+    assert sum(1 for v in steady.values() if v[0] and not v[1]) > 128, "moves superseded the old homes"
+    assert sum(1 for v in steady.values() if v[1]) > 128, "the repeated homes are duplicates"
+    assert crashed == steady
