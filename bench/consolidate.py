@@ -24,6 +24,7 @@ from processors.consolidate import ConsolidateParams, Decider, RuleDecider, appl
 from processors.ids import point_id
 from processors.index import CARDS, COLLECTIONS
 from processors.retrieve import RETIRED
+from processors.versioning import CardView, rule_decision
 
 TENANT = "bench"
 CONVERSATION = "synthetic"
@@ -112,6 +113,89 @@ def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedd
             "cards_changed": changed, "current_cards": current, "optimize_s": round(optimize_s, 1)}
 
 
+FIRST = ("Ingrid", "Tomas", "Amara", "Kenji", "Lucia", "Farid", "Greta", "Mateo", "Noor", "Pavel", "Rosa", "Sven",
+         "Yara", "Dmitri", "Elif", "Hugo")
+LAST = ("Olsen", "Nakamura", "Okafor", "Brennan", "Castillo", "Haddad", "Lindqvist", "Moreau", "Petrov", "Quinn",
+        "Rahman", "Silva", "Tanaka", "Varga", "Weber", "Zielinski")
+CITIES = ("Boston", "Denver", "Seattle", "Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Austin", "Dublin", "Porto")
+JOBS = ("nurse", "teacher", "plumber", "pilot", "chef", "lawyer", "baker", "architect", "dentist", "librarian")
+LIFE_STORIES = ("per person, six cards over ten weeks: a home and a job, the home said again ten days later, "
+                "a move, a new job ('now works as'), another move; full names (up to 256 people)")
+
+
+def life_stories(people: int) -> list[tuple[str, str, int]]:
+    """(subject, text, day) in time order: what people said about their homes and jobs (see LIFE_STORIES).
+    Full names: MiniLM puts "<name> lives in Boston." and "<name> moved to Denver." near 0.8."""
+    if not 0 < people <= len(FIRST) * len(LAST):
+        raise ValueError(f"people must be 1..{len(FIRST) * len(LAST)}")
+    said = []
+    for i, (first, last) in enumerate([(f, l) for f in FIRST for l in LAST][:people]):
+        name, start = f"{first} {last}", i % 5
+        home, move, move2 = CITIES[i % 11], CITIES[(i + 3) % 11], CITIES[(i + 7) % 11]
+        job, job2 = JOBS[i % 10], JOBS[(i + 4) % 10]
+        said += [(name, f"{name} lives in {home}.", start), (name, f"{name} works as a {job}.", start),
+                 (name, f"{name} lives in {home}.", start + 10), (name, f"{name} moved to {move}.", start + 30),
+                 (name, f"{name} now works as a {job2}.", start + 50), (name, f"{name} moved to {move2}.", start + 70)]
+    return sorted(said, key=lambda s: s[2])
+
+
+def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
+                        params: ConsolidateParams = ConsolidateParams(), workdir: Path | None = None,
+                        progress: Callable[[int], None] = lambda k: None) -> dict[str, Any]:
+    """Decide every card's queue over the life stories (real embeddings) with ``decider``, one queue
+    at a time, nothing applied: its cost per queue, its decisions, and how often they agree with the
+    rules on the same pairs."""
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+
+    stories = life_stories(people)
+    vectors = embedder.embed([text for _, text, _ in stories])
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        store = QdrantEdgeStore(Path(tmp) / "qdrant")
+        try:
+            store.ensure_collections(COLLECTIONS, embedder.dim)
+            points = []
+            for i, ((subject, text, day), vector) in enumerate(zip(stories, vectors)):
+                when = T0 + timedelta(days=day, seconds=i)
+                card_id = point_id("story-card", TENANT, CONVERSATION, [str(i)], text)
+                points.append(StorePoint(card_id, vector.tolist(), {
+                    "tenant_id": TENANT, "conversation_id": CONVERSATION, "kind": "card", "card_id": card_id,
+                    "subject": subject, "type": "state", "text": text, "turn_ids": [f"T{i}"],
+                    "event_time": when.isoformat(), "event_ts": when.timestamp(), "valid_from": when.isoformat(),
+                    "valid_to": None, "superseded_by": None, "version": 1}, text))
+            store.upsert(CARDS, points)
+            hits = store.scroll(CARDS, TENANT, limit=len(points) + 1, with_vectors=True)
+            views = {h.id: CardView.from_payload(h.id, h.payload) for h in hits}
+            as_of = datetime.now(timezone.utc)
+            decisions: dict[str, int] = {}
+            calls = prompt_tokens = completion_tokens = queues = pairs = agree = 0
+            t0 = time.perf_counter()
+            for hit in hits:
+                update = consolidate_card(store, decider, TENANT, CONVERSATION, hit, params, as_of=as_of)
+                progress(1)
+                if update is None:
+                    continue
+                queues += 1
+                for d in update.decisions:
+                    key = f"{d.action}/{d.decided_by}"
+                    decisions[key] = decisions.get(key, 0) + 1
+                    pairs += 1
+                    action = rule_decision(views[d.older_card_id], views[d.newer_card_id], d.similarity,
+                                           duplicate_similarity=params.duplicate_similarity)
+                    agree += action == d.action
+                for cost in update.costs:
+                    calls += cost.calls
+                    prompt_tokens += cost.prompt_tokens
+                    completion_tokens += cost.completion_tokens
+            seconds = time.perf_counter() - t0
+        finally:
+            store.close()
+    return {"people": people, "cards": len(stories), "generator": LIFE_STORIES, "queues": queues,
+            "seconds": round(seconds, 1), "seconds_per_queue": round(seconds / max(queues, 1), 3),
+            "llm_calls": calls, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "tokens_per_queue": round((prompt_tokens + completion_tokens) / max(queues, 1), 1),
+            "decisions": decisions, "pairs": pairs, "agreement_with_rules": round(agree / max(pairs, 1), 3)}
+
+
 def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any) -> dict[str, Any]:
     runs = [consolidate_size(n, **kwargs) for n in sizes]
     result: dict[str, Any] = {"generator": GENERATOR, "decider": "rules", "runs": runs}
@@ -123,4 +207,5 @@ def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any
     return result
 
 
-__all__ = ["GENERATOR", "synthetic_cards", "consolidate_size", "run_consolidate_bench"]
+__all__ = ["GENERATOR", "LIFE_STORIES", "synthetic_cards", "consolidate_size", "life_stories", "consolidate_stories",
+           "run_consolidate_bench"]

@@ -193,11 +193,14 @@ def retrieval(
 def consolidate(
     sizes: str = typer.Option("10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py; '' = skip)"),
     parallel: int = typer.Option(4, min=1, help="Update queues decided at once"),
-    longmemeval: Optional[Path] = typer.Option(
-        LONGMEMEVAL_DEV if LONGMEMEVAL_DEV.exists() else None,
+    longmemeval: str = typer.Option(
+        str(LONGMEMEVAL_DEV) if LONGMEMEVAL_DEV.exists() else "",
         help="LongMemEval JSON for the knowledge-update measure (default: the dev set beside the repo; '' = skip)"),
     tau: Optional[float] = typer.Option(None, help="Consolidation threshold for the knowledge-update run (default: configured)"),
     k: Optional[int] = typer.Option(None, min=1, help="Evidence items per question (default: configured)"),
+    llm_people: int = typer.Option(0, min=0, max=256, help="Also decide the life stories of this many people with "
+                                   "the LLM (MEMSTREAM_LLM_BASE_URL, else the local server): cost per queue, agreement "
+                                   "with the rules (0 = skip)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N; and
@@ -222,9 +225,44 @@ def consolidate(
         console.print(table)
         if "ratio" in result:
             console.print(f"seconds_50k / seconds_10k = {result['ratio']} (5x the cards; linear = 5)")
-    if longmemeval and str(longmemeval):
-        result["knowledge_update"] = _knowledge_update(longmemeval, tau, k)
+    if llm_people:
+        result["llm_decider"] = _llm_decider(llm_people)
+    if longmemeval.strip():
+        result["knowledge_update"] = _knowledge_update(Path(longmemeval), tau, k)
     _write_json(result, json_out)
+
+
+def _llm_decider(people: int) -> dict:
+    import contextlib
+
+    from bench.consolidate import consolidate_stories
+    from memstream.adapters.openai_llm import OpenAICompatibleLLM
+    from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+    from processors.consolidate import ConsolidateParams, LlmDecider
+
+    from . import runtime
+
+    settings = Settings()
+    params = ConsolidateParams(tau=settings.consolidate_tau, top_n=settings.consolidate_top_n)
+    with contextlib.ExitStack() as running:
+        if settings.llm_base_url:
+            llm = OpenAICompatibleLLM(settings.llm_base_url, settings.llm_model, settings.llm_api_key,
+                                      timeout_s=settings.llm_timeout_s)
+        else:
+            console.print("starting the local LLM server (SmolLM2-135M)")
+            running.enter_context(runtime.LOCAL_LLM.session(settings))
+            llm = OpenAICompatibleLLM(runtime.local_llm_url(settings), "smollm2", "local", timeout_s=settings.llm_timeout_s)
+        runtime.apply_torch_threads(settings)
+        embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+        with _progress() as progress:
+            task = progress.add_task(f"LLM decisions ({llm.model})", total=6 * people)
+            run = consolidate_stories(people, LlmDecider(llm, params), embedder, params=params,
+                                      progress=lambda n: progress.advance(task, n))
+    run["model"] = llm.model
+    console.print(f"LLM decider ({llm.model}): {run['queues']} queues in {run['seconds']} s, {run['llm_calls']} calls, "
+                  f"{run['tokens_per_queue']} tokens/queue, decisions {run['decisions']}, "
+                  f"agreement with the rules {run['agreement_with_rules']}")
+    return run
 
 
 def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int]) -> dict:

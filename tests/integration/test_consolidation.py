@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from bench.consolidate import life_stories
 from processors.ids import point_id
 from processors.index import CARDS
 from schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
@@ -91,27 +92,11 @@ def test_an_idle_conversation_is_consolidated_without_a_command(make_pipeline):
     assert current == ["Maria moved to Denver."], "the idle conversation was consolidated at sleep time"
 
 
-FIRST = ["Ingrid", "Tomas", "Amara", "Kenji", "Lucia", "Farid", "Greta", "Mateo", "Noor", "Pavel", "Rosa", "Sven",
-         "Yara", "Dmitri", "Elif", "Hugo"]
-LAST = ["Olsen", "Nakamura", "Okafor", "Brennan", "Castillo", "Haddad", "Lindqvist", "Moreau", "Petrov", "Quinn",
-        "Rahman", "Silva", "Tanaka", "Varga", "Weber", "Zielinski"]
-CITIES = ["Boston", "Denver", "Seattle", "Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Austin", "Dublin", "Porto"]
-JOBS = ["nurse", "teacher", "plumber", "pilot", "chef", "lawyer", "baker", "architect", "dentist", "librarian"]
-
-
 def many_lives(tenant: str) -> list[MemoryWrite]:
-    """256 people, six cards each over ten weeks: a home and a job, the home said again, two moves and
-    a new job. Full names: MiniLM puts "<name> lives in Boston." and "<name> moved to Denver." near
-    0.81, so the default tau takes them into one queue."""
+    """The bench's life stories of 256 people (six cards each over ten weeks), one write per day."""
     by_day: dict[int, list[tuple[str, str]]] = {}
-    for i, (first, last) in enumerate((f, l) for f in FIRST for l in LAST):
-        name, start = f"{first} {last}", i % 5
-        home, move, move2 = CITIES[i % 11], CITIES[(i + 3) % 11], CITIES[(i + 7) % 11]
-        job, job2 = JOBS[i % 10], JOBS[(i + 4) % 10]
-        for day, text in ((start, f"{name} lives in {home}."), (start, f"{name} works as a {job}."),
-                          (start + 10, f"{name} lives in {home}."), (start + 30, f"{name} moved to {move}."),
-                          (start + 50, f"{name} now works as a {job2}."), (start + 70, f"{name} moved to {move2}.")):
-            by_day.setdefault(day, []).append((name, text))
+    for name, text, day in life_stories(256):
+        by_day.setdefault(day, []).append((name, text))
     writes = []
     for day, said in sorted(by_day.items()):
         when = T0 + timedelta(days=day)
@@ -169,3 +154,20 @@ def test_killing_the_worker_mid_run_and_restarting_gives_the_state_of_an_uninter
     assert sum(1 for v in steady.values() if v[0] and not v[1]) > 128, "moves superseded the old homes"
     assert sum(1 for v in steady.values() if v[1]) > 128, "the repeated homes are duplicates"
     assert crashed == steady
+
+
+def test_the_llm_decider_against_the_local_server_makes_one_call_per_queue_and_keeps_time_order(local_llm):
+    from bench.consolidate import consolidate_stories
+    from memstream.adapters.openai_llm import OpenAICompatibleLLM
+    from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+    from processors.consolidate import ConsolidateParams, LlmDecider
+
+    llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
+    params = ConsolidateParams()
+    run = consolidate_stories(1, LlmDecider(llm, params), SentenceTransformerEmbedder(None), params=params)
+    assert run["queues"] > 0
+    # one call per queue, plus at most one repair each; every call and token counted
+    assert run["queues"] <= run["llm_calls"] <= 2 * run["queues"]
+    assert run["prompt_tokens"] > 0 and run["completion_tokens"] > 0
+    assert run["pairs"] == sum(run["decisions"].values()) > 0
+    assert all(k.split("/")[1] in {"llm", "rules"} for k in run["decisions"])
