@@ -13,8 +13,10 @@ from streams.deployment import Deployment
 
 
 def deploy_worker(running: contextlib.ExitStack, base: Settings, workdir: Path, env: Mapping[str, str], *,
-                  llm: bool = False, status: Callable[[str], None] = lambda s: None) -> Deployment:
-    """Start what is not running yet and a worker in a fresh, isolated deployment under ``workdir``.
+                  llm: bool = False, status: Callable[[str], None] = lambda s: None,
+                  reopen: Path | None = None, before_start: Callable[[Deployment], None] = lambda d: None) -> Deployment:
+    """Start what is not running yet and a worker in a fresh, isolated deployment under ``workdir``
+    (or in the earlier deployment folder ``reopen``; ``before_start`` may touch its store first).
     Everything is stopped, in reverse, when ``running`` unwinds (only what this call started)."""
     status("starting Kafka")
     running.enter_context(runtime.KAFKA.session(base))
@@ -23,8 +25,12 @@ def deploy_worker(running: contextlib.ExitStack, base: Settings, workdir: Path, 
         status("starting the local LLM server")
         running.enter_context(runtime.LOCAL_LLM.session(base))
         env |= runtime.local_llm_env(base)
-    deployment = Deployment(base, workdir / time.strftime("%Y%m%d-%H%M%S"), env)
+    if reopen is not None:
+        deployment = Deployment.reopen(base, reopen, env)
+    else:
+        deployment = Deployment(base, workdir / time.strftime("%Y%m%d-%H%M%S"), env)
     running.callback(deployment.stop_workers)
+    before_start(deployment)
     status("starting a worker (all stages)")
     deployment.start_worker("bench")
     return deployment

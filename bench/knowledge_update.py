@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,6 @@ from streams.deployment import INGEST_TOPICS, Deployment
 from bench.deploy import deploy_worker
 
 TENANT = "bench"
-PROBE_TENANTS = ("probe-alone", "probe-during")
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class KnowledgeUpdateOptions:
     k: int | None = None  # evidence items per question; None = the configured default
     probe_turns: int = 120
     workdir: Path = Path(".data/bench/knowledge-update")
+    reopen: Path | None = None  # an earlier run's deployment folder: its haystacks are not ingested again
 
 
 async def _ask_all(settings: Settings, cases: Sequence[UpdateCase], k: int | None,
@@ -169,6 +170,24 @@ def value_similarity(store: VectorStore, case: UpdateCase) -> float | None:
     return round(max(pairs), 4) if pairs else None
 
 
+# What consolidation writes on a card; clearing them gives the card as it was indexed.
+CONSOLIDATION_FIELDS = ("retired", "retired_ts", "valid_to", "superseded_by", "successor_order", "duplicate_of",
+                        "support")
+
+
+def reset_consolidation(store: VectorStore, tenant_id: str) -> int:
+    """Undo every consolidation decision on the tenant's cards (payload only; returns how many
+    cards changed): a reopened deployment is measured before consolidation again."""
+    changed = 0
+    for hit in store.scroll(CARDS, tenant_id, limit=store.count(CARDS, tenant_id) + 1):
+        fields = {k: None for k in CONSOLIDATION_FIELDS if hit.payload.get(k) not in (None, False, [])}
+        if hit.payload.get("valid_to") is not None and not hit.payload.get("retired"):
+            fields.pop("valid_to")  # validity the card was written with, not a decision
+        if fields:
+            changed += store.set_payload(CARDS, tenant_id, hit.id, fields)
+    return changed
+
+
 def inspect_store(deployment: Deployment, cases: Sequence[UpdateCase]) -> dict[str, Any]:
     """Versions in the store after consolidation, and how similar the newest and stale values are."""
     with deployment.store() as store:
@@ -198,24 +217,33 @@ def run_knowledge_update_bench(options: KnowledgeUpdateOptions, *, status: Calla
         env["MEMSTREAM_CONSOLIDATE_TAU"] = str(options.tau)
     result: dict[str, Any] = {"data": str(options.data), "questions": len(cases), "turns": len(turns),
                               "mode": "extractive (no compressor)", "probe_turns": len(probe)}
+    def reset(deployment: Deployment) -> None:
+        with deployment.store() as store:
+            result["cards_reset"] = reset_consolidation(store, TENANT)
+
     with contextlib.ExitStack() as running:
-        deployment = deploy_worker(running, Settings(), options.workdir, env, status=status)
+        deployment = deploy_worker(running, Settings(), options.workdir, env, status=status, reopen=options.reopen,
+                                   before_start=reset if options.reopen else lambda d: None)
         settings = deployment.settings
         result |= {"tau": settings.consolidate_tau, "k": options.k or settings.evidence_k}
-        status(f"streaming {len(turns)} turns of {len(cases)} haystacks")
-        t0 = time.monotonic()
-        deployment.produce(turns, on_sent=on_sent)
-        result["ingest_s"] = round(deployment.drain(timeout_s=7200) - t0, 1)
+        if options.reopen is None:
+            status(f"streaming {len(turns)} turns of {len(cases)} haystacks")
+            t0 = time.monotonic()
+            deployment.produce(turns, on_sent=on_sent)
+            result["ingest_s"] = round(deployment.drain(timeout_s=7200) - t0, 1)
+        else:
+            result["reopened"] = str(options.reopen)
         status("asking before consolidation")
         before = _outcomes(cases, asyncio.run(_ask_all(settings, cases, options.k, on_question)))
 
+        run = uuid.uuid4().hex[:6]  # probe tenants of their own: a reopened deployment has seen earlier probes
         status(f"ingesting the {len(probe)}-turn probe alone")
-        alone_s, alone_rate = _ingest_rate(deployment, _probe(probe, PROBE_TENANTS[0]))
+        alone_s, alone_rate = _ingest_rate(deployment, _probe(probe, f"probe-alone-{run}"))
         status("consolidating, and ingesting the probe meanwhile")
         port = deployment.env["MEMSTREAM_METRICS_PORT"]
         t0 = time.monotonic()
-        deployment.consolidate(tenant=TENANT)
-        during_s, during_rate = _ingest_rate(deployment, _probe(probe, PROBE_TENANTS[1]))
+        deployment.consolidate(tenant=TENANT, scope="all")  # every card (a reopened store has none pending)
+        during_s, during_rate = _ingest_rate(deployment, _probe(probe, f"probe-during-{run}"))
         consolidation_wall = deployment.drain(timeout_s=3600) - t0
         sums = _metric_sums(port, ["memstream_consolidation_seconds_sum", "memstream_consolidation_queues_total"])
         status("asking after consolidation")
@@ -238,4 +266,5 @@ def run_knowledge_update_bench(options: KnowledgeUpdateOptions, *, status: Calla
 
 
 __all__ = ["UpdateCase", "UpdateOutcome", "update_case", "rank_values", "summarize_updates", "KnowledgeUpdateOptions",
-           "run_knowledge_update_bench", "value_similarity", "inspect_store"]
+           "run_knowledge_update_bench", "value_similarity", "inspect_store",
+           "reset_consolidation"]

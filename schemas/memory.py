@@ -197,6 +197,9 @@ class ConsolidateCommand(Payload):
     conversation_id: str | None = Field(None, pattern=ID_PATTERN)
     reason: Literal["command", "idle", "schedule"] = "command"
     requested_at: UtcDatetime
+    scope: Literal["pending", "all"] = Field(
+        "pending", description="pending: the cards written since the last run; all: every card of the conversation "
+                               "decided again (after changing tau or the decider)")
 
     @model_validator(mode="after")
     def _conversation_needs_tenant(self) -> ConsolidateCommand:

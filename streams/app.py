@@ -444,10 +444,15 @@ class _Wiring:
                 pending[write.key] = state
             return StageResult()
 
-        def indexed_cards(tenant: str, conversation: str, card_ids: list[str]) -> list[StoreHit]:
-            hits = services.store.scroll(CARDS, tenant, where=StoreFilter(
-                equals={"conversation_id": conversation}, any_of={"card_id": card_ids}),
-                limit=len(card_ids) + 1, with_vectors=True)
+        def indexed_cards(tenant: str, conversation: str, card_ids: list[str] | None) -> list[StoreHit]:
+            """The cards to run (None: every card of the conversation), with their vectors."""
+            if card_ids is None:
+                scope = StoreFilter(equals={"conversation_id": conversation})
+                limit = services.store.count(CARDS, tenant, where=scope) + 1
+            else:
+                scope = StoreFilter(equals={"conversation_id": conversation}, any_of={"card_id": card_ids})
+                limit = len(card_ids) + 1
+            hits = services.store.scroll(CARDS, tenant, where=scope, limit=limit, with_vectors=True)
             return sorted(hits, key=lambda h: CardView.from_payload(h.id, h.payload).order)  # oldest first
 
         def run_queues(tenant: str, conversation: str, hits: list[StoreHit], as_of: datetime) -> list[Out]:
@@ -475,18 +480,21 @@ class _Wiring:
             if command.conversation_id is None:
                 # A broadcast: one keyed command per pending conversation here, so each runs in the
                 # partition (and table changelog) that owns it.
+                # (scope "all": every conversation this worker has seen, pending or not).
                 prefix = f"{command.tenant_id}/" if command.tenant_id else ""
-                keys = [k for k, v in list(pending.items()) if v and v["cards"] and k.startswith(prefix)]
+                keys = [k for k, v in list(pending.items())
+                        if v and (v["cards"] or command.scope == "all") and k.startswith(prefix)]
                 return StageResult([Out(control, k, ConsolidateCommand(
                     tenant_id=k.split("/", 1)[0], conversation_id=k.split("/", 1)[1], reason=command.reason,
-                    requested_at=command.requested_at)) for k in keys])
+                    requested_at=command.requested_at, scope=command.scope)) for k in keys])
             key = f"{command.tenant_id}/{command.conversation_id}"
             state = pending.get(key)
-            if not state or not state["cards"]:
+            if command.scope == "pending" and (not state or not state["cards"]):
                 return StageResult()
             started = time.perf_counter()
             tenant, conversation = command.tenant_id, command.conversation_id
-            hits = await asyncio.to_thread(indexed_cards, tenant, conversation, state["cards"])
+            hits = await asyncio.to_thread(indexed_cards, tenant, conversation,
+                                           None if command.scope == "all" else state["cards"])
             log.info("consolidating %s: %d queues", key, len(hits))
             # Outcomes go out a chunk at a time (memory stays flat, the store is updated as the run goes).
             # A crash mid-run redelivers the command: the run is redone as of the same time, and the

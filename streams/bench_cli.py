@@ -198,6 +198,8 @@ def consolidate(
         help="LongMemEval JSON for the knowledge-update measure (default: the dev set beside the repo; '' = skip)"),
     tau: Optional[float] = typer.Option(None, help="Consolidation threshold for the knowledge-update run (default: configured)"),
     k: Optional[int] = typer.Option(None, min=1, help="Evidence items per question (default: configured)"),
+    reopen: Optional[Path] = typer.Option(None, help="Knowledge updates: reuse an earlier run's deployment folder "
+                                          "(its haystacks stay ingested; consolidation is undone and run again)"),
     llm_people: int = typer.Option(0, min=0, max=256, help="Also decide the life stories of this many people with "
                                    "the LLM (MEMSTREAM_LLM_BASE_URL, else the local server): cost per queue, agreement "
                                    "with the rules (0 = skip)"),
@@ -228,7 +230,7 @@ def consolidate(
     if llm_people:
         result["llm_decider"] = _llm_decider(llm_people)
     if longmemeval.strip():
-        result["knowledge_update"] = _knowledge_update(Path(longmemeval), tau, k)
+        result["knowledge_update"] = _knowledge_update(Path(longmemeval), tau, k, reopen)
     _write_json(result, json_out)
 
 
@@ -265,7 +267,7 @@ def _llm_decider(people: int) -> dict:
     return run
 
 
-def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int]) -> dict:
+def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen: Optional[Path]) -> dict:
     from bench.knowledge_update import KnowledgeUpdateOptions, run_knowledge_update_bench, update_case
     from memstream.datasets import load_longmemeval, longmemeval_turns
 
@@ -276,7 +278,7 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int]) -> dic
         task = progress.add_task("starting", total=turns)
         asked = progress.add_task("questions", total=2 * len(cases), visible=False)
         ku = run_knowledge_update_bench(
-            KnowledgeUpdateOptions(data=data, tau=tau, k=k),
+            KnowledgeUpdateOptions(data=data, tau=tau, k=k, reopen=reopen),
             status=lambda text: progress.update(task, description=text),
             on_sent=lambda _turn: progress.advance(task),
             on_question=lambda: progress.update(asked, visible=True, advance=1))

@@ -237,12 +237,14 @@ def ask(
 def consolidate(
     tenant: Optional[str] = typer.Option(None, help="Only this tenant's conversations"),
     conversation: Optional[str] = typer.Option(None, help="Only this conversation (needs --tenant)"),
+    all_cards: bool = typer.Option(False, "--all", help="Decide every card again, not only the new ones "
+                                                        "(after changing CONSOLIDATE_TAU or the decider)"),
 ) -> None:
     """Consolidate now (sleep time on demand): a command on memory.control for the workers running
     the consolidate stage. Without options, every conversation with new cards."""
     s = _settings()
     command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
-                                 requested_at=datetime.now(timezone.utc))
+                                 requested_at=datetime.now(timezone.utc), scope="all" if all_cards else "pending")
     asyncio.run(ensure_topics(s))
     sent = asyncio.run(request_consolidation(s, command))
     scope = f"{tenant}/{conversation}" if conversation else (f"tenant {tenant}" if tenant else "every tenant")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import uuid
 from datetime import datetime, timezone
@@ -37,9 +38,14 @@ def free_port() -> int:
 class Deployment:
     """One isolated deployment: nothing of another deployment's topics or memories is visible."""
 
+    MANIFEST = "deployment.json"
+
     def __init__(self, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None,
                  *, prefix: str | None = None):
         prefix = prefix or f"t{uuid.uuid4().hex[:10]}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # What a later run needs to pick this deployment up again (its topics, consumer group, store).
+        (data_dir / self.MANIFEST).write_text(json.dumps({"topic_prefix": prefix}) + "\n")
         self.env = {
             "MEMSTREAM_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
             "MEMSTREAM_TOPIC_PREFIX": prefix,
@@ -50,6 +56,14 @@ class Deployment:
         self.settings = Settings(**{k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
         self.workers: list[runtime.WorkerProcess] = []
         asyncio.run(ensure_topics(self.settings))
+
+    @classmethod
+    def reopen(cls, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None) -> Deployment:
+        """The deployment that was created in ``data_dir``: same topics, consumer group and store."""
+        manifest = data_dir / cls.MANIFEST
+        if not manifest.exists():
+            raise FileNotFoundError(f"{manifest} not found: {data_dir} holds no deployment")
+        return cls(base, data_dir, extra_env, prefix=json.loads(manifest.read_text())["topic_prefix"])
 
     @property
     def group(self) -> str:
@@ -86,9 +100,10 @@ class Deployment:
         return asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in topics],
                                  timeout_s=timeout_s))
 
-    def consolidate(self, *, tenant: str | None = None, conversation: str | None = None) -> int:
+    def consolidate(self, *, tenant: str | None = None, conversation: str | None = None,
+                    scope: str = "pending") -> int:
         command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
-                                     requested_at=datetime.now(timezone.utc))
+                                     requested_at=datetime.now(timezone.utc), scope=scope)  # type: ignore[arg-type]
         return asyncio.run(request_consolidation(self.settings, command))
 
     def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto", answer: bool = True,

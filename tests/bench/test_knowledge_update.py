@@ -46,3 +46,28 @@ def test_newest_counts_only_when_ranked_above_the_stale_value():
     assert not rank_values(case, [["ans_1:0"]]).newest_above_stale
     summary = summarize_updates([UpdateOutcome(0, 1), UpdateOutcome(2, 0), UpdateOutcome(None, 0), UpdateOutcome(1, None)])
     assert summary == {"newest_above_stale": 0.5, "newest_found": 0.75, "stale_found": 0.75, "questions": 4}
+
+
+def test_resetting_consolidation_gives_the_cards_as_indexed(tmp_path):
+    from bench.knowledge_update import reset_consolidation
+    from memstream.adapters.qdrant_store import QdrantStore
+    from memstream.ports import StorePoint
+    from processors.index import CARDS
+
+    store = QdrantStore(path=tmp_path / "q")
+    store.ensure_collections([CARDS], 2)
+    ids = [f"00000000-0000-0000-0000-00000000000{i}" for i in range(3)]
+    base = {"tenant_id": "t", "conversation_id": "c", "valid_to": None, "superseded_by": None}
+    store.upsert(CARDS, [
+        StorePoint(ids[0], [1, 0], {**base, "support": [ids[1]]}),
+        StorePoint(ids[1], [1, 0], {**base, "retired": True, "retired_ts": 5.0, "valid_to": "2024-01-01T00:00:00+00:00",
+                                    "superseded_by": ids[0], "duplicate_of": ids[0], "successor_order": [1, 1, ids[0]]}),
+        StorePoint(ids[2], [0, 1], {**base, "valid_to": "2025-01-01T00:00:00+00:00"}),  # written with its validity
+    ])
+    assert reset_consolidation(store, "t") == 2
+    cards = {h.id: h.payload for h in store.scroll(CARDS, "t")}
+    assert not cards[ids[0]].get("support") and not cards[ids[1]].get("retired")
+    assert cards[ids[1]].get("superseded_by") is None and cards[ids[1]].get("valid_to") is None
+    assert cards[ids[2]]["valid_to"] == "2025-01-01T00:00:00+00:00"
+    assert reset_consolidation(store, "t") == 0
+    store.close()
