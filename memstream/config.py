@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     sleep_idle_s: float = Field(600.0, gt=0, description="Consolidate a conversation once it has been idle this long")
     consolidate_every_s: float = Field(0.0, ge=0, description="Also consolidate every pending conversation on this schedule (0 = off)")
     consolidate_parallel: int = Field(4, ge=1, description="Update queues decided at once (bounded worker pool)")
+    consolidate_yield: float = Field(3.0, ge=0, description="While the worker ingests, a run pauses this many times "
+                                                            "as long as each chunk of queues took (0 = never gives way)")
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

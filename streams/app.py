@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 EXIT_STALLED = 75  # the worker exits with this code for its supervisor to restart it
 RUN_CHUNK = 64  # update queues a consolidation run decides before it sends their outcomes
+INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
 
 
 @dataclass
@@ -133,6 +134,8 @@ class _Wiring:
         self._topics: dict[str, faust.TopicT] = {}
         self.in_flight = 0  # events inside a handler now
         self.handled = 0  # events handled since start
+        self.ingesting = 0  # ingest-stage events inside a handler now
+        self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
 
     def watchdog(self) -> None:
         """Exit, for the supervisor to restart this worker, when its partitions lag while it idles.
@@ -179,12 +182,21 @@ class _Wiring:
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
     async def handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+        ingest = stage in INGEST_STAGES
         self.in_flight += 1
+        self.ingesting += ingest
         try:
             await self._handle(stage, event, handler)
         finally:
             self.in_flight -= 1
             self.handled += 1
+            if ingest:
+                self.ingesting -= 1
+                self.last_ingest = time.monotonic()
+
+    def busy_ingesting(self) -> bool:
+        """An ingest stage of this worker is handling a message, or finished one within the last second."""
+        return self.ingesting > 0 or time.monotonic() - self.last_ingest < 1.0
 
     async def _handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
@@ -489,6 +501,10 @@ class _Wiring:
                     requested_at=command.requested_at, scope=command.scope)) for k in keys])
             key = f"{command.tenant_id}/{command.conversation_id}"
             state = pending.get(key)
+            if state and state.get("last_as_of", 0.0) >= command.requested_at.timestamp():
+                # A run as of this time (or later) is done: a broadcast reaches a worker once per
+                # partition it holds, and a command can come back after its run finished.
+                return StageResult()
             if command.scope == "pending" and (not state or not state["cards"]):
                 return StageResult()
             started = time.perf_counter()
@@ -500,15 +516,20 @@ class _Wiring:
             # A crash mid-run redelivers the command: the run is redone as of the same time, and the
             # updates already out are replays (idempotent).
             for i in range(0, len(hits), RUN_CHUNK):
+                chunk_started = time.perf_counter()
                 outs = await asyncio.to_thread(run_queues, tenant, conversation, hits[i:i + RUN_CHUNK], command.requested_at)
                 await self.produce("consolidate.run", outs)
                 log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
+                if s.consolidate_yield and self.busy_ingesting():
+                    # Sleep-time work gives way while this worker ingests (they share its cores and GIL).
+                    await asyncio.sleep(s.consolidate_yield * (time.perf_counter() - chunk_started))
             # The updates are acknowledged by the broker before the cards stop being pending; cards
             # not indexed yet stay pending.
             done = {h.id for h in hits}
             state = pending.get(key) or {"cards": [], "last_write": 0.0}
             state["cards"] = [c for c in state["cards"] if c not in done]
             state["last_run"] = time.time()  # a card not indexed yet is retried after the next sleep, not at once
+            state["last_as_of"] = command.requested_at.timestamp()
             pending[key] = state
             metrics.consolidation_runs.labels(command.reason).inc()
             metrics.consolidation_seconds.observe(time.perf_counter() - started)

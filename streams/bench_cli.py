@@ -291,6 +291,7 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
                       f"{row['stale_found']:.2f}")
     console.print(table)
     console.print(f"versions: {ku['versions']}; consolidation {ku['consolidation_s']} s over {ku['consolidation_queues']} queues")
-    console.print(f"probe ingest: {ku['probe_alone_turns_per_s']} turns/s alone, {ku['probe_during_turns_per_s']} "
-                  f"turns/s while consolidating (ratio {ku['ingest_during_vs_alone']})")
+    console.print(f"ingest probes: {ku['probe_alone']['tokens_per_s']} tokens/s alone, "
+                  f"{ku['probe_during']['tokens_per_s']} tokens/s while consolidating "
+                  f"(ratio {ku['ingest_during_vs_alone']}; consolidation took {ku['consolidation_wall_s']} s)")
     return ku
