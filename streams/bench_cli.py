@@ -275,7 +275,7 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
     cases = [c for c in map(update_case, questions) if c is not None]
     turns = sum(len(longmemeval_turns(q, tenant_id="count")) for q in questions if update_case(q) is not None)
     with _progress() as progress:
-        task = progress.add_task("starting", total=turns)
+        task = progress.add_task("starting", total=None if reopen else turns)  # a reopened run streams nothing
         asked = progress.add_task("questions", total=2 * len(cases), visible=False)
         ku = run_knowledge_update_bench(
             KnowledgeUpdateOptions(data=data, tau=tau, k=k, reopen=reopen),
