@@ -22,9 +22,10 @@ import numpy as np
 from memstream.ports import Embedder, StoreFilter, StorePoint
 from processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
 from processors.ids import point_id
-from processors.index import CARDS, COLLECTIONS
+from processors.index import CARDS, COLLECTIONS, card_spec
 from processors.retrieve import RETIRED
 from processors.versioning import CardView, rule_decision
+from schemas import Card, Provenance
 
 TENANT = "bench"
 CONVERSATION = "synthetic"
@@ -32,6 +33,15 @@ GENERATOR = ("N/20 subjects x 5 attributes; card vector = attribute direction + 
              "(cosine ~0.9 within an attribute); texts '<subject> <attribute>: value <i>', every 3rd saying "
              "'now'; event times one hour apart")
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def card_point(index: int, subject: str, text: str, when: datetime, vector: Sequence[float]) -> StorePoint:
+    """A state card said at ``when``, as the index stage stores it (the same payload, via card_spec)."""
+    card = Card(card_id=point_id("bench-card", TENANT, CONVERSATION, [str(index)], text), subject=subject,
+                type="state", content=text, event_time=when, provenance=Provenance(turn_ids=[f"T{index}"]),
+                valid_from=when)
+    spec = card_spec({"tenant_id": TENANT, "conversation_id": CONVERSATION, "write_id": "bench"}, card, "user")
+    return StorePoint(spec.id, list(vector), spec.payload, spec.text)
 
 
 def synthetic_cards(n: int, *, dim: int = 384, seed: int = 11) -> list[StorePoint]:
@@ -44,14 +54,8 @@ def synthetic_cards(n: int, *, dim: int = 384, seed: int = 11) -> list[StorePoin
         s, a = int(rng.integers(subjects)), int(rng.integers(5))
         vector = directions[s, a] + rng.normal(0, 0.02, size=dim).astype(np.float32)
         vector /= np.linalg.norm(vector)
-        when = T0 + timedelta(hours=i)
         text = f"person{s} attribute{a}: {'now ' if i % 3 == 0 else ''}value {i}"
-        card_id = point_id("synthetic-card", TENANT, CONVERSATION, [str(i)], text)
-        points.append(StorePoint(card_id, vector.tolist(), {
-            "tenant_id": TENANT, "conversation_id": CONVERSATION, "kind": "card", "card_id": card_id,
-            "subject": f"person{s}", "type": "state", "text": text, "turn_ids": [f"T{i}"],
-            "event_time": when.isoformat(), "event_ts": when.timestamp(), "valid_from": when.isoformat(),
-            "valid_to": None, "superseded_by": None, "version": 1}, text))
+        points.append(card_point(i, f"person{s}", text, T0 + timedelta(hours=i), vector.tolist()))
     return points
 
 
@@ -153,15 +157,8 @@ def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
         store = QdrantEdgeStore(Path(tmp) / "qdrant")
         try:
             store.ensure_collections(COLLECTIONS, embedder.dim)
-            points = []
-            for i, ((subject, text, day), vector) in enumerate(zip(stories, vectors)):
-                when = T0 + timedelta(days=day, seconds=i)
-                card_id = point_id("story-card", TENANT, CONVERSATION, [str(i)], text)
-                points.append(StorePoint(card_id, vector.tolist(), {
-                    "tenant_id": TENANT, "conversation_id": CONVERSATION, "kind": "card", "card_id": card_id,
-                    "subject": subject, "type": "state", "text": text, "turn_ids": [f"T{i}"],
-                    "event_time": when.isoformat(), "event_ts": when.timestamp(), "valid_from": when.isoformat(),
-                    "valid_to": None, "superseded_by": None, "version": 1}, text))
+            points = [card_point(i, subject, text, T0 + timedelta(days=day, seconds=i), vector)
+                      for i, ((subject, text, day), vector) in enumerate(zip(stories, vectors))]
             store.upsert(CARDS, points)
             hits = store.scroll(CARDS, TENANT, limit=len(points) + 1, with_vectors=True)
             views = {h.id: CardView.from_payload(h.id, h.payload) for h in hits}

@@ -5,11 +5,22 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
+from urllib.request import urlopen
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from memstream.config import Settings
 from streams import runtime
 from streams.deployment import Deployment
+
+
+def worker_samples(port: int | str) -> Iterator[Sample]:
+    """Every sample on a worker's Prometheus endpoint."""
+    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
 
 
 def deploy_worker(running: contextlib.ExitStack, base: Settings, workdir: Path, env: Mapping[str, str], *,

@@ -18,7 +18,7 @@ from schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
 from streams import runtime
 from streams.deployment import Deployment
 
-from bench.deploy import deploy_worker
+from bench.deploy import deploy_worker, worker_samples
 
 TENANT = "bench"
 
@@ -62,18 +62,12 @@ def raw_embedding_speed(texts: Sequence[str], settings: Settings) -> float:
 def scrape_worker(port: int) -> dict[str, dict[str, float]]:
     """From the worker's own Prometheus endpoint: seconds each stage spent processing, and how many
     texts the embedding model computed or its cache answered."""
-    from urllib.request import urlopen
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out: dict[str, dict[str, float]] = {"stage_busy_s": {}, "embedded_texts": {}}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if family.name == "memstream_stage_latency_seconds" and sample.name.endswith("_sum"):
-                out["stage_busy_s"][sample.labels["stage"]] = round(sample.value, 2)
-            elif sample.name == "memstream_embedded_texts_total":
-                out["embedded_texts"][sample.labels["source"]] = sample.value
+    for sample in worker_samples(port):
+        if sample.name == "memstream_stage_latency_seconds_sum":
+            out["stage_busy_s"][sample.labels["stage"]] = round(sample.value, 2)
+        elif sample.name == "memstream_embedded_texts_total":
+            out["embedded_texts"][sample.labels["source"]] = sample.value
     return out
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.config import Settings
 from memstream.datasets import (
@@ -45,7 +43,7 @@ from schemas import Reply, Turn
 from streams.client import MemoryClient
 from streams.deployment import INGEST_TOPICS, Deployment
 
-from bench.deploy import deploy_worker
+from bench.deploy import deploy_worker, worker_samples
 
 TENANT = "bench"
 
@@ -137,13 +135,11 @@ def _outcomes(cases: Sequence[UpdateCase], replies: Sequence[Reply]) -> list[Upd
 
 
 def _metric_sums(port: str, names: Iterable[str]) -> dict[str, float]:
-    """Sums of the worker's metrics (all label sets) from its /metrics page."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    """Sums of the worker's metrics (all label sets)."""
     wanted, out = set(names), {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    for sample in worker_samples(port):
+        if sample.name in wanted:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
     return out
 
 

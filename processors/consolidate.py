@@ -70,7 +70,7 @@ def update_queue(store: VectorStore, tenant_id: str, conversation_id: str, card:
 
 class Decider(Protocol):
     def decide(self, card: CardView, queue: Sequence[Candidate]) -> tuple[list[PairDecision], dict[str, str], StageCost | None]:
-        """Per pair a decision; merged texts by newer card id; what the LLM cost (None without one)."""
+        """Per pair a decision; merged texts keyed "<older id>|<newer id>"; what the LLM cost (None without one)."""
         ...
 
 

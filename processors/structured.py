@@ -6,11 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
 
 from memstream.ports import LLM, LLMError, LlmResult
 from schemas import StageCost
+from schemas.base import json_object
 
 from .prompts import repair_user
 
@@ -20,14 +20,7 @@ Model = TypeVar("Model", bound=BaseModel)
 def parse_output(result: LlmResult, model: type[Model], error: type[Exception]) -> Model:
     """The result's JSON object validated as ``model``; anything else raises ``error`` with a reason
     short enough to send back in a repair prompt."""
-    data = result.data
-    if data is None:
-        try:
-            data = orjson.loads(result.content)
-        except orjson.JSONDecodeError as exc:
-            raise error(f"output is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise error(f"expected a JSON object, got {type(data).__name__}")
+    data = result.data if result.data is not None else json_object(result.content, error)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

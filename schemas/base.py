@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -18,6 +18,17 @@ class SchemaError(ValueError):
     """A payload that cannot be decoded or validated against its schema."""
 
 
+def json_object(raw: bytes | str, error: type[Exception] = SchemaError) -> dict[str, Any]:
+    """``raw`` decoded as a JSON object; anything else raises ``error`` with a short reason."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise error(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise error(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 class Payload(BaseModel):
     """Base of all topic payloads."""
 
@@ -30,12 +41,7 @@ class Payload(BaseModel):
 
     @classmethod
     def from_bytes(cls, raw: bytes | str) -> Self:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise SchemaError(f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise SchemaError(f"expected a JSON object, got {type(data).__name__}")
+        data = json_object(raw)
         try:
             return cls.model_validate(data)
         except ValueError as exc:

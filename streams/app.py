@@ -467,7 +467,7 @@ class _Wiring:
             hits = services.store.scroll(CARDS, tenant, where=scope, limit=limit, with_vectors=True)
             return sorted(hits, key=lambda h: CardView.from_payload(h.id, h.payload).order)  # oldest first
 
-        def run_queues(tenant: str, conversation: str, hits: list[StoreHit], as_of: datetime) -> list[Out]:
+        def run_queues(tenant: str, conversation: str, hits: list[StoreHit], as_of: datetime, new_cards: bool) -> list[Out]:
             outcomes = list(pool.map(
                 lambda h: consolidate_card(services.store, decider, tenant, conversation, h, params, as_of=as_of), hits))
             outs = []
@@ -482,7 +482,7 @@ class _Wiring:
                 for cost in update.costs:
                     metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
                                       tenant=tenant, conversation=conversation)
-                if update.written_at is not None:
+                if new_cards and update.written_at is not None:  # a --all run re-decides old cards: no lag
                     metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
                 outs.append(Out(updates, update.key, update))
             return outs
@@ -490,9 +490,9 @@ class _Wiring:
         async def on_command(raw: bytes) -> StageResult:
             command = ConsolidateCommand.from_bytes(raw)
             if command.conversation_id is None:
-                # A broadcast: one keyed command per pending conversation here, so each runs in the
-                # partition (and table changelog) that owns it.
-                # (scope "all": every conversation this worker has seen, pending or not).
+                # A broadcast: a keyed command per pending conversation here (scope "all": every one
+                # this worker has seen), so each runs in the partition (and table changelog) that owns
+                # it. Each copy of the broadcast fans out again; last_as_of below runs each once.
                 prefix = f"{command.tenant_id}/" if command.tenant_id else ""
                 keys = [k for k, v in list(pending.items())
                         if v and (v["cards"] or command.scope == "all") and k.startswith(prefix)]
@@ -517,7 +517,8 @@ class _Wiring:
             # updates already out are replays (idempotent).
             for i in range(0, len(hits), RUN_CHUNK):
                 chunk_started = time.perf_counter()
-                outs = await asyncio.to_thread(run_queues, tenant, conversation, hits[i:i + RUN_CHUNK], command.requested_at)
+                outs = await asyncio.to_thread(run_queues, tenant, conversation, hits[i:i + RUN_CHUNK],
+                                               command.requested_at, command.scope == "pending")
                 await self.produce("consolidate.run", outs)
                 log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
                 if s.consolidate_yield and self.busy_ingesting():
