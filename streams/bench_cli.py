@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -295,3 +296,138 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
                   f"{ku['probe_during']['tokens_per_s']} tokens/s while consolidating "
                   f"(ratio {ku['ingest_during_vs_alone']}; consolidation took {ku['consolidation_wall_s']} s)")
     return ku
+
+
+def _e2e_options(out: Path, extract: str, consolidate: bool, llm: bool, judge_base_url: Optional[str],
+                 judge_model: Optional[str], planner: Optional[str], k: Optional[int], sweep_k: str, torch_threads: int,
+                 seed: int):
+    from bench.e2e import E2EOptions
+
+    if extract not in ("extractive", "llm"):
+        raise typer.BadParameter("--extract is 'extractive' or 'llm'")
+    if planner not in (None, "auto", "llm", "rules"):
+        raise typer.BadParameter("--planner is 'auto', 'llm' or 'rules'")
+    import os
+
+    return E2EOptions(out=out, extract=extract, consolidate=consolidate, llm=llm, judge_base_url=judge_base_url,
+                      judge_model=judge_model, judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
+                      planner=planner, k=k, sweep_k=tuple(int(x) for x in sweep_k.split(",") if x.strip()),
+                      torch_threads=torch_threads, seed=seed)
+
+
+def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
+    from bench.e2e import Runner, Ui
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        status = progress.add_task("starting", total=None)
+        ingest = progress.add_task("turns ingested", total=bench_set.turns, visible=False)
+        asked = progress.add_task("questions", total=len(bench_set.questions), visible=False)
+        def on_status(text: str) -> None:
+            progress.update(status, description=text)
+            if not console.is_terminal:  # a log file gets a line per step (a live bar draws nothing there)
+                console.print(f"{time.strftime('%H:%M:%S')} {text}")
+
+        ui = Ui(status=on_status,
+                ingest=lambda done, total: progress.update(ingest, completed=done, total=total, visible=True),
+                asked=lambda done, total: progress.update(asked, completed=done, total=total, visible=True))
+        result = Runner(bench_set, options, fresh=fresh, ui=ui).run()
+        progress.update(status, description="done", total=1, completed=1)
+    _print_e2e(result)
+    console.print(f"results in {options.out}/ (results.json, report.md, {', '.join(result['plots'].values())})")
+
+
+def _print_e2e(result: dict) -> None:
+    from bench.report import METHOD_LABELS, METHODS
+
+    metrics = result["metrics"]
+    table = Table(title=f"{result['bench']}: {result['retrieval_scored']} questions scored, recall at the same "
+                        "context tokens")
+    table.add_column("group")
+    for metric in metrics:
+        for m in METHODS:
+            table.add_column(f"{METHOD_LABELS[m]}\n{metric.replace('_', ' ')}", justify="right")
+    rows = [("overall", result["recall"]["overall"])] + [
+        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()]
+    for name, row in rows:
+        table.add_row(name, *(f"{row[m][metric]:.3f}" if row[m][metric] is not None else "–"
+                              for metric in metrics for m in METHODS))
+    table.add_row("context tokens", *(f"{result['recall']['overall'][m]['context_tokens']:.0f}"
+                                      for _ in metrics for m in METHODS))
+    console.print(table)
+    cost = result["llm_cost"]
+    console.print(f"ingest {result['ingest']['turns_per_s']} turns/s; query p50 {result['latency_ms']['p50']} ms, "
+                  f"p99 {result['latency_ms']['p99']} ms; LLM calls: construction {cost['construction']['total']['calls']}, "
+                  f"query {cost['query']['total']['calls']}" + (f", judge {cost['judge']['total']['calls']}" if "judge" in cost else ""))
+    if "answers" in result:
+        a = result["answers"]["overall"]
+        console.print(f"answers by {result['models']['answer']}, judged by {result['models']['judge']}: "
+                      f"accuracy {a['accuracy']} over {a['questions']} questions"
+                      + (f", F1 {a['f1']}, BLEU-1 {a['bleu1']}" if "f1" in a else ""))
+
+
+_OUT_HELP = "Output folder: results.json, report.md, plots, and the run's state (a rerun resumes it)"
+_LLM_HELP = ("Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODEL / _API_KEY, else the local "
+             "SmolLM2 server) and judge the answers")
+
+
+@bench.command("locomo")
+def locomo(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON (the dev set beside the repo, or the official locomo10.json)"),
+    out: Path = typer.Option(Path("bench-results/locomo"), help=_OUT_HELP),
+    conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all)"),
+    questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
+                                            "every category represented (their conversations are ingested)"),
+    extract: str = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm"),
+    consolidate: bool = typer.Option(True, help="Consolidate after ingestion, as at sleep time"),
+    llm: bool = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP),
+    judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in "
+                                                 "MEMSTREAM_JUDGE_API_KEY"),
+    judge_model: Optional[str] = typer.Option(None, help="Judge model (default: the answer model)"),
+    planner: Optional[str] = typer.Option(None, help="Query planner for the questions: auto, llm or rules "
+                                          "(default: configured; rules with the local server)"),
+    k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
+    sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
+    torch_threads: int = typer.Option(0, min=0, help="Model threads of the lone worker (0 = every core)"),
+    seed: int = typer.Option(0, help="Seed of the question draw"),
+    fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
+) -> None:
+    """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
+    dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
+    from bench.cases import locomo_set
+
+    bench_set = locomo_set(data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+                           questions=questions, seed=seed)
+    _run_e2e(bench_set, _e2e_options(out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k,
+                                     torch_threads, seed), fresh)
+
+
+@bench.command("longmemeval")
+def longmemeval(
+    data: Path = typer.Option(LONGMEMEVAL_DEV, help="LongMemEval JSON (the dev set beside the repo, or the official "
+                              "longmemeval_s.json)"),
+    out: Path = typer.Option(Path("bench-results/longmemeval"), help=_OUT_HELP),
+    questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
+                                            "every type represented (only their haystacks are ingested)"),
+    extract: str = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm"),
+    consolidate: bool = typer.Option(True, help="Consolidate after ingestion, as at sleep time"),
+    llm: bool = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP),
+    judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in "
+                                                 "MEMSTREAM_JUDGE_API_KEY"),
+    judge_model: Optional[str] = typer.Option(None, help="Judge model (default: the answer model)"),
+    planner: Optional[str] = typer.Option(None, help="Query planner for the questions: auto, llm or rules "
+                                          "(default: configured; rules with the local server)"),
+    k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
+    sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
+    torch_threads: int = typer.Option(0, min=0, help="Model threads of the lone worker (0 = every core)"),
+    seed: int = typer.Option(0, help="Seed of the question draw"),
+    fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
+) -> None:
+    """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
+    asked over request/reply; session and turn recall per type against the baselines, costs, speed;
+    with --llm, answers judged with per-type rubrics (abstention apart)."""
+    from bench.cases import longmemeval_set
+
+    bench_set = longmemeval_set(data, questions=questions, seed=seed)
+    _run_e2e(bench_set, _e2e_options(out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k,
+                                     torch_threads, seed), fresh)

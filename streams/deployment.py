@@ -10,7 +10,7 @@ import socket
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -94,11 +94,12 @@ class Deployment:
 
         asyncio.run(go())
 
-    def drain(self, timeout_s: float = 240.0, *, topics: Iterable[str] = DRAIN_TOPICS) -> float:
+    def drain(self, timeout_s: float = 240.0, *, topics: Iterable[str] = DRAIN_TOPICS,
+              progress: Callable[[dict[str, int]], None] | None = None) -> float:
         """Wait until the workers have committed everything on ``topics`` (all stages by default);
-        returns when (``time.monotonic()``) they had."""
+        returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile."""
         return asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in topics],
-                                 timeout_s=timeout_s))
+                                        timeout_s=timeout_s, progress=progress))
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None,
                     scope: str = "pending") -> int:

@@ -1,0 +1,491 @@
+"""End-to-end benchmark runs: LoCoMo or LongMemEval through the real streaming pipeline.
+
+Phases, each resumable from the output folder:
+
+1. **ingest**: every conversation is produced onto the turns topic of a deployment kept in
+   ``<out>/deployment`` (its own topics and store), the worker drains the pipeline, then the tenant
+   is consolidated (a command, as at sleep time). Kafka is the checkpoint: a run interrupted while
+   the worker drains resumes from the committed offsets.
+2. **ask**: every question goes over the request/reply topics, at the configured K (with an answer
+   when ``llm``) and at each K of the budget sweep; with ``llm`` the answer is judged. One JSON line
+   per finished question in ``<out>/questions.jsonl``: a resumed run asks only the others.
+3. **evaluate**: with the worker stopped, the same-run baselines rank the raw turns (dense, BM25)
+   within each question's memstream context tokens, and the full context is counted; then
+   ``results.json``, ``report.md`` and the plots are written (``bench.report``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from memstream.config import Settings
+from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
+from processors.ids import point_id
+from processors.index import CARDS, TURNS
+from processors.tokens import count_tokens
+from schemas import Reply, Turn
+from streams import runtime
+from streams.client import MemoryClient
+from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
+
+from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
+from bench.deploy import worker_samples
+from bench.scoring import take_within_budget
+
+STATE = "state.json"
+RECORDS = "questions.jsonl"
+BASELINES = ("dense_topk", "bm25_topk")
+
+
+@dataclass
+class E2EOptions:
+    out: Path
+    extract: str = "extractive"  # how memories are built: "extractive" or "llm"
+    consolidate: bool = True  # consolidate the tenant after ingestion, before asking
+    llm: bool = False  # answers (the worker's LLM) and the judge
+    judge_base_url: str | None = None  # None: the answer endpoint
+    judge_model: str | None = None
+    judge_api_key: str | None = None
+    planner: str | None = None  # None: rules with the local LLM server, else the configured planner
+    k: int | None = None  # evidence items per question (None: configured)
+    sweep_k: Sequence[int] = (5, 10, 20, 40)
+    torch_threads: int = 0  # the lone worker may use every core (0 = torch's default)
+    seed: int = 0
+    ask_timeout_s: float = 300.0
+
+    def fingerprint(self, bench: BenchSet) -> dict[str, Any]:
+        """What a resumed run must share with the interrupted one."""
+        ids = hashlib.sha256("\n".join(q.qid for q in bench.questions).encode()).hexdigest()[:16]
+        return {"bench": bench.name, "data": str(Path(bench.data).resolve()), "questions": len(bench.questions),
+                "question_ids": ids, "extract": self.extract, "consolidate": self.consolidate, "llm": self.llm,
+                "judge_model": self.judge_model, "planner": self.planner, "k": self.k,
+                "sweep_k": list(self.sweep_k), "seed": self.seed}
+
+
+@dataclass
+class RunState:
+    """What is done, kept in ``<out>/state.json`` after every step."""
+
+    fingerprint: dict[str, Any]
+    produced: list[str] = field(default_factory=list)  # conversations on the turns topic
+    produced_turns: int = 0
+    ingested: bool = False
+    consolidated: bool = False
+    ingest_seconds: float = 0.0  # worker time spent ingesting, over all segments
+    ingest_segments: int = 0
+    indexed_turns: int = 0  # turn points written in earlier segments (progress only)
+    construction: dict[str, dict[str, int]] = field(default_factory=dict)  # LLM per stage, all segments
+    store_counts: dict[str, int] = field(default_factory=dict)
+    consolidation_s: float = 0.0
+    consolidation_decisions: dict[str, int] = field(default_factory=dict)
+    started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    @classmethod
+    def open(cls, out: Path, fingerprint: dict[str, Any], *, fresh: bool) -> RunState:
+        path = out / STATE
+        if fresh or not path.exists():
+            if fresh:
+                for name in (STATE, RECORDS):
+                    (out / name).unlink(missing_ok=True)
+                _remove_tree(out / "deployment")
+                _remove_tree(out / "baseline")
+            out.mkdir(parents=True, exist_ok=True)
+            state = cls(fingerprint)
+            state.save(out)
+            return state
+        state = cls(**json.loads(path.read_text()))
+        differs = sorted(k for k in fingerprint.keys() | state.fingerprint.keys()
+                         if fingerprint.get(k) != state.fingerprint.get(k))
+        if differs:
+            raise ValueError(f"{out} holds a run with other options ({', '.join(differs)}): "
+                             "pass --fresh to start it over, or another --out")
+        return state
+
+    def save(self, out: Path) -> None:
+        tmp = out / (STATE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, out / STATE)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def read_records(out: Path) -> dict[str, dict[str, Any]]:
+    """Finished questions by id (a line cut short by a crash is ignored: that question is asked again)."""
+    path = out / RECORDS
+    records: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                records[record["qid"]] = record
+    return records
+
+
+def append_record(out: Path, record: dict[str, Any]) -> None:
+    with (out / RECORDS).open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@dataclass
+class Ui:
+    """What the command shows while it runs."""
+
+    status: Callable[[str], None] = lambda text: None
+    ingest: Callable[[int, int], None] = lambda done, total: None  # turns indexed of total
+    asked: Callable[[int, int], None] = lambda done, total: None  # questions finished of total
+
+
+@dataclass
+class Endpoints:
+    """The LLM endpoints of a run: the worker's (answers, and extraction when asked) and the judge's."""
+
+    worker_env: dict[str, str]
+    answer_model: str | None
+    judge: Any = None  # an LLM port
+    judge_model: str | None = None
+
+
+def _llm_endpoints(running: contextlib.ExitStack, base: Settings, options: E2EOptions, ui: Ui) -> Endpoints:
+    needs_llm = options.llm or options.extract == "llm"
+    if not needs_llm:
+        return Endpoints({"MEMSTREAM_LLM_BASE_URL": ""}, None)
+    if base.llm_base_url:
+        env: dict[str, str] = {}
+        url, model, key = base.llm_base_url, base.llm_model, base.llm_api_key
+    else:
+        ui.status("starting the local LLM server")
+        running.enter_context(runtime.LOCAL_LLM.session(base))
+        env = runtime.local_llm_env(base)
+        url, model, key = env["MEMSTREAM_LLM_BASE_URL"], env["MEMSTREAM_LLM_MODEL"], "local"
+    judge = judge_model = None
+    if options.llm:
+        from memstream.adapters.openai_llm import OpenAICompatibleLLM
+
+        judge_model = options.judge_model or model
+        judge = OpenAICompatibleLLM(options.judge_base_url or url, judge_model, options.judge_api_key or key,
+                                    timeout_s=base.llm_timeout_s)
+    return Endpoints(env, model, judge, judge_model)
+
+
+def _worker_env(options: E2EOptions, endpoints: Endpoints, *, phase: str) -> dict[str, str]:
+    env = {"MEMSTREAM_EXTRACT_MODE": options.extract, "MEMSTREAM_COMPRESSOR_MODEL": "",
+           # Consolidation runs when the bench asks for it, not when a conversation happens to idle.
+           "MEMSTREAM_SLEEP_IDLE_S": "1000000000", "MEMSTREAM_CONSOLIDATE_EVERY_S": "0",
+           "MEMSTREAM_TORCH_THREADS": str(options.torch_threads)}
+    uses_llm = options.extract == "llm" if phase == "ingest" else options.llm
+    env |= endpoints.worker_env if uses_llm else {"MEMSTREAM_LLM_BASE_URL": ""}
+    if phase == "ask" and options.planner:
+        env["MEMSTREAM_QUERY_PLANNER"] = options.planner
+    return env
+
+
+def _llm_costs(port: str) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+    """The worker's LLM calls and tokens per stage, and its other counters (summed over labels)."""
+    stages: dict[str, dict[str, int]] = {}
+    other: dict[str, float] = {}
+    for s in worker_samples(port):
+        if s.name == "memstream_llm_calls_total":
+            stages.setdefault(s.labels["stage"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            stages[s.labels["stage"]]["calls"] += int(s.value)
+        elif s.name == "memstream_llm_tokens_total":
+            cost = stages.setdefault(s.labels["stage"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            cost[f"{s.labels['kind']}_tokens"] = cost.get(f"{s.labels['kind']}_tokens", 0) + int(s.value)
+        elif s.name.endswith("_total"):
+            key = s.name + "".join(f"|{v}" for _, v in sorted(s.labels.items()))
+            other[key] = other.get(key, 0.0) + s.value
+    return stages, other
+
+
+def _add_costs(into: dict[str, dict[str, int]], more: dict[str, dict[str, int]]) -> None:
+    for stage, cost in more.items():
+        mine = into.setdefault(stage, {})
+        for k, v in cost.items():
+            mine[k] = mine.get(k, 0) + v
+
+
+class Runner:
+    def __init__(self, bench: BenchSet, options: E2EOptions, *, fresh: bool = False, ui: Ui | None = None):
+        self.bench, self.options, self.ui = bench, options, ui or Ui()
+        self.out = options.out
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.state = RunState.open(self.out, options.fingerprint(bench), fresh=fresh)
+        self.base = Settings()
+
+    def _save(self) -> None:
+        self.state.save(self.out)
+
+    def _deployment(self, env: dict[str, str]) -> Deployment:
+        folder = self.out / "deployment"
+        if (folder / Deployment.MANIFEST).exists():
+            return Deployment.reopen(self.base, folder, env)
+        return Deployment(self.base, folder, env)
+
+    def run(self) -> dict[str, Any]:
+        from bench.report import write_outputs
+
+        with contextlib.ExitStack() as running:
+            self.ui.status("starting Kafka")
+            running.enter_context(runtime.KAFKA.session(self.base))
+            endpoints = _llm_endpoints(running, self.base, self.options, self.ui)
+            if not self.state.ingested or (self.options.consolidate and not self.state.consolidated):
+                self._ingest(running, endpoints)
+            records = read_records(self.out)
+            missing = [q for q in self.bench.questions if q.qid not in records]
+            if missing:
+                self._ask(running, endpoints, missing, len(records))
+                records = read_records(self.out)
+            deployment = self._deployment(_worker_env(self.options, endpoints, phase="ask"))
+            evaluation = self._evaluate(deployment, records)
+        result = self._result(records, evaluation, endpoints)
+        return write_outputs(self.out, self.bench, result)
+
+    # --- ingest ---------------------------------------------------------------------------------
+    def _ingest(self, running: contextlib.ExitStack, endpoints: Endpoints) -> None:
+        deployment = self._deployment(_worker_env(self.options, endpoints, phase="ingest"))
+        running.callback(deployment.stop_workers)
+        self._check_broker(deployment)
+        self.ui.status("starting a worker (all stages)")
+        deployment.start_worker("ingest")
+        port = deployment.env["MEMSTREAM_METRICS_PORT"]
+        total = self.bench.turns
+        scraped: dict[str, Any] = {"llm": {}, "other": {}}
+        last_scrape = [0.0]
+
+        def scrape() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                scraped["llm"], scraped["other"] = _llm_costs(port)
+            written = int(scraped["other"].get("memstream_points_written_total|turns", 0))
+            self.ui.ingest(min(total, self.state.indexed_turns + written), total)
+
+        def on_lag(_lag: dict[str, int]) -> None:
+            if time.monotonic() - last_scrape[0] >= 2.0:
+                last_scrape[0] = time.monotonic()
+                scrape()
+
+        t0 = time.monotonic()
+        ingesting = not self.state.ingested
+        try:
+            if ingesting:
+                for conversation_id, turns in self.bench.conversations.items():
+                    if conversation_id in self.state.produced:
+                        continue
+                    self.ui.status(f"producing {conversation_id}")
+                    deployment.produce(turns)
+                    self.state.produced.append(conversation_id)
+                    self.state.produced_turns += len(turns)
+                    self._save()
+                self.ui.status(f"ingesting {total} turns of {len(self.bench.conversations)} conversations")
+                finished = deployment.drain(timeout_s=7 * 24 * 3600, topics=INGEST_TOPICS, progress=on_lag)
+                scrape()
+                self._end_ingest_segment(finished - t0, scraped["other"], done=True)
+                ingesting = False
+            if self.options.consolidate and not self.state.consolidated:
+                self.ui.status(f"consolidating tenant {TENANT!r}")
+                t0 = time.monotonic()
+                deployment.consolidate(tenant=TENANT, scope="pending")
+                self.state.consolidation_s = round(deployment.drain(timeout_s=24 * 3600, topics=DRAIN_TOPICS) - t0, 1)
+                scrape()
+                self.state.consolidation_decisions = {
+                    k.split("|", 1)[1]: int(v) for k, v in scraped["other"].items()
+                    if k.startswith("memstream_consolidation_decisions_total|")}
+                self.state.consolidated = True
+        finally:
+            scrape()
+            if ingesting:  # interrupted: the time and progress so far count, the rest resumes from Kafka
+                self._end_ingest_segment(time.monotonic() - t0, scraped["other"], done=False)
+            # The worker's counters cover its whole life: this segment's ingestion and consolidation.
+            _add_costs(self.state.construction, scraped["llm"])
+            self._save()
+        deployment.stop_workers()
+        with deployment.store() as store:
+            self.state.store_counts = {c: store.count(c, TENANT) for c in ("cards", "scenes", "triggers", "turns",
+                                                                            "profiles")}
+        self._save()
+
+    def _end_ingest_segment(self, seconds: float, counters: dict[str, float], *, done: bool) -> None:
+        written = int(counters.get("memstream_points_written_total|turns", 0))
+        self.state.ingest_seconds = round(self.state.ingest_seconds + seconds, 1)
+        self.state.ingest_segments += 1
+        self.state.indexed_turns = min(self.bench.turns, self.state.indexed_turns + written)
+        self.state.ingested = done
+        self._save()
+
+    def _check_broker(self, deployment: Deployment) -> None:
+        """A resumed run needs the turns it produced: a broker that lost them would leave holes."""
+        if self.state.produced_turns and deployment.message_count("turns") < self.state.produced_turns:
+            raise RuntimeError(f"the broker no longer holds the turns this run produced into {deployment.settings.topic('turns')}; "
+                               "pass --fresh to start over")
+
+    # --- ask --------------------------------------------------------------------------------------
+    def _ask(self, running: contextlib.ExitStack, endpoints: Endpoints, questions: Sequence[BenchQuestion],
+             done: int) -> None:
+        deployment = self._deployment(_worker_env(self.options, endpoints, phase="ask"))
+        running.callback(deployment.stop_workers)
+        self.ui.status("starting a worker (all stages) for the questions")
+        deployment.start_worker("ask")
+        total = len(self.bench.questions)
+        self.ui.status(f"asking {len(questions)} questions over Kafka"
+                       + (f" (answers by {endpoints.answer_model}, judged by {endpoints.judge_model})"
+                          if self.options.llm else ""))
+        self.ui.asked(done, total)
+        asyncio.run(self._ask_all(deployment.settings, endpoints, questions, done, total))
+        deployment.stop_workers()
+
+    async def _ask_all(self, settings: Settings, endpoints: Endpoints, questions: Sequence[BenchQuestion],
+                       done: int, total: int) -> None:
+        from bench.judge import Judge
+
+        judge = Judge(endpoints.judge) if endpoints.judge is not None else None
+        timeout = self.options.ask_timeout_s
+        async with MemoryClient(settings) as client:
+            for q in questions:
+                t0 = time.perf_counter()
+                reply = await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id,
+                                         k=self.options.k, answer=self.options.llm, question_time=q.asked_at,
+                                         timeout_s=timeout)
+                record = question_record(q, reply, (time.perf_counter() - t0) * 1000.0)
+                for k in self.options.sweep_k:
+                    swept = await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, k=k,
+                                             answer=False, question_time=q.asked_at, timeout_s=timeout)
+                    turn_ids = provenance(swept)
+                    record["sweep"][str(k)] = {"context_tokens": swept.context_tokens, "turn_ids": turn_ids,
+                                               "scores": score(q, turn_ids)}
+                if judge is not None:
+                    record["judge"] = await asyncio.to_thread(judge_answer, judge, self.bench.name, q,
+                                                              record["answer"] or "")
+                append_record(self.out, record)
+                done += 1
+                self.ui.asked(done, total)
+
+    # --- evaluate -------------------------------------------------------------------------------
+    def _evaluate(self, deployment: Deployment, records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+
+        settings = deployment.settings
+        runtime.apply_torch_threads(settings)
+        embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+        full_tokens = {cid: count_tokens(full_context(turns)) for cid, turns in self.bench.conversations.items()}
+        with contextlib.ExitStack() as opened:
+            store = opened.enter_context(deployment.store())
+            if self.bench.baseline_index == "own":
+                self.ui.status("indexing the raw turns for the baselines")
+                baseline = opened.enter_context(contextlib.closing(self._own_baseline(embedder)))
+            else:
+                baseline = store
+            self.ui.status("ranking raw turns for the baselines")
+            rows: dict[str, dict[str, Any]] = {}
+            for q in self.bench.questions:
+                record = records[q.qid]
+                budgets = {"main": record["context_tokens"],
+                           **{k: s["context_tokens"] for k, s in record["sweep"].items()}}
+                rows[q.qid] = {"full_context_tokens": full_tokens[q.conversation_id],
+                               **baseline_rows(q, baseline, embedder, budgets,
+                                               limit=max(50, 4 * max([*self.options.sweep_k, settings.evidence_k])))}
+            cards = store.count(CARDS, TENANT)
+        return {"baselines": rows, "cards": cards, "embedding_model": embedder_name(settings)}
+
+    def _own_baseline(self, embedder: Embedder) -> VectorStore:
+        """The raw turns as a plain RAG system indexes them (``speaker: text``), kept in ``<out>/baseline``."""
+        from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+
+        turns = [t for ts in self.bench.conversations.values() for t in ts]
+        store = QdrantEdgeStore(self.out / "baseline")
+        store.ensure_collections([TURNS], embedder.dim)
+        if store.count(TURNS, TENANT) < len(turns):
+            for i in range(0, len(turns), 256):
+                chunk = turns[i:i + 256]
+                texts = [baseline_text(t) for t in chunk]
+                store.upsert(TURNS, [StorePoint(point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""),
+                                                v.tolist(), {"tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
+                                                             "turn_id": t.turn_id, "speaker": t.speaker, "text": t.text},
+                                                text)
+                                     for t, v, text in zip(chunk, embedder.embed(texts), texts)])
+        return store
+
+    def _result(self, records: dict[str, dict[str, Any]], evaluation: dict[str, Any],
+                endpoints: Endpoints) -> dict[str, Any]:
+        from bench.report import summarize_run
+
+        return summarize_run(self.bench, self.options, self.state, records, evaluation,
+                             answer_model=endpoints.answer_model, judge_model=endpoints.judge_model)
+
+
+def baseline_text(turn: Turn) -> str:
+    return f"{turn.speaker}: {turn.text}"
+
+
+def embedder_name(settings: Settings) -> str:
+    return settings.embedding_model or "all-MiniLM-L6-v2 (packaged)"
+
+
+def provenance(reply: Reply) -> list[str]:
+    """The turn ids behind the returned evidence, in rank order, each once."""
+    seen: dict[str, None] = {}
+    for e in reply.evidence:
+        for t in e.turn_ids:
+            seen.setdefault(t, None)
+    return list(seen)
+
+
+def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[str, Any]:
+    turn_ids = provenance(reply)
+    return {"qid": q.qid, "group": q.group, "abstention": q.abstention, "ok": reply.ok, "error": reply.error,
+            "latency_ms": round(latency_ms, 1), "worker_latency_ms": reply.latency_ms,
+            "profile": reply.access_profile, "evidence_items": len(reply.evidence),
+            "context_tokens": reply.context_tokens, "turn_ids": turn_ids, "scores": score(q, turn_ids),
+            "answer": reply.answer, "answer_mode": reply.answer_mode,
+            "costs": [c.model_dump(mode="json") for c in reply.costs], "sweep": {}}
+
+
+def judge_answer(judge: Any, bench: str, q: BenchQuestion, answer: str) -> dict[str, Any]:
+    from bench.judge import bleu1, token_f1
+
+    unreadable = judge.unreadable
+    if bench == "locomo":
+        correct, cost = judge.locomo(q.text, q.gold_answer, answer)
+        extra = {"f1": round(token_f1(answer, q.gold_answer), 4), "bleu1": round(bleu1(answer, q.gold_answer), 4)}
+    else:
+        correct, cost = judge.longmemeval(q.group, q.qid, q.text, q.gold_answer, answer)
+        extra = {}
+    return {"correct": correct, "readable": judge.unreadable == unreadable, "cost": cost.model_dump(mode="json"),
+            **extra}
+
+
+def ranked_turns(hits: Sequence[Any], budget: int) -> tuple[list[str], int]:
+    """A baseline's turns that fit ``budget`` tokens (at least one), and their tokens."""
+    texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in hits]
+    keep = take_within_budget(texts, budget, count_tokens)
+    return [h.payload["turn_id"] for h in hits[:keep]], sum(count_tokens(t) for t in texts[:keep])
+
+
+def baseline_rows(q: BenchQuestion, store: VectorStore, embedder: Embedder, budgets: dict[str, int], *,
+                  limit: int) -> dict[str, dict[str, Any]]:
+    """Dense and BM25 top-K over the question's raw turns at each budget (memstream's tokens)."""
+    scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+    dense = store.search(TURNS, TENANT, embedder.embed([q.text])[0], where=scope, limit=limit)
+    sparse = store.search_text(TURNS, TENANT, q.text, where=scope, limit=limit)
+    out: dict[str, dict[str, Any]] = {}
+    for name, hits in (("dense_topk", dense), ("bm25_topk", sparse)):
+        for key, budget in budgets.items():
+            turn_ids, tokens = ranked_turns(hits, max(int(budget), 1))
+            out.setdefault(name, {})[key] = {"context_tokens": tokens, "scores": score(q, turn_ids)}
+    return out
+
+
+__all__ = ["E2EOptions", "RunState", "Runner", "Ui", "read_records", "append_record", "question_record", "provenance",
+           "baseline_rows", "ranked_turns", "judge_answer", "BASELINES"]

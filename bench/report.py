@@ -1,0 +1,345 @@
+"""What an end-to-end benchmark run found: ``results.json``, ``report.md`` and the PNG plots.
+
+:func:`summarize_run` and :func:`render_report` are pure; :func:`write_outputs` writes the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from processors.tokens import count_tokens
+
+from bench.cases import BenchQuestion, BenchSet
+from bench.scoring import percentile
+
+METHODS = ("memstream", "dense_topk", "bm25_topk", "full_context")
+METHOD_LABELS = {"memstream": "memstream", "dense_topk": "dense top-K turns", "bm25_topk": "BM25 top-K turns",
+                 "full_context": "full context"}
+
+
+def method_point(q: BenchQuestion, record: dict[str, Any], baselines: dict[str, Any], method: str,
+                 key: str = "main") -> dict[str, Any]:
+    """One question's scores and context tokens for one method, at the main K or a swept K."""
+    if method == "memstream":
+        part = record if key == "main" else record["sweep"][key]
+        return {"scores": part["scores"], "context_tokens": part["context_tokens"]}
+    if method == "full_context":
+        # Every turn is in the context: recall 1 by definition (where the question is scored).
+        return {"scores": {m: 1.0 for m in record["scores"]}, "context_tokens": baselines["full_context_tokens"]}
+    return baselines[method][key]
+
+
+def aggregate(points: Iterable[dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
+    """Mean recall per metric (over the questions it applies to) and mean context tokens (all)."""
+    points = list(points)
+    out: dict[str, Any] = {}
+    for m in metrics:
+        values = [p["scores"][m] for p in points if m in p["scores"]]
+        out[m] = round(sum(values) / len(values), 4) if values else None
+        out[f"{m}_questions"] = len(values)
+    out["context_tokens"] = round(sum(p["context_tokens"] for p in points) / len(points), 1) if points else 0.0
+    out["questions"] = len(points)
+    return out
+
+
+def _sum_costs(costs: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for c in costs:
+        mine = out.setdefault(c["stage"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        for k in ("calls", "prompt_tokens", "completion_tokens"):
+            mine[k] += int(c.get(k, 0))
+    return out
+
+
+def _totals(stages: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {k: sum(s.get(k, 0) for s in stages.values()) for k in ("calls", "prompt_tokens", "completion_tokens")}
+
+
+def _machine() -> dict[str, Any]:
+    memory = None
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+            "memory_gib": memory, "processor": platform.processor() or platform.machine()}
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, dict[str, Any]],
+                  evaluation: dict[str, Any], *, answer_model: str | None, judge_model: str | None) -> dict[str, Any]:
+    questions = bench.questions
+    metrics = list(bench.metrics)
+    base = evaluation["baselines"]
+
+    def points(qs: Sequence[BenchQuestion], method: str, key: str = "main") -> list[dict[str, Any]]:
+        return [method_point(q, records[q.qid], base[q.qid], method, key) for q in qs]
+
+    groups = sorted({q.group for q in questions}, key=lambda g: (len(g), g))
+    by_group = {g: [q for q in questions if q.group == g] for g in groups}
+    recall = {
+        "overall": {m: aggregate(points(questions, m), metrics) for m in METHODS},
+        "per_group": {g: {m: aggregate(points(qs, m), metrics) for m in METHODS} for g, qs in by_group.items()},
+    }
+    sweep = [{"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in METHODS[:3]}}
+             for k in map(str, options.sweep_k)]
+    latencies = [r["latency_ms"] for r in records.values()]
+    worker_keys = sorted({k for r in records.values() for k in (r.get("worker_latency_ms") or {})})
+    query_costs = _sum_costs(c for r in records.values() for c in r["costs"])
+    turns = [t for ts in bench.conversations.values() for t in ts]
+    tokens = sum(count_tokens(t.text) for t in turns)
+    construction = state.construction
+    result: dict[str, Any] = {
+        "bench": bench.name, "data": str(bench.data), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": state.started_at, "machine": _machine(), "commit": _commit(),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()
+                    if k not in ("judge_api_key",)},
+        "models": {"embedding": evaluation["embedding_model"], "extraction": options.extract,
+                   "answer": answer_model if options.llm else None, "judge": judge_model},
+        "conversations": len(bench.conversations), "turns": len(turns), "turn_tokens": tokens,
+        "questions": len(questions), "retrieval_scored": sum(q.retrieval_scored for q in questions),
+        "groups": {g: {"name": bench.group_names.get(g, g), "questions": len(qs)} for g, qs in by_group.items()},
+        "metrics": metrics, "recall": recall, "sweep": sweep,
+        "errors": sum(not r["ok"] for r in records.values()),
+        "profiles": _count(r["profile"] or "?" for r in records.values()),
+        "latency_ms": {"p50": round(percentile(latencies, 50), 1), "p99": round(percentile(latencies, 99), 1),
+                       "worker": {k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)}
+                                  for k in worker_keys
+                                  if (v := [r["worker_latency_ms"][k] for r in records.values()
+                                            if k in (r.get("worker_latency_ms") or {})])}},
+        "ingest": {"turns": len(turns), "tokens": tokens, "seconds": state.ingest_seconds,
+                   "segments": state.ingest_segments,
+                   "turns_per_s": round(len(turns) / state.ingest_seconds, 2) if state.ingest_seconds else None,
+                   "tokens_per_s": round(tokens / state.ingest_seconds, 1) if state.ingest_seconds else None,
+                   "consolidation_s": state.consolidation_s if options.consolidate else None,
+                   "consolidation_decisions": state.consolidation_decisions, "store": state.store_counts},
+        "llm_cost": {
+            "construction": {"stages": construction, "total": _totals(construction),
+                             "per_1k_turns": {k: round(v * 1000 / max(len(turns), 1), 1)
+                                              for k, v in _totals(construction).items()}},
+            "query": {"stages": query_costs, "total": _totals(query_costs),
+                      "per_question": {k: round(v / max(len(records), 1), 2) for k, v in _totals(query_costs).items()}},
+        },
+    }
+    if options.llm:
+        result["answers"] = _accuracy(bench, questions, records)
+        result["llm_cost"]["judge"] = {"total": _totals(_sum_costs(r["judge"]["cost"] for r in records.values()
+                                                                   if "judge" in r))}
+    return result
+
+
+def _count(values: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _accuracy(bench: BenchSet, questions: Sequence[BenchQuestion], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Judge accuracy overall and per group (LongMemEval: abstention apart), F1 and BLEU-1 (LoCoMo)."""
+    def acc(qs: Sequence[BenchQuestion]) -> dict[str, Any]:
+        judged = [records[q.qid]["judge"] for q in qs if "judge" in records[q.qid]]
+        out: dict[str, Any] = {"accuracy": round(sum(j["correct"] for j in judged) / len(judged), 4) if judged else None,
+                               "questions": len(judged), "unreadable": sum(not j.get("readable", True) for j in judged)}
+        if bench.name == "locomo" and judged:
+            out["f1"] = round(sum(j["f1"] for j in judged) / len(judged), 4)
+            out["bleu1"] = round(sum(j["bleu1"] for j in judged) / len(judged), 4)
+        return out
+
+    answered = [q for q in questions if not q.abstention]
+    groups = sorted({q.group for q in answered}, key=lambda g: (len(g), g))
+    out = {"overall": acc(answered), "per_group": {g: acc([q for q in answered if q.group == g]) for g in groups}}
+    if bench.name == "longmemeval":
+        out["abstention"] = acc([q for q in questions if q.abstention])
+        out["all"] = acc(questions)
+    return out
+
+
+# --- report.md ---------------------------------------------------------------------------------
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _recall_table(result: dict[str, Any]) -> list[str]:
+    metrics = result["metrics"]
+    header = ["questions", *[f"{METHOD_LABELS[m]} {metric.replace('_', ' ')}" for metric in metrics
+                             for m in METHODS[:3]]]
+    lines = ["| group | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
+    rows = [("overall", result["recall"]["overall"])] + [
+        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()]
+    for name, row in rows:
+        cells = [str(row["memstream"][f"{metrics[0]}_questions"])]
+        cells += [_fmt(row[m][metric]) for metric in metrics for m in METHODS[:3]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
+    """The run as Markdown: what was run, recall against the baselines, costs, speed, answers."""
+    r = result
+    overall = r["recall"]["overall"]
+    lines = [
+        f"# memstream on {'LoCoMo' if r['bench'] == 'locomo' else 'LongMemEval'}",
+        "",
+        f"{r['date']} · commit {r['commit'] or '?'} · {r['machine']['cpus']} CPUs, {r['machine']['memory_gib']} GiB, "
+        f"{r['machine']['platform']} · data `{r['data']}`",
+        "",
+        f"{r['conversations']} conversations, {r['turns']} turns ({r['turn_tokens']} tokens) streamed through Kafka; "
+        f"{r['questions']} questions asked over the request/reply topics ({r['retrieval_scored']} scored for recall). "
+        f"Memories: {r['models']['extraction']}; embedding model {r['models']['embedding']}; "
+        f"evidence K {r['options']['k'] or 'configured'}; seed {r['options']['seed']}.",
+        "",
+        "## Evidence recall against the same-run baselines",
+        "",
+        "Recall: the share of gold turns (LongMemEval also: gold sessions) inside the provenance of the "
+        "returned context. The baselines rank raw turns and keep as many as fit memstream's context tokens "
+        "for the same question; the full context holds every turn (recall 1).",
+        "",
+        *_recall_table(r),
+        "",
+        "| method | context tokens / question |",
+        "|---|---|",
+        *[f"| {METHOD_LABELS[m]} | {_fmt(overall[m]['context_tokens'], 1)} |" for m in METHODS],
+        "",
+    ]
+    if r["sweep"]:
+        metric = r["metrics"][0]
+        lines += ["## Recall against context budget", "",
+                  f"{metric.replace('_', ' ')} at each evidence K (baselines at memstream's tokens):", "",
+                  "| K | tokens | memstream | dense top-K | BM25 top-K |", "|---|---|---|---|---|"]
+        for row in r["sweep"]:
+            lines.append(f"| {row['k']} | {_fmt(row['memstream']['context_tokens'], 1)} | "
+                         + " | ".join(_fmt(row[m][metric]) for m in METHODS[:3]) + " |")
+        lines.append("")
+    for name, path in plots.items():
+        lines += [f"![{name}]({path})", ""]
+    cost = r["llm_cost"]
+    lines += ["## Cost", "", "| LLM | calls | prompt tokens | completion tokens |", "|---|---|---|---|"]
+    for part in ("construction", "query", "judge"):
+        if part in cost:
+            t = cost[part]["total"]
+            lines.append(f"| {part} | {t['calls']} | {t['prompt_tokens']} | {t['completion_tokens']} |")
+    ingest = r["ingest"]
+    lines += ["", f"Construction per 1k turns: {cost['construction']['per_1k_turns']['calls']} calls, "
+                  f"{cost['construction']['per_1k_turns']['prompt_tokens'] + cost['construction']['per_1k_turns']['completion_tokens']:.0f} tokens. "
+                  f"Query per question: {cost['query']['per_question']['calls']} calls.", "",
+              "## Speed", "",
+              f"- ingest: {ingest['turns']} turns in {ingest['seconds']} s of worker time "
+              f"({ingest['segments']} segment(s)): **{_fmt(ingest['turns_per_s'], 2)} turns/s**, "
+              f"{_fmt(ingest['tokens_per_s'], 0)} tokens/s",
+              f"- consolidation after ingest: {_fmt(ingest['consolidation_s'], 1)} s, decisions {ingest['consolidation_decisions']}",
+              f"- store: {ingest['store']}",
+              f"- query latency over Kafka (request to reply): p50 {r['latency_ms']['p50']} ms, p99 {r['latency_ms']['p99']} ms"
+              + (f"; worker total p50 {r['latency_ms']['worker']['total_ms']['p50']} ms"
+                 if "total_ms" in r["latency_ms"]["worker"] else ""),
+              f"- access profiles chosen: {r['profiles']}; failed replies: {r['errors']}", ""]
+    if "answers" in r:
+        a = r["answers"]
+        lines += ["## Answers (LLM judge)", "",
+                  f"Answer model `{r['models']['answer']}`, judge `{r['models']['judge']}`.", "",
+                  "| group | questions | accuracy |" + (" F1 | BLEU-1 |" if r["bench"] == "locomo" else ""),
+                  "|---|---|---|" + ("---|---|" if r["bench"] == "locomo" else "")]
+        rows = [("overall", a["overall"])] + [(r["groups"][g]["name"], v) for g, v in a["per_group"].items()]
+        if "abstention" in a:
+            rows += [("abstention", a["abstention"]), ("all questions", a["all"])]
+        for name, v in rows:
+            extra = f" {_fmt(v.get('f1'))} | {_fmt(v.get('bleu1'))} |" if r["bench"] == "locomo" else ""
+            lines.append(f"| {name} | {v['questions']} | {_fmt(v['accuracy'])} |" + extra)
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+def plot_budget(result: dict[str, Any], out: Path) -> Path:
+    """Recall against context tokens per question: memstream at each K, the baselines at its tokens,
+    the full context as one point (log scale: it is orders of magnitude larger)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = result["metrics"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for method, style in (("memstream", "o-"), ("dense_topk", "s--"), ("bm25_topk", "^--")):
+            xs = [row[method]["context_tokens"] for row in result["sweep"]]
+            ys = [row[method][metric] or 0.0 for row in result["sweep"]]
+            ax.plot(xs, ys, style, label=METHOD_LABELS[method])
+            if method == "memstream":
+                for row, x, y in zip(result["sweep"], xs, ys):
+                    ax.annotate(f"K={row['k']}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        full = result["recall"]["overall"]["full_context"]
+        ax.plot([full["context_tokens"]], [1.0], "k*", markersize=12, label=METHOD_LABELS["full_context"])
+        ax.set_xscale("log")
+        ax.set_xlabel("context tokens per question (log)")
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{result['bench']}: {result['retrieval_scored']} questions, recall against context budget", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_groups(result: dict[str, Any], out: Path) -> Path:
+    """Headline recall per category / question type, memstream against the baselines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = result["metrics"][0] if result["bench"] == "locomo" else result["metrics"][-1]
+    groups = [g for g, row in result["recall"]["per_group"].items() if row["memstream"][metric] is not None]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(groups) + 2), 4.5))
+    width = 0.8 / 3
+    for i, method in enumerate(METHODS[:3]):
+        ys = [result["recall"]["per_group"][g][method][metric] for g in groups]
+        ax.bar([x + (i - 1) * width for x in range(len(groups))], ys, width, label=METHOD_LABELS[method])
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([result["groups"][g]["name"] for g in groups], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(0, 1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{result['bench']}: {metric.replace('_', ' ')} per group (same context tokens)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def write_outputs(out: Path, bench: BenchSet, result: dict[str, Any]) -> dict[str, Any]:
+    plots = {}
+    if result["sweep"]:
+        plots["recall against context budget"] = plot_budget(result, out / "recall_vs_budget.png").name
+    plots["recall per group"] = plot_groups(result, out / "recall_by_group.png").name
+    result["plots"] = plots
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "report.md").write_text(render_report(result, plots) + "\n")
+    return result
+
+
+__all__ = ["METHODS", "method_point", "aggregate", "summarize_run", "render_report", "plot_budget", "plot_groups",
+           "write_outputs"]

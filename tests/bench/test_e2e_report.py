@@ -1,0 +1,124 @@
+"""Run state, resumption records, baselines' budgets and the report (pure: no services)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.cases import BenchQuestion, BenchSet
+from bench.e2e import E2EOptions, RunState, append_record, ranked_turns, read_records
+from bench.report import aggregate, method_point, plot_budget, plot_groups, render_report, summarize_run
+from processors.tokens import count_tokens
+from schemas import Turn
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def _bench(name: str = "locomo") -> BenchSet:
+    turns = [Turn(tenant_id="bench", conversation_id="c", session_id="s1", turn_id=f"D1:{i}", speaker="Ann",
+                  role="user", text=f"turn number {i}", event_time=T0) for i in range(1, 5)]
+    questions = [BenchQuestion("c:q0", "c", "Where?", T0, "1", "Paris", ("D1:1",)),
+                 BenchQuestion("c:q1", "c", "When?", T0, "2", "May", ("D1:2", "D1:3"))]
+    return BenchSet(name, Path("data.json"), {"c": turns}, questions, ("evidence_recall",))
+
+
+def test_a_resumed_run_must_have_the_same_options(tmp_path: Path) -> None:
+    bench = _bench()
+    options = E2EOptions(out=tmp_path)
+    state = RunState.open(tmp_path, options.fingerprint(bench), fresh=False)
+    state.produced.append("c")
+    state.save(tmp_path)
+    again = RunState.open(tmp_path, options.fingerprint(bench), fresh=False)
+    assert again.produced == ["c"]
+    other = E2EOptions(out=tmp_path, sweep_k=(5,), llm=True)
+    with pytest.raises(ValueError, match="llm, sweep_k"):
+        RunState.open(tmp_path, other.fingerprint(bench), fresh=False)
+    append_record(tmp_path, {"qid": "c:q0"})
+    started_over = RunState.open(tmp_path, other.fingerprint(bench), fresh=True)
+    assert started_over.produced == [] and read_records(tmp_path) == {}
+
+
+def test_records_survive_a_line_cut_short(tmp_path: Path) -> None:
+    append_record(tmp_path, {"qid": "a", "x": 1})
+    with (tmp_path / "questions.jsonl").open("a") as fh:
+        fh.write('{"qid": "b", "x"')  # the crash hit mid-write: b is asked again
+    assert set(read_records(tmp_path)) == {"a"}
+
+
+@dataclass
+class _Hit:
+    payload: dict
+
+
+def test_baselines_keep_what_fits_the_budget_and_at_least_one_turn() -> None:
+    hits = [_Hit({"speaker": "Ann", "text": "word " * 10, "turn_id": f"D1:{i}"}) for i in range(5)]
+    one = count_tokens("Ann: " + "word " * 10)
+    assert ranked_turns(hits, 2 * one) == (["D1:0", "D1:1"], 2 * one)
+    assert ranked_turns(hits, 1) == (["D1:0"], one)
+
+
+def _records() -> dict[str, dict]:
+    def rec(qid: str, group: str, scores: float, tokens: int, correct: bool) -> dict:
+        return {"qid": qid, "group": group, "ok": True, "latency_ms": 40.0, "worker_latency_ms": {"total_ms": 20.0},
+                "profile": "lookup", "context_tokens": tokens, "scores": {"evidence_recall": scores},
+                "costs": [{"stage": "answer", "calls": 1, "prompt_tokens": 100, "completion_tokens": 9}],
+                "sweep": {"5": {"context_tokens": tokens // 2, "scores": {"evidence_recall": scores / 2}}},
+                "answer": "x", "judge": {"correct": correct, "readable": True, "f1": 0.5, "bleu1": 0.25,
+                                         "cost": {"stage": "judge", "calls": 1, "prompt_tokens": 50,
+                                                  "completion_tokens": 3}}}
+
+    return {"c:q0": rec("c:q0", "1", 1.0, 100, True), "c:q1": rec("c:q1", "2", 0.5, 60, False)}
+
+
+def _evaluation() -> dict:
+    def base(recall: float) -> dict:
+        return {"main": {"context_tokens": 80, "scores": {"evidence_recall": recall}},
+                "5": {"context_tokens": 40, "scores": {"evidence_recall": recall / 2}}}
+
+    return {"embedding_model": "m", "cards": 3, "baselines": {
+        qid: {"full_context_tokens": 1000, "dense_topk": base(0.5), "bm25_topk": base(0.0)} for qid in ("c:q0", "c:q1")}}
+
+
+def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Path) -> None:
+    bench = _bench()
+    options = E2EOptions(out=tmp_path, llm=True, sweep_k=(5,))
+    state = SimpleNamespace(construction={"extract": {"calls": 4, "prompt_tokens": 400, "completion_tokens": 40}},
+                            started_at="t", ingest_seconds=2.0, ingest_segments=2, consolidation_s=1.0,
+                            consolidation_decisions={}, store_counts={"cards": 3})
+    result = summarize_run(bench, options, state, _records(), _evaluation(), answer_model="a", judge_model="j")
+    overall = result["recall"]["overall"]
+    assert overall["memstream"]["evidence_recall"] == 0.75 and overall["memstream"]["context_tokens"] == 80
+    assert overall["dense_topk"]["evidence_recall"] == 0.5 and overall["bm25_topk"]["evidence_recall"] == 0.0
+    assert overall["full_context"] == {"evidence_recall": 1.0, "evidence_recall_questions": 2, "context_tokens": 1000,
+                                       "questions": 2}
+    assert result["recall"]["per_group"]["2"]["memstream"]["evidence_recall"] == 0.5
+    assert result["sweep"][0]["memstream"]["evidence_recall"] == 0.375
+    assert result["ingest"]["turns_per_s"] == 2.0  # 4 turns in 2 s over both segments
+    assert result["llm_cost"]["construction"]["per_1k_turns"]["calls"] == 1000.0
+    assert result["llm_cost"]["query"]["total"] == {"calls": 2, "prompt_tokens": 200, "completion_tokens": 18}
+    assert result["answers"]["overall"] == {"accuracy": 0.5, "questions": 2, "unreadable": 0, "f1": 0.5, "bleu1": 0.25}
+    assert result["llm_cost"]["judge"]["total"]["calls"] == 2
+    json.dumps(result)  # results.json must be writable as is
+    report = render_report(result, {"budget": "recall_vs_budget.png"})
+    assert "| overall | 2 | 0.750 | 0.500 | 0.000 |" in report
+    assert "![budget](recall_vs_budget.png)" in report and "accuracy" in report
+    for plot in (plot_budget(result, tmp_path / "b.png"), plot_groups(result, tmp_path / "g.png")):
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metrics_a_question_lacks_do_not_count_against_it() -> None:
+    points = [{"scores": {"session_recall": 1.0, "turn_recall": 0.0}, "context_tokens": 10},
+              {"scores": {"session_recall": 0.5}, "context_tokens": 30},
+              {"scores": {}, "context_tokens": 20}]  # abstention: tokens count, recall does not
+    out = aggregate(points, ["session_recall", "turn_recall"])
+    assert out["session_recall"] == 0.75 and out["turn_recall"] == 0.0 and out["turn_recall_questions"] == 1
+    assert out["context_tokens"] == 20.0
+    record = {"scores": {"session_recall": 0.0}}
+    assert method_point(BenchQuestion("q", "c", "?", T0, "t", "a", ()), record,
+                        {"full_context_tokens": 99}, "full_context") == {"scores": {"session_recall": 1.0},
+                                                                         "context_tokens": 99}

@@ -1,0 +1,119 @@
+"""``memstream bench locomo`` / ``bench longmemeval`` end to end, as a user runs them: the real
+broker, workers, store and models, and the local LLM server for answers and the judge. The data
+are our own files (LoCoMo and LongMemEval format), so the run is short."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memstream.config import Settings
+from memstream.datasets import demo_conversation_path
+from streams.runtime import REPO_ROOT
+
+DEMO_LONGMEMEVAL = REPO_ROOT / "memstream" / "data" / "demo_longmemeval.json"
+
+
+def bench(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "streams.cli", "bench", *args], cwd=str(REPO_ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout_s: float = 900) -> str:
+    output, _ = process.communicate(timeout=timeout_s)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+def state(out: Path) -> dict:
+    return json.loads((out / "state.json").read_text()) if (out / "state.json").exists() else {}
+
+
+def lines(out: Path) -> list[str]:
+    return (out / "questions.jsonl").read_text().splitlines()
+
+
+def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kafka: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "locomo"
+    args = ("locomo", "--data", str(demo_conversation_path()), "--out", str(out), "--sweep-k", "5,20")
+
+    # 1. Interrupted while the worker drains the pipeline: the turns are on Kafka, not yet all memories.
+    first = bench(*args)
+    deadline = time.monotonic() + 300
+    while not state(out).get("produced") and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=120)
+    interrupted = state(out)
+    assert interrupted["produced"] == ["demo-nora-tomas"] and not interrupted["ingested"]
+    assert interrupted["ingest_segments"] == 1 and not (out / "questions.jsonl").exists()
+
+    # 2. Resumed: ingestion continues from the committed offsets, every question is asked.
+    finish(bench(*args))
+    done = state(out)
+    assert done["ingested"] and done["consolidated"] and done["ingest_segments"] == 2
+    assert done["store_counts"]["turns"] == 30 and done["store_counts"]["cards"] > 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["questions"] == 8 and len(lines(out)) == 8 and result["errors"] == 0
+    overall = result["recall"]["overall"]
+    assert overall["memstream"]["evidence_recall"] > 0.5
+    for method in ("dense_topk", "bm25_topk"):  # the same budget as memstream, within one turn
+        assert 0 < overall[method]["context_tokens"] <= overall["memstream"]["context_tokens"] + 60
+    assert overall["full_context"]["context_tokens"] > 3 * overall["memstream"]["context_tokens"]
+    assert [row["k"] for row in result["sweep"]] == [5, 20]
+    assert result["sweep"][0]["memstream"]["context_tokens"] < result["sweep"][1]["memstream"]["context_tokens"]
+    assert result["ingest"]["turns_per_s"] > 0 and result["latency_ms"]["p50"] > 0
+    assert result["llm_cost"]["construction"]["total"]["calls"] == 0  # extractive, no LLM anywhere
+    report = (out / "report.md").read_text()
+    assert "| overall | 8 |" in report
+    for png in result["plots"].values():
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+    # 3. Questions left unfinished (and a line cut short by a crash) are asked again, the rest kept.
+    kept = lines(out)[:3]
+    (out / "questions.jsonl").write_text("\n".join(kept) + '\n{"qid": "demo-nora-tomas:q5", "gro')
+    finish(bench(*args))
+    after = lines(out)
+    assert after[:3] == kept and len(after) == 8
+    assert len({json.loads(line)["qid"] for line in after}) == 8
+    assert state(out)["ingest_segments"] == 2  # nothing ingested again
+
+    # Other options on the same folder are refused rather than mixed in.
+    refused = bench(*args[:-1], "5")
+    output, _ = refused.communicate(timeout=120)
+    assert refused.returncode != 0 and "other options (sweep_k)" in output
+
+
+def test_longmemeval_bench_answers_and_judges_with_the_local_llm(local_llm: dict, tmp_path: Path) -> None:
+    out = tmp_path / "longmemeval"
+    output = finish(bench("longmemeval", "--data", str(DEMO_LONGMEMEVAL), "--out", str(out), "--llm",
+                          "--sweep-k", "5"))
+    result = json.loads((out / "results.json").read_text())
+    assert result["questions"] == 3 and result["retrieval_scored"] == 2
+    assert result["models"]["answer"] == "smollm2" and result["models"]["judge"] == "smollm2"
+    overall = result["recall"]["overall"]["memstream"]
+    assert overall["session_recall_questions"] == 2 and overall["turn_recall_questions"] == 2
+    assert overall["session_recall"] > 0
+    answers = result["answers"]
+    assert answers["overall"]["questions"] == 2 and answers["abstention"]["questions"] == 1
+    assert result["llm_cost"]["query"]["stages"]["answer"]["calls"] >= 3
+    assert result["llm_cost"]["judge"]["total"]["calls"] >= 3
+    records = [json.loads(line) for line in lines(out)]
+    assert all(r["answer_mode"] == "llm" and r["answer"] for r in records)
+    assert all(r["judge"]["cost"]["calls"] >= 1 for r in records)
+    assert "Answers (LLM judge)" in (out / "report.md").read_text()
+    assert "judged by smollm2" in output
+
+
+def test_locomo_bench_scores_answers_with_f1_and_bleu(local_llm: dict, tmp_path: Path) -> None:
+    out = tmp_path / "locomo-llm"
+    finish(bench("locomo", "--data", str(demo_conversation_path()), "--out", str(out), "--llm", "--questions", "2",
+                 "--sweep-k", ""))
+    result = json.loads((out / "results.json").read_text())
+    answers = result["answers"]["overall"]
+    assert answers["questions"] == 2 and 0 <= answers["f1"] <= 1 and 0 <= answers["bleu1"] <= 1
+    assert result["sweep"] == [] and "recall against context budget" not in result["plots"]
