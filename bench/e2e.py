@@ -39,7 +39,7 @@ from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
 
 from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
 from bench.deploy import worker_samples
-from bench.scoring import take_within_budget
+from bench.scoring import take_nearest_budget
 
 STATE = "state.json"
 RECORDS = "questions.jsonl"
@@ -135,8 +135,15 @@ def read_records(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def append_record(out: Path, record: dict[str, Any]) -> None:
-    with (out / RECORDS).open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    path = out / RECORDS
+    # After a crash mid-write the file ends in a cut line: start on a line of our own.
+    cut = False
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            cut = fh.read(1) != b"\n"
+    with path.open("a") as fh:
+        fh.write(("\n" if cut else "") + json.dumps(record) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -368,6 +375,10 @@ class Runner:
                 if judge is not None:
                     record["judge"] = await asyncio.to_thread(judge_answer, judge, self.bench.name, q,
                                                               record["answer"] or "")
+                    wrong = control_answer(self.bench.questions, q)
+                    if wrong is not None:
+                        record["judge_control"] = await asyncio.to_thread(judge_answer, judge, self.bench.name, q,
+                                                                          wrong)
                 append_record(self.out, record)
                 done += 1
                 self.ui.asked(done, total)
@@ -466,10 +477,27 @@ def judge_answer(judge: Any, bench: str, q: BenchQuestion, answer: str) -> dict[
             **extra}
 
 
+CONTROLS = 20  # questions whose judge is also shown a wrong answer
+
+
+def control_answer(questions: Sequence[BenchQuestion], q: BenchQuestion) -> str | None:
+    """For about ``CONTROLS`` questions spread over the run, a wrong answer: the gold answer of a
+    question half the list away (another one if that happens to be the same text). A judge that
+    accepts it is not to be trusted; the report gives the rate."""
+    i = questions.index(q)
+    if i % max(1, len(questions) // CONTROLS):
+        return None
+    for step in range(len(questions) // 2 + 1, len(questions) // 2 + 1 + len(questions)):
+        other = questions[(i + step) % len(questions)]
+        if other is not q and other.gold_answer.strip().lower() != q.gold_answer.strip().lower():
+            return other.gold_answer
+    return None
+
+
 def ranked_turns(hits: Sequence[Any], budget: int) -> tuple[list[str], int]:
-    """A baseline's turns that fit ``budget`` tokens (at least one), and their tokens."""
+    """A baseline's top turns whose tokens come closest to ``budget`` (at least one), and their tokens."""
     texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in hits]
-    keep = take_within_budget(texts, budget, count_tokens)
+    keep = take_nearest_budget(texts, budget, count_tokens)
     return [h.payload["turn_id"] for h in hits[:keep]], sum(count_tokens(t) for t in texts[:keep])
 
 

@@ -160,12 +160,17 @@ def _accuracy(bench: BenchSet, questions: Sequence[BenchQuestion], records: dict
             out["bleu1"] = round(sum(j["bleu1"] for j in judged) / len(judged), 4)
         return out
 
+    controls = [records[q.qid]["judge_control"] for q in questions if "judge_control" in records[q.qid]]
     answered = [q for q in questions if not q.abstention]
     groups = sorted({q.group for q in answered}, key=lambda g: (len(g), g))
     out = {"overall": acc(answered), "per_group": {g: acc([q for q in answered if q.group == g]) for g in groups}}
     if bench.name == "longmemeval":
         out["abstention"] = acc([q for q in questions if q.abstention])
         out["all"] = acc(questions)
+    # Wrong answers (another question's gold) the judge accepted: near 0 for a judge worth reading.
+    out["judge_control"] = {"questions": len(controls),
+                            "false_accept": round(sum(c["correct"] for c in controls) / len(controls), 4)
+                            if controls else None}
     return out
 
 
@@ -264,7 +269,10 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
         for name, v in rows:
             extra = f" {_fmt(v.get('f1'))} | {_fmt(v.get('bleu1'))} |" if r["bench"] == "locomo" else ""
             lines.append(f"| {name} | {v['questions']} | {_fmt(v['accuracy'])} |" + extra)
-        lines.append("")
+        control = a["judge_control"]
+        lines += ["", f"Judge control: {control['questions']} deliberately wrong answers (another question's gold "
+                      f"answer), accepted as correct at a rate of **{_fmt(control['false_accept'])}**. A judge worth "
+                      "reading accepts almost none.", ""]
     return "\n".join(lines)
 
 

@@ -64,3 +64,18 @@ def take_within_budget(texts: Sequence[str], budget: int, count: Callable[[str],
         if used > budget:
             return max(i, 1)
     return len(texts)
+
+
+def take_nearest_budget(texts: Sequence[str], budget: int, count: Callable[[str], int]) -> int:
+    """How many ranked texts come closest to ``budget`` tokens, under or over (at least one): with
+    long turns, stopping under the budget would hand a baseline far fewer tokens than memstream."""
+    best, best_gap, used = 1, None, 0
+    for i, text in enumerate(texts, start=1):
+        used += count(text)
+        gap = abs(used - budget)
+        if best_gap is None or gap < best_gap:
+            best, best_gap = i, gap
+        if used >= budget:
+            break
+    return min(best, len(texts))
+

@@ -175,8 +175,12 @@ class _Wiring:
         source = _topic(self.app, self.s, topic_name)
 
         async def run(stream: faust.StreamT) -> None:
-            async for event in stream.events():
+            # Acked by hand, after the handler: faust's own ack sits in a ``finally`` and would
+            # commit a message whose handling a graceful stop cancelled (lost on restart).
+            manual = stream.noack()
+            async for event in manual.events():
                 await self.handle(stage, event, handler)
+                await manual.ack(event)
 
         run.__name__ = f"{stage}_agent"
         self.app.agent(source, name=f"memstream.{stage}")(run)
@@ -288,6 +292,16 @@ class _Wiring:
 
         self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{name}.idle")(look)
 
+    async def save_state(self, table: faust.TableT, key: str, value: Any) -> None:
+        """Set a table entry and wait until its changelog record is on the broker.
+
+        ``table[key] = value`` only queues the record: faust's flush before a commit gives up after
+        0.1 s without progress, and a graceful stop commits without it, so the source offset could
+        commit before the state it produced (a turn lost on restart). The message is acked after
+        this returns."""
+        table.data[key] = value  # the local copy, without faust's fire-and-forget changelog send
+        await table.send_changelog(table.partition_for_key(key), key, value)
+
     def table(self, name: str) -> faust.TableT:
         """A changelog-backed table; faust names its compacted changelog ``<app id>-<name>-changelog``.
 
@@ -350,7 +364,7 @@ class _Wiring:
                     self.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()
             # Emitted turns are acknowledged by the broker before the window forgets them.
             await self.produce("segment", outs)
-            states[message.key] = state.to_dict()
+            await self.save_state(states, message.key, state.to_dict())
             return StageResult()
 
         self.agent("segment", "turns.compressed", handler)
@@ -382,7 +396,7 @@ class _Wiring:
             await self.produce("stm", [Out(out_topic, f.key, f) for f in flushes])
             for f in flushes:
                 self.metrics.stm_flushes.labels(f.reason).inc()
-            buffers[message.key] = state.to_dict()
+            await self.save_state(buffers, message.key, state.to_dict())
             return StageResult()
 
         self.agent("stm", "segments", handler)
@@ -453,7 +467,7 @@ class _Wiring:
                 state = pending.get(write.key) or {"cards": [], "last_write": 0.0}
                 state["cards"] += [c.card_id for c in write.cards if c.card_id not in state["cards"]]
                 state["last_write"] = time.time()
-                pending[write.key] = state
+                await self.save_state(pending, write.key, state)
             return StageResult()
 
         def indexed_cards(tenant: str, conversation: str, card_ids: list[str] | None) -> list[StoreHit]:
@@ -531,7 +545,7 @@ class _Wiring:
             state["cards"] = [c for c in state["cards"] if c not in done]
             state["last_run"] = time.time()  # a card not indexed yet is retried after the next sleep, not at once
             state["last_as_of"] = command.requested_at.timestamp()
-            pending[key] = state
+            await self.save_state(pending, key, state)
             metrics.consolidation_runs.labels(command.reason).inc()
             metrics.consolidation_seconds.observe(time.perf_counter() - started)
             log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)

@@ -364,6 +364,9 @@ def _print_e2e(result: dict) -> None:
         console.print(f"answers by {result['models']['answer']}, judged by {result['models']['judge']}: "
                       f"accuracy {a['accuracy']} over {a['questions']} questions"
                       + (f", F1 {a['f1']}, BLEU-1 {a['bleu1']}" if "f1" in a else ""))
+        control = result["answers"]["judge_control"]
+        console.print(f"judge control: {control['questions']} wrong answers accepted at a rate of "
+                      f"{control['false_accept']} (a judge worth reading accepts almost none)")
 
 
 _OUT_HELP = "Output folder: results.json, report.md, plots, and the run's state (a rerun resumes it)"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.cases import BenchQuestion, BenchSet
-from bench.e2e import E2EOptions, RunState, append_record, ranked_turns, read_records
+from bench.e2e import E2EOptions, RunState, append_record, control_answer, ranked_turns, read_records
 from bench.report import aggregate, method_point, plot_budget, plot_groups, render_report, summarize_run
 from processors.tokens import count_tokens
 from schemas import Turn
@@ -48,6 +48,8 @@ def test_records_survive_a_line_cut_short(tmp_path: Path) -> None:
     with (tmp_path / "questions.jsonl").open("a") as fh:
         fh.write('{"qid": "b", "x"')  # the crash hit mid-write: b is asked again
     assert set(read_records(tmp_path)) == {"a"}
+    append_record(tmp_path, {"qid": "b", "x": 2})  # asked again: a line of its own
+    assert read_records(tmp_path) == {"a": {"qid": "a", "x": 1}, "b": {"qid": "b", "x": 2}}
 
 
 @dataclass
@@ -55,11 +57,14 @@ class _Hit:
     payload: dict
 
 
-def test_baselines_keep_what_fits_the_budget_and_at_least_one_turn() -> None:
+def test_baselines_come_closest_to_the_budget_with_at_least_one_turn() -> None:
     hits = [_Hit({"speaker": "Ann", "text": "word " * 10, "turn_id": f"D1:{i}"}) for i in range(5)]
     one = count_tokens("Ann: " + "word " * 10)
     assert ranked_turns(hits, 2 * one) == (["D1:0", "D1:1"], 2 * one)
+    assert ranked_turns(hits, 2 * one + one // 3) == (["D1:0", "D1:1"], 2 * one)  # under by a third
+    assert ranked_turns(hits, 3 * one - one // 3) == (["D1:0", "D1:1", "D1:2"], 3 * one)  # over by a third
     assert ranked_turns(hits, 1) == (["D1:0"], one)
+    assert ranked_turns(hits, 100 * one) == ([f"D1:{i}" for i in range(5)], 5 * one)
 
 
 def _records() -> dict[str, dict]:
@@ -72,7 +77,10 @@ def _records() -> dict[str, dict]:
                                          "cost": {"stage": "judge", "calls": 1, "prompt_tokens": 50,
                                                   "completion_tokens": 3}}}
 
-    return {"c:q0": rec("c:q0", "1", 1.0, 100, True), "c:q1": rec("c:q1", "2", 0.5, 60, False)}
+    records = {"c:q0": rec("c:q0", "1", 1.0, 100, True), "c:q1": rec("c:q1", "2", 0.5, 60, False)}
+    records["c:q0"]["judge_control"] = {"correct": True, "readable": True, "f1": 0.0, "bleu1": 0.0,
+                                        "cost": {"stage": "judge", "calls": 1}}
+    return records
 
 
 def _evaluation() -> dict:
@@ -102,13 +110,26 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert result["llm_cost"]["construction"]["per_1k_turns"]["calls"] == 1000.0
     assert result["llm_cost"]["query"]["total"] == {"calls": 2, "prompt_tokens": 200, "completion_tokens": 18}
     assert result["answers"]["overall"] == {"accuracy": 0.5, "questions": 2, "unreadable": 0, "f1": 0.5, "bleu1": 0.25}
+    assert result["answers"]["judge_control"] == {"questions": 1, "false_accept": 1.0}
     assert result["llm_cost"]["judge"]["total"]["calls"] == 2
     json.dumps(result)  # results.json must be writable as is
     report = render_report(result, {"budget": "recall_vs_budget.png"})
     assert "| overall | 2 | 0.750 | 0.500 | 0.000 |" in report
     assert "![budget](recall_vs_budget.png)" in report and "accuracy" in report
+    assert "accepted as correct at a rate of **1.000**" in report
     for plot in (plot_budget(result, tmp_path / "b.png"), plot_groups(result, tmp_path / "g.png")):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_judge_controls_spread_over_the_run_with_a_different_gold_answer() -> None:
+    questions = [BenchQuestion(f"q{i}", "c", "?", T0, "1", "same" if i < 30 else f"gold {i}", ("D1:1",))
+                 for i in range(60)]
+    controls = {q.qid: control_answer(questions, q) for q in questions}
+    chosen = [qid for qid, wrong in controls.items() if wrong is not None]
+    assert len(chosen) == 20 and chosen[:2] == ["q0", "q3"]
+    for qid in chosen:
+        q = questions[int(qid[1:])]
+        assert controls[qid].lower() != q.gold_answer.lower()
 
 
 def test_metrics_a_question_lacks_do_not_count_against_it() -> None:
