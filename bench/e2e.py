@@ -58,7 +58,7 @@ class E2EOptions:
     planner: str | None = None  # None: rules with the local LLM server, else the configured planner
     k: int | None = None  # evidence items per question (None: configured)
     sweep_k: Sequence[int] = (5, 10, 20, 40)
-    torch_threads: int = 0  # the lone worker may use every core (0 = torch's default)
+    torch_threads: int = 1  # per model call: the worker's stages embed in parallel, one core each
     seed: int = 0
     ask_timeout_s: float = 300.0
 

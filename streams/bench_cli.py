@@ -391,7 +391,8 @@ def locomo(
                                           "(default: configured; rules with the local server)"),
     k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
     sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
-    torch_threads: int = typer.Option(0, min=0, help="Model threads of the lone worker (0 = every core)"),
+    torch_threads: int = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its "
+                                      "stages embed in parallel, one core each)"),
     seed: int = typer.Option(0, help="Seed of the question draw"),
     fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
 ) -> None:
@@ -422,7 +423,8 @@ def longmemeval(
                                           "(default: configured; rules with the local server)"),
     k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
     sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
-    torch_threads: int = typer.Option(0, min=0, help="Model threads of the lone worker (0 = every core)"),
+    torch_threads: int = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its "
+                                      "stages embed in parallel, one core each)"),
     seed: int = typer.Option(0, help="Seed of the question draw"),
     fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
 ) -> None:
