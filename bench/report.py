@@ -137,8 +137,8 @@ def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, 
     }
     if options.llm:
         result["answers"] = _accuracy(bench, questions, records)
-        result["llm_cost"]["judge"] = {"total": _totals(_sum_costs(r["judge"]["cost"] for r in records.values()
-                                                                   if "judge" in r))}
+        result["llm_cost"]["judge"] = {"total": _totals(_sum_costs(r[part]["cost"] for r in records.values()
+                                                                   for part in ("judge", "judge_control") if part in r))}
     return result
 
 
@@ -216,8 +216,8 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
         "## Evidence recall against the same-run baselines",
         "",
         "Recall: the share of gold turns (LongMemEval also: gold sessions) inside the provenance of the "
-        "returned context. The baselines rank raw turns and keep as many as fit memstream's context tokens "
-        "for the same question; the full context holds every turn (recall 1).",
+        "returned context. The baselines rank raw turns and keep the top ones whose tokens come closest to "
+        "memstream's context tokens for the same question; the full context holds every turn (recall 1).",
         "",
         *_recall_table(r),
         "",
@@ -278,14 +278,26 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
 
 # --- plots -------------------------------------------------------------------------------------
 
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def plot_budget(result: dict[str, Any], out: Path) -> Path:
     """Recall against context tokens per question: memstream at each K, the baselines at its tokens,
     the full context as one point (log scale: it is orders of magnitude larger)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     metrics = result["metrics"]
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
@@ -305,19 +317,12 @@ def plot_budget(result: dict[str, Any], out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"{result['bench']}: {result['retrieval_scored']} questions, recall against context budget", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def plot_groups(result: dict[str, Any], out: Path) -> Path:
     """Headline recall per category / question type, memstream against the baselines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     metric = result["metrics"][0] if result["bench"] == "locomo" else result["metrics"][-1]
     groups = [g for g, row in result["recall"]["per_group"].items() if row["memstream"][metric] is not None]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(groups) + 2), 4.5))
@@ -332,10 +337,7 @@ def plot_groups(result: dict[str, Any], out: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{result['bench']}: {metric.replace('_', ' ')} per group (same context tokens)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def write_outputs(out: Path, bench: BenchSet, result: dict[str, Any]) -> dict[str, Any]:

@@ -374,6 +374,22 @@ _LLM_HELP = ("Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODE
              "SmolLM2 server) and judge the answers")
 
 
+# Options both end-to-end commands take (typer reads these declarations; they are never mutated).
+_EXTRACT = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm")
+_CONSOLIDATE = typer.Option(True, help="Consolidate after ingestion, as at sleep time")
+_LLM = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP)
+_JUDGE_BASE_URL = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in MEMSTREAM_JUDGE_API_KEY")
+_JUDGE_MODEL = typer.Option(None, help="Judge model (default: the answer model)")
+_PLANNER = typer.Option(None, help="Query planner for the questions: auto, llm or rules (default: configured; rules "
+                                   "with the local server)")
+_K = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)")
+_SWEEP_K = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)")
+_TORCH_THREADS = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in "
+                                            "parallel, one core each)")
+_SEED = typer.Option(0, help="Seed of the question draw")
+_FRESH = typer.Option(False, help="Start over instead of resuming what --out holds")
+
+
 @bench.command("locomo")
 def locomo(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON (the dev set beside the repo, or the official locomo10.json)"),
@@ -381,20 +397,17 @@ def locomo(
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all)"),
     questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
                                             "every category represented (their conversations are ingested)"),
-    extract: str = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm"),
-    consolidate: bool = typer.Option(True, help="Consolidate after ingestion, as at sleep time"),
-    llm: bool = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP),
-    judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in "
-                                                 "MEMSTREAM_JUDGE_API_KEY"),
-    judge_model: Optional[str] = typer.Option(None, help="Judge model (default: the answer model)"),
-    planner: Optional[str] = typer.Option(None, help="Query planner for the questions: auto, llm or rules "
-                                          "(default: configured; rules with the local server)"),
-    k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
-    sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
-    torch_threads: int = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its "
-                                      "stages embed in parallel, one core each)"),
-    seed: int = typer.Option(0, help="Seed of the question draw"),
-    fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
+    extract: str = _EXTRACT,
+    consolidate: bool = _CONSOLIDATE,
+    llm: bool = _LLM,
+    judge_base_url: Optional[str] = _JUDGE_BASE_URL,
+    judge_model: Optional[str] = _JUDGE_MODEL,
+    planner: Optional[str] = _PLANNER,
+    k: Optional[int] = _K,
+    sweep_k: str = _SWEEP_K,
+    torch_threads: int = _TORCH_THREADS,
+    seed: int = _SEED,
+    fresh: bool = _FRESH,
 ) -> None:
     """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
@@ -413,20 +426,17 @@ def longmemeval(
     out: Path = typer.Option(Path("bench-results/longmemeval"), help=_OUT_HELP),
     questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
                                             "every type represented (only their haystacks are ingested)"),
-    extract: str = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm"),
-    consolidate: bool = typer.Option(True, help="Consolidate after ingestion, as at sleep time"),
-    llm: bool = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP),
-    judge_base_url: Optional[str] = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in "
-                                                 "MEMSTREAM_JUDGE_API_KEY"),
-    judge_model: Optional[str] = typer.Option(None, help="Judge model (default: the answer model)"),
-    planner: Optional[str] = typer.Option(None, help="Query planner for the questions: auto, llm or rules "
-                                          "(default: configured; rules with the local server)"),
-    k: Optional[int] = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
-    sweep_k: str = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
-    torch_threads: int = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its "
-                                      "stages embed in parallel, one core each)"),
-    seed: int = typer.Option(0, help="Seed of the question draw"),
-    fresh: bool = typer.Option(False, help="Start over instead of resuming what --out holds"),
+    extract: str = _EXTRACT,
+    consolidate: bool = _CONSOLIDATE,
+    llm: bool = _LLM,
+    judge_base_url: Optional[str] = _JUDGE_BASE_URL,
+    judge_model: Optional[str] = _JUDGE_MODEL,
+    planner: Optional[str] = _PLANNER,
+    k: Optional[int] = _K,
+    sweep_k: str = _SWEEP_K,
+    torch_threads: int = _TORCH_THREADS,
+    seed: int = _SEED,
+    fresh: bool = _FRESH,
 ) -> None:
     """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
     asked over request/reply; session and turn recall per type against the baselines, costs, speed;

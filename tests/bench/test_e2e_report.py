@@ -111,7 +111,7 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert result["llm_cost"]["query"]["total"] == {"calls": 2, "prompt_tokens": 200, "completion_tokens": 18}
     assert result["answers"]["overall"] == {"accuracy": 0.5, "questions": 2, "unreadable": 0, "f1": 0.5, "bleu1": 0.25}
     assert result["answers"]["judge_control"] == {"questions": 1, "false_accept": 1.0}
-    assert result["llm_cost"]["judge"]["total"]["calls"] == 2
+    assert result["llm_cost"]["judge"]["total"]["calls"] == 3  # two verdicts and one control
     json.dumps(result)  # results.json must be writable as is
     report = render_report(result, {"budget": "recall_vs_budget.png"})
     assert "| overall | 2 | 0.750 | 0.500 | 0.000 |" in report
@@ -143,3 +143,18 @@ def test_metrics_a_question_lacks_do_not_count_against_it() -> None:
     assert method_point(BenchQuestion("q", "c", "?", T0, "t", "a", ()), record,
                         {"full_context_tokens": 99}, "full_context") == {"scores": {"session_recall": 1.0},
                                                                          "context_tokens": 99}
+
+
+def test_workers_get_the_llm_only_in_the_phase_that_uses_it(tmp_path: Path) -> None:
+    from bench.e2e import Endpoints, _worker_env
+
+    endpoints = Endpoints({"MEMSTREAM_LLM_BASE_URL": "http://llm/v1", "MEMSTREAM_LLM_MODEL": "m"}, "m")
+    answers = E2EOptions(out=tmp_path, llm=True, planner="rules")
+    ingest = _worker_env(answers, endpoints, phase="ingest")
+    assert ingest["MEMSTREAM_LLM_BASE_URL"] == "" and ingest["MEMSTREAM_EXTRACT_MODE"] == "extractive"
+    assert ingest["MEMSTREAM_SLEEP_IDLE_S"] == "1000000000"  # consolidation only when the bench asks
+    ask = _worker_env(answers, endpoints, phase="ask")
+    assert ask["MEMSTREAM_LLM_BASE_URL"] == "http://llm/v1" and ask["MEMSTREAM_QUERY_PLANNER"] == "rules"
+    built = _worker_env(E2EOptions(out=tmp_path, extract="llm"), endpoints, phase="ingest")
+    assert built["MEMSTREAM_LLM_BASE_URL"] == "http://llm/v1" and built["MEMSTREAM_EXTRACT_MODE"] == "llm"
+    assert _worker_env(E2EOptions(out=tmp_path, extract="llm"), endpoints, phase="ask")["MEMSTREAM_LLM_BASE_URL"] == ""
