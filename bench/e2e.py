@@ -44,6 +44,7 @@ from bench.scoring import take_nearest_budget
 STATE = "state.json"
 RECORDS = "questions.jsonl"
 BASELINES = ("dense_topk", "bm25_topk")
+FRONT_TOPICS = ("turns", "turns.compressed")  # read by the stages before the STM (compress, segment)
 
 
 @dataclass
@@ -291,7 +292,9 @@ class Runner:
                 for conversation_id, turns in self.bench.conversations.items():
                     if conversation_id in self.state.produced:
                         continue
-                    self.ui.status(f"producing {conversation_id}")
+                    self._wait_for_segmenter(deployment, on_lag)
+                    self.ui.status(f"producing {conversation_id} ({len(self.state.produced) + 1} of "
+                                   f"{len(self.bench.conversations)})")
                     deployment.produce(turns)
                     self.state.produced.append(conversation_id)
                     self.state.produced_turns += len(turns)
@@ -323,6 +326,18 @@ class Runner:
             self.state.store_counts = {c: store.count(c, TENANT) for c in ("cards", "scenes", "triggers", "turns",
                                                                             "profiles")}
         self._save()
+
+    @staticmethod
+    def _wait_for_segmenter(deployment: Deployment, on_lag: Callable[[dict[str, int]], None]) -> None:
+        """Produce the next conversation once the first stages have taken the last one in, so the
+        later stages finish it meanwhile. All at once, the segmenter would take in the whole backlog
+        first: in one worker it holds the event loop, and the stages after it would wait idle."""
+        while True:
+            lag = deployment.lag(FRONT_TOPICS)
+            on_lag(lag)
+            if sum(lag.values()) == 0:
+                return
+            time.sleep(0.5)
 
     def _end_ingest_segment(self, seconds: float, counters: dict[str, float], *, done: bool) -> None:
         written = int(counters.get("memstream_points_written_total|turns", 0))

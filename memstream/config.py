@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     # --- Models ------------------------------------------------------------------------------
     embedding_model: str | None = Field(None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2")
     embedding_batch: int = Field(64, ge=1)
+    embedding_cache: int = Field(32768, ge=0, description="Texts whose vectors a worker keeps (LRU, 1.5 KB each at "
+                                 "384-d): the index stage finds the turns the segmenter embedded, even when it "
+                                 "runs a few thousand turns behind")
     torch_threads: int = Field(1, ge=0, description="CPU threads per worker for the models (0 = torch's default); "
                                "one avoids oversubscription when several processes share few cores")
     compressor_model: str | None = Field(None, description="Local LLMLingua model folder; unset = compression off (pass-through)")

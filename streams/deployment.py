@@ -21,7 +21,7 @@ from schemas import ConsolidateCommand, DeadLetter, Reply, Turn
 
 from . import runtime
 from .app import app_id
-from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, wait_drained
+from .client import MemoryClient, TurnProducer, group_lag, partitions_of, request_consolidation, wait_drained
 from .topics import ensure_topics
 
 # Topics a turn crosses before its memories are in the store, then those of consolidation.
@@ -100,6 +100,11 @@ class Deployment:
         returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile."""
         return asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in topics],
                                         timeout_s=timeout_s, progress=progress))
+
+    def lag(self, topics: Iterable[str]) -> dict[str, int]:
+        """Messages the workers have not committed yet, per topic (unprefixed names)."""
+        lag = asyncio.run(group_lag(self.settings, self.group, [self.settings.topic(t) for t in topics]))
+        return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None,
                     scope: str = "pending") -> int:

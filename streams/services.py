@@ -28,6 +28,7 @@ class Services:
         from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder(self.settings.embedding_model, batch_size=self.settings.embedding_batch,
+                                               cache_size=self.settings.embedding_cache,
                                                on_embed=self.metrics.count_embedded)
         log.info("embedder loaded: %s (%d-d)", embedder.name, embedder.dim)
         return embedder
