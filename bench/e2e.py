@@ -44,7 +44,8 @@ from bench.scoring import take_nearest_budget
 STATE = "state.json"
 RECORDS = "questions.jsonl"
 BASELINES = ("dense_topk", "bm25_topk")
-FRONT_TOPICS = ("turns", "turns.compressed")  # read by the stages before the STM (compress, segment)
+FRONT_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush")  # read by the stages before the index
+INDEX_BACKLOG = 64  # memory writes left for the index stage when the next conversation goes in
 
 
 @dataclass
@@ -292,7 +293,7 @@ class Runner:
                 for conversation_id, turns in self.bench.conversations.items():
                     if conversation_id in self.state.produced:
                         continue
-                    self._wait_for_segmenter(deployment, on_lag)
+                    self._wait_for_room(deployment, on_lag)
                     self.ui.status(f"producing {conversation_id} ({len(self.state.produced) + 1} of "
                                    f"{len(self.bench.conversations)})")
                     deployment.produce(turns)
@@ -328,14 +329,17 @@ class Runner:
         self._save()
 
     @staticmethod
-    def _wait_for_segmenter(deployment: Deployment, on_lag: Callable[[dict[str, int]], None]) -> None:
-        """Produce the next conversation once the first stages have taken the last one in, so the
-        later stages finish it meanwhile. All at once, the segmenter would take in the whole backlog
-        first: in one worker it holds the event loop, and the stages after it would wait idle."""
+    def _wait_for_room(deployment: Deployment, on_lag: Callable[[dict[str, int]], None]) -> None:
+        """Produce the next conversation once the stages before the index have taken the last one in
+        and the index has at most ``INDEX_BACKLOG`` memory writes to go. All at once, the segmenter
+        (which embeds on the event loop) would take in the whole backlog first while the later
+        stages idle; far ahead, its turn vectors would leave the embedding cache before the index
+        stage reuses them. This way the index stage (the slowest) always has work, and the
+        segmenter works on the next conversation meanwhile."""
         while True:
-            lag = deployment.lag(FRONT_TOPICS)
+            lag = deployment.lag((*FRONT_TOPICS, "cards"))
             on_lag(lag)
-            if sum(lag.values()) == 0:
+            if sum(lag[t] for t in FRONT_TOPICS) == 0 and lag["cards"] <= INDEX_BACKLOG:
                 return
             time.sleep(0.5)
 
