@@ -175,12 +175,10 @@ class _Wiring:
         source = _topic(self.app, self.s, topic_name)
 
         async def run(stream: faust.StreamT) -> None:
-            # Acked by hand, after the handler: faust's own ack sits in a ``finally`` and would
-            # commit a message whose handling a graceful stop cancelled (lost on restart).
-            manual = stream.noack()
-            async for event in manual.events():
+            # faust acks an event in a ``finally``, even when a stop cancelled its handler: the
+            # worker commits nothing once it is told to stop (``runtime.run_worker``).
+            async for event in stream.events():
                 await self.handle(stage, event, handler)
-                await manual.ack(event)
 
         run.__name__ = f"{stage}_agent"
         self.app.agent(source, name=f"memstream.{stage}")(run)

@@ -103,6 +103,7 @@ class Deployment:
 
     def lag(self, topics: Iterable[str]) -> dict[str, int]:
         """Messages the workers have not committed yet, per topic (unprefixed names)."""
+        topics = list(topics)
         lag = asyncio.run(group_lag(self.settings, self.group, [self.settings.topic(t) for t in topics]))
         return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
