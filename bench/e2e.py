@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memstream.config import Settings
-from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
-from processors.ids import point_id
+from memstream.ports import Embedder, StoreFilter, VectorStore
 from processors.index import CARDS, TURNS
 from processors.tokens import count_tokens
-from schemas import Reply, Turn
+from schemas import Reply
 from streams import runtime
 from streams.client import MemoryClient
 from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
@@ -431,21 +430,10 @@ class Runner:
 
     def _own_baseline(self, embedder: Embedder) -> VectorStore:
         """The raw turns as a plain RAG system indexes them (``speaker: text``), kept in ``<out>/baseline``."""
-        from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+        from bench.retrieval import baseline_store
 
-        turns = [t for ts in self.bench.conversations.values() for t in ts]
-        store = QdrantEdgeStore(self.out / "baseline")
-        store.ensure_collections([TURNS], embedder.dim)
-        if store.count(TURNS, TENANT) < len(turns):
-            for i in range(0, len(turns), 256):
-                chunk = turns[i:i + 256]
-                texts = [baseline_text(t) for t in chunk]
-                store.upsert(TURNS, [StorePoint(point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""),
-                                                v.tolist(), {"tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
-                                                             "turn_id": t.turn_id, "speaker": t.speaker, "text": t.text},
-                                                text)
-                                     for t, v, text in zip(chunk, embedder.embed(texts), texts)])
-        return store
+        return baseline_store(self.out / "baseline", [t for ts in self.bench.conversations.values() for t in ts],
+                              embedder)
 
     def _result(self, records: dict[str, dict[str, Any]], evaluation: dict[str, Any],
                 endpoints: Endpoints) -> dict[str, Any]:
@@ -453,10 +441,6 @@ class Runner:
 
         return summarize_run(self.bench, self.options, self.state, records, evaluation,
                              answer_model=endpoints.answer_model, judge_model=endpoints.judge_model)
-
-
-def baseline_text(turn: Turn) -> str:
-    return f"{turn.speaker}: {turn.text}"
 
 
 def embedder_name(settings: Settings) -> str:
