@@ -49,7 +49,8 @@ from aiokafka import TopicPartition
 from memstream.ports import StoreFilter, StoreHit, StorePoint
 from schemas.query import TOPIC_PATTERN
 
-from .client import partition_lag
+from .client import group_positions, partition_lag
+from .offsets import SafeCommits
 from .services import Services
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
         logging_config=None,
     )
     wiring = _Wiring(app, s, services)
+    wiring.commits.install()
     for stage in stages:
         getattr(wiring, f"stage_{stage}")()
     if s.stall_s > 0:
@@ -136,31 +138,40 @@ class _Wiring:
         self.handled = 0  # events handled since start
         self.ingesting = 0  # ingest-stage events inside a handler now
         self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
+        # What may commit (offsets every stage reading them finished), and message order per stage.
+        self.commits = SafeCommits(app, lambda tps: group_positions(settings, app.conf.id, tps))
 
     def watchdog(self) -> None:
-        """Exit, for the supervisor to restart this worker, when its partitions lag while it idles.
+        """When this worker's partitions lag while every agent idles: seek them back to what is
+        unfinished, and if that does not help within ``stall_s``, exit for the supervisor to restart it.
 
-        faust-streaming 0.15 can strand messages fetched around the recovery that follows a crash:
-        no agent ever gets them and their partition stops committing. A restart redelivers them
-        (at-least-once; every sink is idempotent), so crash-only recovery is safe here.
+        faust-streaming 0.15 can strand messages fetched around a rebalance or table recovery: no
+        agent ever gets them and their partition stops committing (``streams.offsets``). A seek or a
+        restart redelivers them (at-least-once; every sink is idempotent).
         """
-        state: dict[str, Any] = {"last_handled": -1, "stuck_since": None}
+        state: dict[str, Any] = {"last_handled": -1, "stuck_since": None, "rewound": False}
         stall_s = self.s.stall_s
         own_prefix = self.s.topic_prefix + "."
 
         async def check() -> None:
             if self.in_flight or self.handled != state["last_handled"]:
-                state["last_handled"], state["stuck_since"] = self.handled, None
+                state["last_handled"], state["stuck_since"], state["rewound"] = self.handled, None, False
                 return
             tps = [TopicPartition(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
                    if tp.topic.startswith(own_prefix)]
             lag = await partition_lag(self.s, self.app.conf.id, tps)
             lagging = {f"{tp.topic}[{tp.partition}]": n for tp, n in lag.items() if n}
             if not lagging:
-                state["stuck_since"] = None
+                state["stuck_since"], state["rewound"] = None, False
                 return
             now = time.monotonic()
             state["stuck_since"] = state["stuck_since"] or now
+            if not state["rewound"]:
+                # First try in process: seek the lagging partitions back to what is unfinished.
+                state["rewound"] = True
+                sought = await self.commits.rewind([(tp.topic, tp.partition) for tp, n in lag.items() if n])
+                log.warning("partitions lag while every agent idles (%s): sought back %d of them", lagging, len(sought))
+                return
             if now - state["stuck_since"] >= stall_s:
                 log.error("partitions lag while every agent idles for %.0fs (%s): exiting for a restart "
                           "(exit code %d)", now - state["stuck_since"], lagging, EXIT_STALLED)
@@ -173,10 +184,11 @@ class _Wiring:
 
     def agent(self, stage: str, topic_name: str, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
         source = _topic(self.app, self.s, topic_name)
+        self.commits.subscribe(stage, self.s.topic(topic_name))
 
         async def run(stream: faust.StreamT) -> None:
-            # faust acks an event in a ``finally``, even when a stop cancelled its handler: the
-            # worker commits nothing once it is told to stop (``runtime.run_worker``).
+            # faust's acks do not decide commits (it acks events no handler finished): ``handle``
+            # tells the commit tracker what finished.
             async for event in stream.events():
                 await self.handle(stage, event, handler)
 
@@ -184,11 +196,16 @@ class _Wiring:
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
     async def handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+        msg = event.message
+        if not await self.commits.admit(stage, msg.topic, msg.partition, msg.offset):
+            return  # finished before, or handed over out of order (it comes again, in order)
         ingest = stage in INGEST_STAGES
         self.in_flight += 1
         self.ingesting += ingest
         try:
             await self._handle(stage, event, handler)
+            # Its effect (outputs, store writes, state) is durable or dead-lettered: it may commit.
+            self.commits.finished(stage, msg.topic, msg.partition, msg.offset)
         finally:
             self.in_flight -= 1
             self.handled += 1
@@ -293,10 +310,9 @@ class _Wiring:
     async def save_state(self, table: faust.TableT, key: str, value: Any) -> None:
         """Set a table entry and wait until its changelog record is on the broker.
 
-        ``table[key] = value`` only queues the record: faust's flush before a commit gives up after
-        0.1 s without progress, and a graceful stop commits without it, so the source offset could
-        commit before the state it produced (a turn lost on restart). The message is acked after
-        this returns."""
+        ``table[key] = value`` only queues the record, and faust's flush before a commit gives up
+        after 0.1 s without progress: the source offset could commit before the state it produced
+        (a turn lost on restart). The handler finishes, and its offset may commit, after this returns."""
         table.data[key] = value  # the local copy, without faust's fire-and-forget changelog send
         await table.send_changelog(table.partition_for_key(key), key, value)
 

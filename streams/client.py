@@ -4,10 +4,11 @@ wait for the pipeline to drain (consumer-group lag)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import AsyncIterator, Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -154,16 +155,25 @@ class MemoryClient:
             ) from None
 
 
-async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-    """Messages not yet committed by ``group``, per partition (the broker's view)."""
-    tps = list(tps)
-    if not tps:
-        return {}
+@contextlib.asynccontextmanager
+async def _offset_clients(settings: Settings) -> AsyncIterator[tuple[AIOKafkaAdminClient, AIOKafkaConsumer]]:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     try:
+        yield admin, consumer
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """Messages not yet committed by ``group``, per partition (the broker's view)."""
+    tps = list(tps)
+    if not tps:
+        return {}
+    async with _offset_clients(settings) as (admin, consumer):
         committed = await admin.list_consumer_group_offsets(group)
         ends = await consumer.end_offsets(tps)
         lag = {}
@@ -172,9 +182,22 @@ async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicParti
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
             lag[tp] = max(0, ends[tp] - done)
         return lag
-    finally:
-        await consumer.stop()
-        await admin.close()
+
+
+async def group_positions(settings: Settings, group: str, tps: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+    """Where ``group`` resumes each partition: its committed offset, or the log start where it has
+    none (workers read from the earliest offset)."""
+    tps = [TopicPartition(topic, partition) for topic, partition in tps]
+    if not tps:
+        return {}
+    async with _offset_clients(settings) as (admin, consumer):
+        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        starts = await consumer.beginning_offsets(tps)
+        positions = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            positions[tp] = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
+        return positions
 
 
 async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from memstream.config import Settings
 
@@ -239,25 +239,11 @@ def run_worker(settings: Settings) -> None:
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
         await app.tables.recovery.completed.wait()
-        # Installed now so they replace mode's own handlers: SIGUSR2 would open a debugger prompt.
+        # Installed now so it replaces mode's own handler, which would open a debugger prompt.
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR2, _dump_consumer, app)
-        loop.add_signal_handler(signal.SIGTERM, stop_committing_nothing, worker._on_sigterm)
-        loop.add_signal_handler(signal.SIGINT, stop_committing_nothing, worker._on_sigint)
         log.info("memstream worker ready: %d partitions assigned, tables recovered",
                  len(app.consumer.assignment()))
-
-    def stop_committing_nothing(stop: Callable[[], None]) -> None:
-        """Crash-only stop: from the signal on, this worker commits no offset, then shuts down as
-        usual (the store closes cleanly). faust's final commit covered messages it had fetched but
-        no handler had finished: a bench interrupted mid-ingest lost 19 of 30 turns that way. What
-        is not committed is redelivered to the next worker, and the sinks are idempotent."""
-
-        async def no_commit(*_args: object, **_kwargs: object) -> bool:
-            return False
-
-        app.consumer.commit = no_commit  # type: ignore[method-assign]
-        stop()
 
     app.task(announce_ready)
 

@@ -40,9 +40,6 @@ def lines(out: Path) -> list[str]:
     return (out / "questions.jsonl").read_text().splitlines()
 
 
-@pytest.mark.xfail(strict=False, reason="open bug, found by this test: a worker stopped (SIGTERM) mid-ingest can "
-                   "commit offsets of turns it never finished; fresh-clone CI lost 19, then 7 of 30 turns "
-                   "(passes on this machine's checkout). Under investigation, see the issue 6 note.")
 def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kafka: Settings, tmp_path: Path) -> None:
     out = tmp_path / "locomo"
     args = ("locomo", "--data", str(demo_conversation_path()), "--out", str(out), "--sweep-k", "5,20")

@@ -1,0 +1,235 @@
+"""Offset commits that cover only messages a stage finished, and messages handled in order.
+
+faust commits up to the highest run of offsets it saw acknowledged, but it acknowledges events no
+handler finished: ones its fetcher dropped while the flow was suspended (around a rebalance or table
+recovery), and ones whose handler a stop cancelled. On a partition with no committed offset yet it
+does not even check that the run starts at the head. It then hands over what follows the dropped
+messages, so a session's last turn could be segmented before the turns it ends. Here a partition's
+commit advances only over offsets every stage reading it finished, contiguously from the group's
+position read from the broker; and a stage handles a partition's messages strictly in offset order:
+a message past one it has not had makes the partition seek back to that one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple
+
+from aiokafka import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class Partition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class CommitTracker:
+    """Per partition: the group's position, and which stages finished which offsets beyond it.
+
+    A topic can feed several stages (``cards`` feeds index and consolidation): an offset counts once
+    every stage subscribed to its topic finished it. Each stage also gets the offset it must handle
+    next, so a message handed over out of order is noticed instead of processed.
+    """
+
+    def __init__(self) -> None:
+        self._stages: dict[str, set[str]] = {}  # topic -> stages reading it
+        self._position: dict[Partition, int] = {}
+        self._done: dict[Partition, dict[int, set[str]]] = {}
+        self._next: dict[tuple[str, Partition], int] = {}
+
+    def subscribe(self, stage: str, topic: str) -> None:
+        self._stages.setdefault(topic, set()).add(stage)
+
+    def stages(self, topic: str) -> set[str]:
+        return self._stages.get(topic, set())
+
+    def reads(self, topic: str) -> bool:
+        return topic in self._stages
+
+    def has_position(self, tp: tuple[str, int]) -> bool:
+        return Partition(*tp) in self._position
+
+    def next_for(self, stage: str, topic: str, partition: int) -> int | None:
+        """The offset ``stage`` handles next on this partition (None: the position is not read yet)."""
+        return self._next.get((stage, Partition(topic, partition)))
+
+    def finished(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        tp = Partition(topic, partition)
+        if offset < self._position.get(tp, 0):
+            return
+        done = self._done.setdefault(tp, {})
+        done.setdefault(offset, set()).add(stage)
+        if self._next.get((stage, tp)) == offset:
+            self._advance(stage, tp, offset)
+
+    def without_position(self) -> list[Partition]:
+        """Partitions with finished offsets whose starting position is not known yet."""
+        return [tp for tp, done in self._done.items() if done and tp not in self._position]
+
+    def start_at(self, tp: Partition, position: int) -> None:
+        """The group's position for ``tp``: its committed offset, or the log start when it has none."""
+        tp = Partition(*tp)
+        self._position[tp] = max(position, self._position.get(tp, 0))
+        for stage in self._stages.get(tp.topic, ()):
+            self._advance(stage, tp, max(self._position[tp], self._next.get((stage, tp), 0)))
+        self._prune(tp)
+
+    def committable(self) -> dict[Partition, int]:
+        """Each partition every reader of which finished offsets past its position: the new position."""
+        out = {}
+        for tp, position in self._position.items():
+            ends = [self._next.get((stage, tp), position) for stage in self._stages.get(tp.topic, ())]
+            end = min(ends, default=position)
+            if end > position:
+                out[tp] = end
+        return out
+
+    def committed(self, positions: Mapping[Partition, int]) -> None:
+        for tp, position in positions.items():
+            tp = Partition(*tp)
+            self._position[tp] = max(position, self._position.get(tp, 0))
+            self._prune(tp)
+
+    def forget(self, tps: Iterable[Any]) -> None:
+        """Partitions this worker no longer owns: their position is read again if they come back."""
+        for topic, partition in tps:
+            tp = Partition(topic, partition)
+            self._position.pop(tp, None)
+            self._done.pop(tp, None)
+            for stage in self._stages.get(topic, ()):
+                self._next.pop((stage, tp), None)
+
+    def _advance(self, stage: str, tp: Partition, offset: int) -> None:
+        done = self._done.get(tp, {})
+        while stage in done.get(offset, ()):
+            offset += 1
+        self._next[(stage, tp)] = offset
+
+    def _prune(self, tp: Partition) -> None:
+        position = self._position[tp]
+        done = self._done.get(tp)
+        if done:
+            for offset in [o for o in done if o < position]:
+                del done[offset]
+
+
+PositionReader = Callable[[list[Partition]], Awaitable[Mapping[Any, int]]]
+RESEEK_S = 5.0  # one seek back per partition and offset in this time: a refetch takes a moment to arrive
+
+
+class SafeCommits:
+    """A faust app's commits and message order, kept by a :class:`CommitTracker`.
+
+    ``read_positions`` returns the group's position for partitions (committed offset, else log start).
+    """
+
+    def __init__(self, app: Any, read_positions: PositionReader, tracker: CommitTracker | None = None):
+        self.app = app
+        self.tracker = tracker or CommitTracker()
+        self._read_positions = read_positions
+        self._commit_lock = asyncio.Lock()
+        self._sought: dict[tuple[Partition, int], float] = {}
+        self.skipped = 0  # messages handed over again or out of order, not handled
+
+    def subscribe(self, stage: str, topic: str) -> None:
+        self.tracker.subscribe(stage, topic)
+
+    async def admit(self, stage: str, topic: str, partition: int, offset: int) -> bool:
+        """Whether ``stage`` handles this message now. No for one it finished already (a redelivery)
+        and for one past a message it has not had: faust dropped that one (it drops messages fetched
+        while its flow is suspended around a rebalance), so the partition is sought back to it, and
+        what follows comes again, in order."""
+        expected = self.tracker.next_for(stage, topic, partition)
+        if expected is None:
+            await self._learn_positions([Partition(topic, partition), *self._assigned_without_position()])
+            expected = self.tracker.next_for(stage, topic, partition)
+            if expected is None:  # revoked meanwhile
+                return False
+        if offset == expected:
+            return True
+        self.skipped += 1
+        if offset > expected:
+            tp = Partition(topic, partition)
+            now = time.monotonic()
+            if now - self._sought.get((tp, expected), -RESEEK_S) >= RESEEK_S:
+                self._sought[(tp, expected)] = now
+                log.warning("%s got %s[%d]@%d before @%d: seeking back", stage, topic, partition, offset, expected)
+                await self.app.consumer.seek_wait({TopicPartition(topic, partition): expected})
+        return False
+
+    async def rewind(self, tps: Iterable[tuple[str, int]]) -> list[Partition]:
+        """Seek partitions back to the first offset a stage reading them has not finished: for one
+        that lags while nothing arrives (faust dropped its last messages). Returns those sought."""
+        tps = [Partition(topic, partition) for topic, partition in tps if self.tracker.reads(topic)]
+        unknown = [tp for tp in tps if not self.tracker.has_position(tp)]
+        if unknown:
+            await self._learn_positions(unknown)
+        targets = {}
+        for tp in tps:
+            nexts = [self.tracker.next_for(stage, *tp) for stage in self.tracker.stages(tp.topic)]
+            if None not in nexts and nexts:
+                targets[TopicPartition(*tp)] = min(nexts)
+        if targets:
+            await self.app.consumer.seek_wait(targets)
+        return [Partition(tp.topic, tp.partition) for tp in targets]
+
+    def finished(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        """The stage's effect for this message is durable (or dead-lettered): it may commit."""
+        self.tracker.finished(stage, topic, partition, offset)
+
+    def _assigned_without_position(self) -> list[Partition]:
+        """Assigned partitions of the topics read here whose position is unknown: read in one go."""
+        return [Partition(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
+                if self.tracker.reads(tp.topic) and not self.tracker.has_position(tp)]
+
+    async def _learn_positions(self, tps: list[Partition]) -> None:
+        for tp, position in (await self._read_positions(list(dict.fromkeys(tps)))).items():
+            self.tracker.start_at(Partition(tp[0], tp[1]), position)
+
+    def install(self) -> None:
+        """Replace the faust consumer's commit with :meth:`commit`; forget revoked partitions."""
+        self.app.consumer.commit = self.commit
+        self.app.on_partitions_revoked.connect(self._on_revoked)
+
+    def _on_revoked(self, _sender: Any = None, revoked: Iterable[Any] = (), **_kwargs: Any) -> None:
+        self.tracker.forget(revoked)
+        self._sought.clear()
+
+    async def commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:  # faust's signature
+        if self._commit_lock.locked():  # a commit is under way; the next interval catches up
+            return False
+        async with self._commit_lock:
+            consumer = self.app.consumer
+            assignment = {Partition(tp.topic, tp.partition) for tp in consumer.assignment()}
+            unknown = [tp for tp in self.tracker.without_position() if tp in assignment]
+            if unknown:
+                await self._learn_positions(unknown)
+            by_tp = {tp: position for tp, position in self.tracker.committable().items() if tp in assignment}
+            if not by_tp:
+                return False
+            # Partition equals (and hashes as) faust's TP: both are (topic, partition) named tuples.
+            if not await consumer._commit(by_tp):
+                return False
+            self.tracker.committed(by_tp)
+            _trim_faust_bookkeeping(consumer, by_tp)
+            return True
+
+
+def _trim_faust_bookkeeping(consumer: Any, offsets: Mapping[Any, int]) -> None:
+    """faust's own commit would have dropped its acked offsets below the new position; ours does it
+    so they do not pile up (faust no longer reads them to commit)."""
+    for tp, position in offsets.items():
+        consumer._committed_offset[tp] = position
+        acked = consumer._acked.get(tp)
+        if acked:
+            acked[:] = [o for o in acked if o >= position]
+        index = consumer._acked_index.get(tp)
+        if index:
+            index.difference_update([o for o in index if o < position])
+        gap = consumer._gap.get(tp)
+        if gap:
+            gap.chop(0, position)

@@ -1,0 +1,95 @@
+"""The commit tracker: a partition commits only over offsets every stage reading it finished, from
+its position, and each stage learns the offset it must handle next."""
+
+from streams.offsets import CommitTracker, Partition
+
+TOPIC = "t9.turns"
+TP = Partition(TOPIC, 0)
+
+
+def tracker(*stages: str, topic: str = TOPIC) -> CommitTracker:
+    t = CommitTracker()
+    for stage in stages or ("compress",):
+        t.subscribe(stage, topic)
+    return t
+
+
+def test_nothing_commits_before_the_position_is_known():
+    t = tracker()
+    t.finished("compress", TOPIC, 0, 0)
+    assert t.committable() == {}
+    assert t.without_position() == [TP]
+    assert t.next_for("compress", TOPIC, 0) is None
+
+
+def test_a_run_of_finished_offsets_from_the_position_commits():
+    t = tracker()
+    for offset in (0, 1, 2):
+        t.finished("compress", TOPIC, 0, offset)
+    t.start_at(TP, 0)
+    assert t.committable() == {TP: 3}
+    assert t.next_for("compress", TOPIC, 0) == 3
+
+
+def test_an_unfinished_head_holds_the_partition_back():
+    # faust would commit 20 here: the head (0..16) was fetched, dropped and never handled.
+    t = tracker()
+    for offset in range(17, 20):
+        t.finished("compress", TOPIC, 0, offset)
+    t.start_at(TP, 0)
+    assert t.committable() == {}
+    assert t.next_for("compress", TOPIC, 0) == 0
+
+
+def test_a_hole_stops_the_commit_below_it():
+    t = tracker()
+    t.start_at(TP, 5)
+    for offset in (5, 6, 8, 9):
+        t.finished("compress", TOPIC, 0, offset)
+    assert t.committable() == {TP: 7}
+    t.committed({TP: 7})
+    assert t.committable() == {}
+    t.finished("compress", TOPIC, 0, 7)
+    assert t.committable() == {TP: 10}
+
+
+def test_an_offset_commits_once_every_stage_reading_the_topic_finished_it():
+    t = tracker("index", "consolidate")
+    t.start_at(TP, 0)
+    for offset in (0, 1, 2):
+        t.finished("index", TOPIC, 0, offset)
+    t.finished("consolidate", TOPIC, 0, 0)
+    assert t.committable() == {TP: 1}
+    assert t.next_for("index", TOPIC, 0) == 3 and t.next_for("consolidate", TOPIC, 0) == 1
+
+
+def test_offsets_below_the_position_are_dropped():
+    t = tracker()
+    t.start_at(TP, 10)
+    t.finished("compress", TOPIC, 0, 3)  # a redelivery finished late: already committed
+    assert t.committable() == {}
+    assert t.without_position() == []
+    assert t.next_for("compress", TOPIC, 0) == 10
+
+
+def test_a_revoked_partition_rereads_its_position():
+    t = tracker()
+    t.start_at(TP, 0)
+    t.finished("compress", TOPIC, 0, 0)
+    t.forget([(TOPIC, 0)])
+    assert t.committable() == {} and t.next_for("compress", TOPIC, 0) is None
+    t.finished("compress", TOPIC, 0, 4)
+    assert t.without_position() == [TP]
+    t.start_at(TP, 4)  # another worker committed up to 4 meanwhile
+    assert t.committable() == {TP: 5}
+
+
+def test_partitions_are_independent():
+    t = tracker()
+    other = Partition(TOPIC, 1)
+    t.start_at(TP, 0)
+    t.start_at(other, 0)
+    t.finished("compress", TOPIC, 0, 0)
+    t.finished("compress", TOPIC, 1, 1)
+    assert t.committable() == {TP: 1}
+    assert t.next_for("compress", TOPIC, 1) == 0
