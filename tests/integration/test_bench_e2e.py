@@ -18,6 +18,8 @@ from memstream.config import Settings
 from memstream.datasets import demo_conversation_path
 from streams.runtime import REPO_ROOT
 
+pytestmark = pytest.mark.integration
+
 DEMO_LONGMEMEVAL = REPO_ROOT / "memstream" / "data" / "demo_longmemeval.json"
 
 
