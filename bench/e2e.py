@@ -183,10 +183,13 @@ def _llm_endpoints(running: contextlib.ExitStack, base: Settings, options: E2EOp
     judge = judge_model = None
     if options.llm:
         from memstream.adapters.openai_llm import OpenAICompatibleLLM
+        from memstream.instrumented import MeteredLLM
+        from memstream.metrics import Metrics
 
         judge_model = options.judge_model or model
-        judge = OpenAICompatibleLLM(options.judge_base_url or url, judge_model, options.judge_api_key or key,
-                                    timeout_s=base.llm_timeout_s)
+        judge = MeteredLLM(OpenAICompatibleLLM(options.judge_base_url or url, judge_model, options.judge_api_key or key,
+                                               timeout_s=base.llm_timeout_s),
+                           Metrics(), "judge", retries=base.llm_retries)  # transient failures retried
     return Endpoints(env, model, judge, judge_model)
 
 

@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Iterable, Literal, Sequence
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
+# The topics (logical names) each stage consumes: a worker group's consumer group reads these.
+STAGE_INPUTS: dict[str, tuple[str, ...]] = {
+    "compress": ("turns",), "segment": ("turns.compressed",), "stm": ("segments",), "extract": ("stm.flush",),
+    "index": ("cards",), "consolidate": ("cards", "control", "updates"), "query": ("queries",),
+}
+# Stages that open the vector store. The embedded store locks its folder to one process, so these
+# run in a single worker unless MEMSTREAM_QDRANT_URL points at a Qdrant server; the others scale freely.
+STORE_STAGES = frozenset({"index", "consolidate", "query"})
+
+
+
+def group_id(prefix: str, stages: Sequence[str]) -> str:
+    """The consumer group (faust app id) of workers running ``stages``: one group per stage set, so
+    workers with the same stages share its partitions."""
+    base = f"{prefix}-memstream"
+    return base if list(stages) == list(STAGES) else base + "-" + "-".join(stages)
+
+
+def reading_groups(prefix: str, stage_sets: Iterable[Sequence[str]], topics: Iterable[str]) -> dict[str, list[str]]:
+    """Which consumer group reads which of ``topics`` (logical names), for workers of ``stage_sets``."""
+    topics = list(topics)
+    out: dict[str, list[str]] = {}
+    for stages in stage_sets:
+        read = [t for t in topics if any(t in STAGE_INPUTS[stage] for stage in stages)]
+        if read:
+            out[group_id(prefix, stages)] = read
+    return out
+
 
 ExtractMode = Literal["auto", "llm", "extractive"]
 
@@ -34,6 +62,7 @@ class Settings(BaseSettings):
     stages: str = Field("all", description="Comma-separated stages this worker runs, or 'all'")
     data_dir: Path = Field(default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state")
     metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
+    metrics_host: str = Field("127.0.0.1", description="Address the /metrics endpoint binds (0.0.0.0 in containers)")
     log_level: str = Field("info")
     stall_s: float = Field(30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)")
 
@@ -51,6 +80,7 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(120.0)
     llm_port: int = Field(8011, description="Port of the local LLM server started by infra/llm (memstream up --local-llm, demo)")
     llm_max_tokens: int = Field(1024)
+    llm_retries: int = Field(1, ge=0, description="Retries of an LLM call after a timeout, connection, rate-limit or server error")
 
     # --- Models ------------------------------------------------------------------------------
     embedding_model: str | None = Field(None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2")

@@ -18,7 +18,20 @@ class LlmResult:
 
 
 class LLMError(RuntimeError):
-    """The LLM endpoint failed or answered something unusable."""
+    """The LLM endpoint failed or answered something unusable.
+
+    ``kind``: timeout, connection, rate_limit, server (5xx), client (other 4xx, bad request) or
+    empty (no usable answer); the first four are transient and worth a retry."""
+
+    TRANSIENT = frozenset({"timeout", "connection", "rate_limit", "server"})
+
+    def __init__(self, message: str, kind: str = "client"):
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in self.TRANSIENT
 
 
 class LLM(Protocol):

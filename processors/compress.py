@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import re
 
 from memstream.ports import Compressor
@@ -19,7 +21,8 @@ def protected_words(turn: Turn) -> list[str]:
     return sorted(words)
 
 
-def compress_turn(turn: Turn, compressor: Compressor | None, keep_rate: float) -> CompressedTurn:
+def compress_turn(turn: Turn, compressor: Compressor | None, keep_rate: float,
+                  received_at: datetime | None = None) -> CompressedTurn:
     """Compress one turn's text; with no compressor the text passes through unchanged."""
     tokens_in = count_tokens(turn.text)
     if compressor is None:
@@ -37,4 +40,5 @@ def compress_turn(turn: Turn, compressor: Compressor | None, keep_rate: float) -
         tokens_in=tokens_in,
         tokens_out=count_tokens(text),
         compressor=name,
+        received_at=received_at,
     )

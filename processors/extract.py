@@ -73,6 +73,7 @@ def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[
                 event_time=t.event_time,
                 image_captions=t.image_captions,
                 seq=int(t.metadata.get("seq", (seq_of or {}).get(t.turn_id, i))),
+                received_at=ct.received_at,
             )
         )
     return out

@@ -68,13 +68,16 @@ class QueryOptions:
 class QueryEngine:
     """Answers one query; every store call carries the query's tenant as a hard filter."""
 
-    def __init__(self, store: VectorStore, embedder: Embedder, llm: LLM | None, options: QueryOptions):
+    def __init__(self, store: VectorStore, embedder: Embedder, llm: LLM | None, options: QueryOptions, *,
+                 planner_llm: LLM | None = None):
         self.store = store
         self.embedder = embedder
-        self.llm = llm
+        self.llm = llm  # answers
         self.options = options
         self.retriever = Retriever(store, options.retrieval)
-        self.planner: Planner = LlmPlanner(llm) if llm is not None and options.planner == "llm" else RulePlanner()
+        planner_llm = planner_llm or llm
+        self.planner: Planner = (LlmPlanner(planner_llm) if planner_llm is not None and options.planner == "llm"
+                                 else RulePlanner())
 
     def plan(self, query: Query, now: datetime) -> tuple[Plan, StageCost]:
         plan, cost = self.planner.plan(query.question, now)

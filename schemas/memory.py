@@ -119,6 +119,7 @@ class SourceTurn(Part):
     event_time: UtcDatetime
     image_captions: list[str] = Field(default_factory=list)
     seq: int = Field(ge=0, description="Position in the conversation, for the Replay window")
+    received_at: UtcDatetime | None = Field(None, description="When the turn reached the turns topic")
 
 
 class MemoryWrite(TenantScoped):

@@ -24,6 +24,13 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama
     MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
 fi
 bash infra/kafka/kafka.sh fetch
+# Prometheus (Debian package): the observability tests scrape real workers with it.
+if ! command -v prometheus >/dev/null 2>&1; then
+    echo "install: Prometheus (apt-get install prometheus)"
+    sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    apt_install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+    apt_install || { $sudo apt-get update -q >/dev/null && apt_install; }
+fi
 # Grafana dashboard JSON Schema, freshly converted from the pinned @grafana/schema so the tests
 # validate against it; without npm the committed dashboards/schema/dashboard.schema.json is used.
 if command -v npm >/dev/null 2>&1; then

@@ -5,6 +5,7 @@ malformed message becomes a dead letter instead of crashing the agent."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -12,17 +13,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence, get_args
 
 import faust
 import orjson
 from faust.types import EventT
 
-from memstream.config import STAGES, Settings
+from memstream.config import STAGE_INPUTS, Settings, group_id as app_id
 from processors.compress import compress_turn
 from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update, consolidate_card
 from processors.extract import ExtractiveExtractor, LlmExtractor
-from processors.index import CARDS, LEXICAL, points_for_write
+from processors.index import CARDS, COLLECTIONS, LEXICAL, points_for_write
 from processors.versioning import CardView
 from processors.query import QueryEngine
 from processors.segment import Segmenter, SegmenterState, window_is_idle
@@ -47,6 +48,7 @@ from schemas import (
 from aiokafka import TopicPartition
 
 from memstream.ports import StoreFilter, StoreHit, StorePoint
+from schemas.memory import ConsolidationAction, ExtractionMode, FlushReason
 from schemas.query import TOPIC_PATTERN
 
 from .client import group_positions, partition_lag
@@ -74,14 +76,19 @@ class StageResult:
     outputs: list[Out] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Record:
+    """A consumed message as a stage sees it."""
+
+    value: bytes
+    timestamp: float | None  # seconds since the epoch: when the record reached its topic
+
+
+Handler = Callable[[Record], Awaitable[StageResult]]
+
+
 class TurnRejected(SchemaError):
     """A turn that parses but is not acceptable (e.g. too long)."""
-
-
-def app_id(prefix: str, stages: Sequence[str]) -> str:
-    """One consumer group per stage set: workers with the same stages share partitions."""
-    base = f"{prefix}-memstream"
-    return base if list(stages) == list(STAGES) else base + "-" + "-".join(stages)
 
 
 def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
@@ -116,6 +123,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
         getattr(wiring, f"stage_{stage}")()
     if s.stall_s > 0:
         wiring.watchdog()
+    wiring.lag_gauges()
     log.info("app %s runs stages: %s", app.conf.id, ", ".join(stages))
     return app
 
@@ -170,6 +178,7 @@ class _Wiring:
                 # First try in process: seek the lagging partitions back to what is unfinished.
                 state["rewound"] = True
                 sought = await self.commits.rewind([(tp.topic, tp.partition) for tp, n in lag.items() if n])
+                self.metrics.rewinds.inc(len(sought))
                 log.warning("partitions lag while every agent idles (%s): sought back %d of them", lagging, len(sought))
                 return
             if now - state["stuck_since"] >= stall_s:
@@ -180,11 +189,36 @@ class _Wiring:
 
         self.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(check)
 
+    def lag_gauges(self, interval_s: float = 5.0) -> None:
+        """``memstream_consumer_lag`` of every partition this worker owns; series of partitions it
+        gave up are removed."""
+        group, gauge = self.app.conf.id, self.metrics.consumer_lag
+        shown: set[tuple[str, str]] = set()
+
+        async def update() -> None:
+            try:
+                lag = await self.commits.lag()
+            except Exception:  # noqa: BLE001 - a rebalance or a broker hiccup: the next tick retries
+                log.debug("consumer lag not read this time", exc_info=True)
+                return
+            current = {(tp.topic, str(tp.partition)): n for tp, n in lag.items()}
+            for topic, partition in shown - current.keys():
+                gauge.remove(group, topic, partition)
+            for (topic, partition), n in current.items():
+                gauge.labels(group, topic, partition).set(n)
+            shown.clear()
+            shown.update(current)
+
+        self.app.timer(interval=interval_s, name="memstream.lag")(update)
+
     # --- shared handling -------------------------------------------------------------------
 
-    def agent(self, stage: str, topic_name: str, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+    def agent(self, stage: str, topic_name: str, handler: Handler) -> None:
+        if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
+            raise ValueError(f"stage {stage} reads {topic_name}, which STAGE_INPUTS does not list")
         source = _topic(self.app, self.s, topic_name)
         self.commits.subscribe(stage, self.s.topic(topic_name))
+        self.metrics.init_stage(stage)
 
         async def run(stream: faust.StreamT) -> None:
             # faust's acks do not decide commits (it acks events no handler finished): ``handle``
@@ -195,10 +229,12 @@ class _Wiring:
         run.__name__ = f"{stage}_agent"
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
-    async def handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+    async def handle(self, stage: str, event: EventT, handler: Handler) -> None:
         msg = event.message
-        if not await self.commits.admit(stage, msg.topic, msg.partition, msg.offset):
-            return  # finished before, or handed over out of order (it comes again, in order)
+        skip = await self.commits.skip_reason(stage, msg.topic, msg.partition, msg.offset)
+        if skip:  # finished before, or handed over out of order (it comes again, in order)
+            self.metrics.skipped.labels(stage, skip).inc()
+            return
         ingest = stage in INGEST_STAGES
         self.in_flight += 1
         self.ingesting += ingest
@@ -217,13 +253,14 @@ class _Wiring:
         """An ingest stage of this worker is handling a message, or finished one within the last second."""
         return self.ingesting > 0 or time.monotonic() - self.last_ingest < 1.0
 
-    async def _handle(self, stage: str, event: EventT, handler: Callable[[bytes], Awaitable[StageResult]]) -> None:
+    async def _handle(self, stage: str, event: EventT, handler: Handler) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+        record = Record(raw, event.message.timestamp)
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         for attempt in range(self.s.processing_retries + 1):
             try:
-                result = await handler(raw)
+                result = await handler(record)
                 await self.produce(stage, result.outputs)
                 self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
                 return
@@ -330,14 +367,15 @@ class _Wiring:
         compressor = services.compressor  # loaded once, at start-up
         out_topic = s.topic("turns.compressed")
 
-        async def handler(raw: bytes) -> StageResult:
-            turn = Turn.from_bytes(raw)
+        async def handler(record: Record) -> StageResult:
+            turn = Turn.from_bytes(record.value)
             if len(turn.text) > s.max_turn_chars:
                 raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars}")
+            received_at = datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp else None
             if compressor is None:
-                item = compress_turn(turn, None, s.compress_rate)
+                item = compress_turn(turn, None, s.compress_rate, received_at)
             else:
-                item = await asyncio.to_thread(compress_turn, turn, compressor, s.compress_rate)
+                item = await asyncio.to_thread(compress_turn, turn, compressor, s.compress_rate, received_at)
             self.metrics.compress_tokens.labels("in").inc(item.tokens_in)
             self.metrics.compress_tokens.labels("out").inc(item.tokens_out)
             self.metrics.turn_tokens.labels("in").observe(item.tokens_in)
@@ -345,6 +383,7 @@ class _Wiring:
             return StageResult([Out(out_topic, item.key, item)])
 
         self.agent("compress", "turns", handler)
+        init_series(self.metrics.compress_tokens, ("in", "out"))
 
     def stage_segment(self) -> None:
         s, services = self.s, self.services
@@ -357,8 +396,8 @@ class _Wiring:
         log.info("segmentation: %s, window %d turns (carry %d), heads %s", params.method, params.window_turns,
                  params.carry_turns, list(params.heads) or "upper layers")
 
-        async def handler(raw: bytes) -> StageResult:
-            message = decode_compressed_message(raw)
+        async def handler(record: Record) -> StageResult:
+            message = decode_compressed_message(record.value)
             state = SegmenterState.from_dict(states.get(message.key))
             outs: list[Out] = []
             # The window is segmented on the loop (embedding + one attention pass, well under a second),
@@ -382,6 +421,9 @@ class _Wiring:
             return StageResult()
 
         self.agent("segment", "turns.compressed", handler)
+        init_series(self.metrics.segment_boundaries,
+                    [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"])
+        init_series(self.metrics.embedded_texts, ("computed", "cached"))
 
         self.idle_timer("segmenter", states, lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
                         in_topic, lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv,
@@ -394,8 +436,8 @@ class _Wiring:
         out_topic = s.topic("stm.flush")
         segments_topic = s.topic("segments")
 
-        async def handler(raw: bytes) -> StageResult:
-            message = decode_segments_message(raw)
+        async def handler(record: Record) -> StageResult:
+            message = decode_segments_message(record.value)
             state = StmState.from_dict(buffers.get(message.key))
             now = time.time()
             if isinstance(message, StmTick):
@@ -414,6 +456,15 @@ class _Wiring:
             return StageResult()
 
         self.agent("stm", "segments", handler)
+        init_series(self.metrics.stm_flushes, get_args(FlushReason))
+
+        async def buffer_gauges() -> None:
+            states = [StmState.from_dict(data) for _, data in list(buffers.items()) if data]
+            self.metrics.stm_buffer_turns.set(sum(st.pending_turns for st in states))
+            self.metrics.stm_buffer_tokens.set(sum(st.tokens for st in states))
+            self.metrics.stm_buffer_conversations.set(sum(1 for st in states if st.pending_turns))
+
+        self.app.timer(interval=5.0, name="memstream.stm.gauges")(buffer_gauges)
 
         self.idle_timer("stm", buffers, lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
                         segments_topic, lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv,
@@ -421,23 +472,23 @@ class _Wiring:
 
     def stage_extract(self) -> None:
         s, services, metrics = self.s, self.services, self.metrics
-        llm = services.llm
+        llm = services.llm_for("extract")
         mode = s.effective_extract_mode
         extractor = (LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
                      if mode == "llm" and llm else ExtractiveExtractor())
         log.info("extraction mode: %s", extractor.mode)
         out_topic = s.topic("cards")
 
-        async def handler(raw: bytes) -> StageResult:
-            flush = StmFlush.from_bytes(raw)
+        async def handler(record: Record) -> StageResult:
+            flush = StmFlush.from_bytes(record.value)
             write = await asyncio.to_thread(extractor.extract, flush)
             metrics.extract_mode.labels(write.mode).inc()
             for cost in write.costs:
-                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
-                                  tenant=write.tenant_id, conversation=write.conversation_id)
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
             return StageResult([Out(out_topic, write.key, write)])
 
         self.agent("extract", "stm.flush", handler)
+        init_series(metrics.extract_mode, get_args(ExtractionMode))
 
     def stage_index(self) -> None:
         services, metrics = self.services, self.metrics
@@ -454,13 +505,19 @@ class _Wiring:
             for collection in sorted(by_collection, key=lambda c: c == "turns"):
                 store.upsert(collection, by_collection[collection])
                 metrics.points_written.labels(collection).inc(len(by_collection[collection]))
+            now = datetime.now(timezone.utc)
+            for turn in write.source_turns:
+                if turn.received_at is not None:
+                    metrics.turn_to_memory.observe(max(0.0, (now - turn.received_at).total_seconds()))
 
-        async def handler(raw: bytes) -> StageResult:
-            write = MemoryWrite.from_bytes(raw)
+        async def handler(record: Record) -> StageResult:
+            write = MemoryWrite.from_bytes(record.value)
             await asyncio.to_thread(index, write)
             return StageResult()
 
         self.agent("index", "cards", handler)
+        init_series(metrics.points_written, COLLECTIONS)
+        init_series(metrics.embedded_texts, ("computed", "cached"))
 
     def stage_consolidate(self) -> None:
         """Sleep-time consolidation: writes mark cards pending per conversation (changelog table); an
@@ -470,13 +527,14 @@ class _Wiring:
         pending = self.table("consolidation")
         control, updates = s.topic("control"), s.topic("updates")
         params = ConsolidateParams(tau=s.consolidate_tau, top_n=s.consolidate_top_n)
-        decider: Decider = LlmDecider(services.llm, params) if services.llm is not None else RuleDecider(params)
+        llm = services.llm_for("consolidate")
+        decider: Decider = LlmDecider(llm, params) if llm is not None else RuleDecider(params)
         pool = ThreadPoolExecutor(max_workers=s.consolidate_parallel, thread_name_prefix="consolidate")
         log.info("consolidation: %s decisions, idle after %.0fs, schedule %s", type(decider).__name__,
                  s.sleep_idle_s, f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off")
 
-        async def on_write(raw: bytes) -> StageResult:
-            write = MemoryWrite.from_bytes(raw)
+        async def on_write(record: Record) -> StageResult:
+            write = MemoryWrite.from_bytes(record.value)
             if write.cards:
                 state = pending.get(write.key) or {"cards": [], "last_write": 0.0}
                 state["cards"] += [c.card_id for c in write.cards if c.card_id not in state["cards"]]
@@ -508,15 +566,14 @@ class _Wiring:
                 for d in update.decisions:
                     metrics.consolidation_decisions.labels(d.action, d.decided_by).inc()
                 for cost in update.costs:
-                    metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
-                                      tenant=tenant, conversation=conversation)
+                    metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
                 if new_cards and update.written_at is not None:  # a --all run re-decides old cards: no lag
                     metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
                 outs.append(Out(updates, update.key, update))
             return outs
 
-        async def on_command(raw: bytes) -> StageResult:
-            command = ConsolidateCommand.from_bytes(raw)
+        async def on_command(record: Record) -> StageResult:
+            command = ConsolidateCommand.from_bytes(record.value)
             if command.conversation_id is None:
                 # A broadcast: a keyed command per pending conversation here (scope "all": every one
                 # this worker has seen), so each runs in the partition (and table changelog) that owns
@@ -565,13 +622,15 @@ class _Wiring:
             log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)
             return StageResult()
 
-        async def on_update(raw: bytes) -> StageResult:
-            await asyncio.to_thread(apply_update, services.store, services.embedder, ConsolidationUpdate.from_bytes(raw))
+        async def on_update(record: Record) -> StageResult:
+            await asyncio.to_thread(apply_update, services.store, services.embedder, ConsolidationUpdate.from_bytes(record.value))
             return StageResult()
 
         self.agent("consolidate", "cards", on_write)
         self.agent("consolidate.run", "control", on_command)
         self.agent("consolidate.apply", "updates", on_update)
+        init_series(metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
+        init_series(metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))
         def asleep(data: dict[str, Any]) -> bool:
             quiet_since = max(data["last_write"], data.get("last_run", 0.0))
             return bool(data["cards"]) and time.time() - quiet_since >= s.sleep_idle_s
@@ -593,13 +652,14 @@ class _Wiring:
 
     def stage_query(self) -> None:
         services, metrics = self.services, self.metrics
-        engine = QueryEngine(services.store, services.embedder, services.llm, services.query_options)
+        engine = QueryEngine(services.store, services.embedder, services.llm_for("answer"), services.query_options,
+                             planner_llm=services.llm_for("plan"))
 
-        async def handler(raw: bytes) -> StageResult:
+        async def handler(record: Record) -> StageResult:
             try:
-                query = Query.from_bytes(raw)
+                query = Query.from_bytes(record.value)
             except SchemaError as exc:
-                await self.reply_invalid(raw, exc)
+                await self.reply_invalid(record.value, exc)
                 raise  # and dead-letter it
             try:
                 reply = await asyncio.to_thread(engine.run, query)
@@ -609,8 +669,30 @@ class _Wiring:
                               correlation_id=query.correlation_id, ok=False, error=f"{type(exc).__name__}: {exc}",
                               replied_at=datetime.now(timezone.utc))
             for cost in reply.costs:
-                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens,
-                                  tenant=query.tenant_id, conversation=query.conversation_id)
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+            observe_query(metrics, reply)
             return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
 
         self.agent("query", "queries", handler)
+
+
+def observe_query(metrics: Any, reply: Reply) -> None:  # Metrics
+    """A reply's profile, outcome, latency per step, evidence and context size (bounded labels)."""
+    profile = reply.access_profile or "none"
+    metrics.queries.labels(profile, "ok" if reply.ok else "error").inc()
+    for key, ms in reply.latency_ms.items():  # plan_ms, embed_ms, hybrid_ms, ..., total_ms
+        step = key.removesuffix("_ms")
+        if step == "total":
+            metrics.query_latency.labels(profile).observe(ms / 1000.0)
+        else:
+            metrics.query_step_latency.labels(step).observe(ms / 1000.0)
+    if reply.ok:
+        metrics.query_evidence.labels(profile).observe(len(reply.evidence))
+        metrics.query_context_tokens.labels(profile).observe(reply.context_tokens)
+
+
+def init_series(metric: Any, *label_values: Sequence[str]) -> None:
+    """Create a labelled metric's series at 0 for every combination of known label values: rates and
+    dashboards see them before the first event."""
+    for combination in itertools.product(*label_values):
+        metric.labels(*combination)

@@ -126,6 +126,36 @@ def ingest(
     _write_json(result, json_out)
 
 
+@bench.command("scale")
+def scale(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON (each session is streamed as its own conversation)"),
+    turns: int = typer.Option(1200, min=50, help="Turns to ingest in each run (whole sessions)"),
+    torch_threads: int = typer.Option(1, min=1, help="Model threads per worker process"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
+    processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup."""
+    from bench.scale import ScaleOptions, load_turns as scale_turns, run_scale_bench
+
+    options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
+    total = len(scale_turns(options))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=total)
+        result = run_scale_bench(options, status=lambda text: progress.update(task, description=text, completed=0),
+                                 on_lag=lambda done, _total: progress.update(task, completed=done))
+    table = Table(title=f"scale: {result['turns']} turns ({result['conversations']} conversations, "
+                        f"{result['partitions']} partitions) through {', '.join(result['stages'])}")
+    for column in ("workers", "seconds", "turns/s", "stm flushes"):
+        table.add_column(column, justify="right")
+    for run in result["runs"]:
+        table.add_row(str(run["workers"]), str(run["seconds"]), str(run["turns_per_s"]), str(run["flushes"]))
+    console.print(table)
+    if "speedup" in result:
+        console.print(f"speedup with 2 workers: {result['speedup']}x ({result['machine']})")
+    _write_json(result, json_out)
+
+
 @bench.command("retrieval")
 def retrieval(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),

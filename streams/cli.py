@@ -17,12 +17,11 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memstream.config import Settings
+from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
 from schemas import ConsolidateCommand, Plan, Reply, Turn
 
 from . import runtime
-from .app import app_id
 from .bench_cli import bench
 from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
 from .deployment import DRAIN_TOPICS
@@ -39,6 +38,12 @@ cli.add_typer(bench, name="bench")
 def default_demo_data() -> Path:
     shared = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
     return shared if shared.exists() else demo_conversation_path()
+
+
+def own_reading(s: Settings) -> dict[str, list[str]]:
+    """The consumer group of this configuration's stages, with the topics it reads."""
+    return {group: [s.topic(t) for t in topics]
+            for group, topics in reading_groups(s.topic_prefix, [s.stage_list()], DRAIN_TOPICS).items()}
 
 
 def _settings() -> Settings:
@@ -144,7 +149,7 @@ def ingest(
     seconds = asyncio.run(_ingest(s, turns))
     console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
     if wait:
-        asyncio.run(wait_drained(s, app_id(s.topic_prefix, s.stage_list()), [s.topic(t) for t in DRAIN_TOPICS]))
+        asyncio.run(wait_drained(s, own_reading(s)))
         console.print("pipeline drained")
 
 
@@ -299,7 +304,7 @@ def demo(
         console.print(f"[bold]4/5[/] streaming {len(turns)} turns of {conversation} ({path.name}) through Kafka…")
         t0 = time.perf_counter()
         asyncio.run(_ingest(s, turns))
-        asyncio.run(wait_drained(s, app_id(s.topic_prefix, s.stage_list()), [s.topic(t) for t in DRAIN_TOPICS], timeout_s=600))
+        asyncio.run(wait_drained(s, own_reading(s), timeout_s=600))
         timings["ingest_s"] = time.perf_counter() - t0
         console.print(f"[bold]5/5[/] asking {len(qa)} questions over memory.queries → memory.replies")
         t0 = time.perf_counter()

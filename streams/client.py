@@ -8,7 +8,7 @@ import contextlib
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -220,16 +220,27 @@ async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]
         await producer.stop()
 
 
-async def wait_drained(settings: Settings, group: str, topics: Iterable[str], *, timeout_s: float = 300.0,
+async def topics_lag(settings: Settings, reading: Mapping[str, Iterable[str]]) -> dict[str, int]:
+    """Messages not yet committed per topic, summed over the consumer groups reading it
+    (``reading``: group -> full topic names)."""
+    lag: dict[str, int] = {}
+    for group, topics in reading.items():
+        for topic, n in (await group_lag(settings, group, topics)).items():
+            lag[topic] = lag.get(topic, 0) + n
+    return lag
+
+
+async def wait_drained(settings: Settings, reading: Mapping[str, Iterable[str]], *, timeout_s: float = 300.0,
                        settle_s: float = 2.0, progress=None) -> float:  # noqa: ANN001
-    """Wait until ``group`` has committed everything on ``topics`` (twice in a row, ``settle_s`` apart).
-    Returns when (``time.monotonic()``) the lag was first seen at zero: the work was done then."""
-    topics = list(topics)
+    """Wait until every consumer group has committed everything on the topics it reads (``reading``:
+    group -> full topic names), twice in a row ``settle_s`` apart. Returns when (``time.monotonic()``)
+    the lag was first seen at zero: the work was done then."""
+    reading = {group: list(topics) for group, topics in reading.items()}
     deadline = time.monotonic() + timeout_s
     zero_since: float | None = None
     lag: dict[str, int] = {}
     while time.monotonic() < deadline:
-        lag = await group_lag(settings, group, topics)
+        lag = await topics_lag(settings, reading)
         if progress:
             progress(lag)
         if sum(lag.values()) == 0:

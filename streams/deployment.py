@@ -15,13 +15,12 @@ from typing import Callable, Iterable, Iterator, Mapping
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream.adapters import open_store
-from memstream.config import Settings
+from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
 from schemas import ConsolidateCommand, DeadLetter, Reply, Turn
 
 from . import runtime
-from .app import app_id
-from .client import MemoryClient, TurnProducer, group_lag, partitions_of, request_consolidation, wait_drained
+from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, topics_lag, wait_drained
 from .topics import ensure_topics
 
 # Topics a turn crosses before its memories are in the store, then those of consolidation.
@@ -55,6 +54,7 @@ class Deployment:
         }
         self.settings = Settings(**{k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
         self.workers: list[runtime.WorkerProcess] = []
+        self.stage_sets: list[tuple[str, ...]] = []  # of the workers started (each set is a consumer group)
         asyncio.run(ensure_topics(self.settings))
 
     @classmethod
@@ -67,10 +67,28 @@ class Deployment:
 
     @property
     def group(self) -> str:
-        return app_id(self.settings.topic_prefix, self.settings.stage_list())
+        """The consumer group of the default stage set (all stages, unless MEMSTREAM_STAGES says otherwise)."""
+        return group_id(self.settings.topic_prefix, self.settings.stage_list())
 
-    def start_worker(self, name: str = "worker") -> runtime.WorkerProcess:
-        w = runtime.spawn_worker(self.env, self.settings.data_dir / "logs" / f"{name}.log")
+    def reading(self, topics: Iterable[str]) -> dict[str, list[str]]:
+        """Consumer group -> the full names of ``topics`` it reads, over the stage sets started."""
+        stage_sets = self.stage_sets or [tuple(self.settings.stage_list())]
+        return {group: [self.settings.topic(t) for t in read]
+                for group, read in reading_groups(self.settings.topic_prefix, stage_sets, topics).items()}
+
+    def start_worker(self, name: str = "worker", *, stages: str | None = None,
+                     env: Mapping[str, str] | None = None) -> runtime.WorkerProcess:
+        """A worker of ``stages`` (comma-separated; default: the deployment's), with its own metrics port
+        (the deployment's MEMSTREAM_METRICS_PORT for the first one running)."""
+        taken = {w.metrics_port for w in self.workers}
+        port = int(self.env["MEMSTREAM_METRICS_PORT"])
+        port = port if port not in taken else free_port()
+        w = runtime.spawn_worker({**self.env, "MEMSTREAM_METRICS_PORT": str(port), **(env or {})},
+                                 self.settings.data_dir / "logs" / f"{name}.log", stages=stages, metrics_port=port)
+        chosen = tuple(self.settings.model_copy(update={"stages": stages}).stage_list() if stages
+                       else self.settings.stage_list())
+        if chosen not in self.stage_sets:
+            self.stage_sets.append(chosen)
         self.workers.append(w)
         runtime.wait_worker_ready(w)
         return w
@@ -98,13 +116,12 @@ class Deployment:
               progress: Callable[[dict[str, int]], None] | None = None) -> float:
         """Wait until the workers have committed everything on ``topics`` (all stages by default);
         returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile."""
-        return asyncio.run(wait_drained(self.settings, self.group, [self.settings.topic(t) for t in topics],
-                                        timeout_s=timeout_s, progress=progress))
+        return asyncio.run(wait_drained(self.settings, self.reading(topics), timeout_s=timeout_s, progress=progress))
 
     def lag(self, topics: Iterable[str]) -> dict[str, int]:
         """Messages the workers have not committed yet, per topic (unprefixed names)."""
         topics = list(topics)
-        lag = asyncio.run(group_lag(self.settings, self.group, [self.settings.topic(t) for t in topics]))
+        lag = asyncio.run(topics_lag(self.settings, self.reading(topics)))
         return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None,

@@ -53,6 +53,9 @@ class CommitTracker:
     def has_position(self, tp: tuple[str, int]) -> bool:
         return Partition(*tp) in self._position
 
+    def position(self, tp: tuple[str, int]) -> int | None:
+        return self._position.get(Partition(*tp))
+
     def next_for(self, stage: str, topic: str, partition: int) -> int | None:
         """The offset ``stage`` handles next on this partition (None: the position is not read yet)."""
         return self._next.get((stage, Partition(topic, partition)))
@@ -133,33 +136,32 @@ class SafeCommits:
         self._read_positions = read_positions
         self._commit_lock = asyncio.Lock()
         self._sought: dict[tuple[Partition, int], float] = {}
-        self.skipped = 0  # messages handed over again or out of order, not handled
 
     def subscribe(self, stage: str, topic: str) -> None:
         self.tracker.subscribe(stage, topic)
 
-    async def admit(self, stage: str, topic: str, partition: int, offset: int) -> bool:
-        """Whether ``stage`` handles this message now. No for one it finished already (a redelivery)
-        and for one past a message it has not had: faust dropped that one (it drops messages fetched
-        while its flow is suspended around a rebalance), so the partition is sought back to it, and
-        what follows comes again, in order."""
+    async def skip_reason(self, stage: str, topic: str, partition: int, offset: int) -> str | None:
+        """Why ``stage`` must not handle this message now, or None to handle it. "redelivered": the
+        stage finished it already. "out_of_order": a message before it never came (faust drops
+        messages fetched while its flow is suspended around a rebalance), so the partition is sought
+        back to that one and what follows comes again, in order."""
         expected = self.tracker.next_for(stage, topic, partition)
         if expected is None:
             await self._learn_positions([Partition(topic, partition), *self._assigned_without_position()])
             expected = self.tracker.next_for(stage, topic, partition)
             if expected is None:  # revoked meanwhile
-                return False
+                return "redelivered"
         if offset == expected:
-            return True
-        self.skipped += 1
-        if offset > expected:
-            tp = Partition(topic, partition)
-            now = time.monotonic()
-            if now - self._sought.get((tp, expected), -RESEEK_S) >= RESEEK_S:
-                self._sought[(tp, expected)] = now
-                log.warning("%s got %s[%d]@%d before @%d: seeking back", stage, topic, partition, offset, expected)
-                await self.app.consumer.seek_wait({TopicPartition(topic, partition): expected})
-        return False
+            return None
+        if offset < expected:
+            return "redelivered"
+        tp = Partition(topic, partition)
+        now = time.monotonic()
+        if now - self._sought.get((tp, expected), -RESEEK_S) >= RESEEK_S:
+            self._sought[(tp, expected)] = now
+            log.warning("%s got %s[%d]@%d before @%d: seeking back", stage, topic, partition, offset, expected)
+            await self.app.consumer.seek_wait({TopicPartition(topic, partition): expected})
+        return "out_of_order"
 
     async def rewind(self, tps: Iterable[tuple[str, int]]) -> list[Partition]:
         """Seek partitions back to the first offset a stage reading them has not finished: for one
@@ -176,6 +178,20 @@ class SafeCommits:
         if targets:
             await self.app.consumer.seek_wait(targets)
         return [Partition(tp.topic, tp.partition) for tp in targets]
+
+    async def lag(self) -> dict[Partition, int]:
+        """Per partition this worker owns and reads: log end (as last fetched) minus the group's position."""
+        consumer = self.app.consumer
+        unknown = self._assigned_without_position()
+        if unknown:
+            await self._learn_positions(unknown)
+        out = {}
+        for tp in consumer.assignment():
+            position = self.tracker.position(tp)
+            end = consumer.highwater(tp) if position is not None else None
+            if end is not None:
+                out[Partition(tp.topic, tp.partition)] = max(0, end - position)
+        return out
 
     def finished(self, stage: str, topic: str, partition: int, offset: int) -> None:
         """The stage's effect for this message is durable (or dead-lettered): it may commit."""

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from memstream.config import Settings
 
@@ -87,6 +87,7 @@ class LocalService:
 
 KAFKA = LocalService("kafka/kafka.sh")
 LOCAL_LLM = LocalService("llm/llm_server.sh")
+PROMETHEUS = LocalService("prometheus/prometheus.sh")
 
 
 def local_llm_url(settings: Settings) -> str:
@@ -117,6 +118,7 @@ class WorkerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     log_start: int = 0  # the log is appended to: this process's lines start here
+    metrics_port: int | None = None
 
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.process.poll() is None:
@@ -148,7 +150,8 @@ class WorkerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-def spawn_worker(env: dict[str, str], log_path: Path, *, stages: str | None = None) -> WorkerProcess:
+def spawn_worker(env: Mapping[str, str], log_path: Path, *, stages: str | None = None,
+                 metrics_port: int | None = None) -> WorkerProcess:
     """Start ``memstream worker`` with ``env`` (MEMSTREAM_* settings); output goes to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env}
@@ -159,7 +162,7 @@ def spawn_worker(env: dict[str, str], log_path: Path, *, stages: str | None = No
     process = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], env=full_env, stdout=fh,
                                stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), start_new_session=True)
     fh.close()
-    return WorkerProcess(process, log_path, start)
+    return WorkerProcess(process, log_path, start, metrics_port)
 
 
 def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
@@ -233,7 +236,7 @@ def run_worker(settings: Settings) -> None:
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(settings))
     services = Services(settings)
-    services.metrics.serve(settings.metrics_port)
+    services.metrics.serve(settings.metrics_port, settings.metrics_host)
     app = create_app(settings, services)
 
     async def announce_ready() -> None:

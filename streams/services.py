@@ -6,6 +6,7 @@ import logging
 from functools import cached_property
 
 from memstream.config import Settings
+from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
 from processors.index import COLLECTIONS
@@ -22,6 +23,7 @@ class Services:
     def __init__(self, settings: Settings, metrics: Metrics | None = None):
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self._metered_llms: dict[str, LLM] = {}
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -70,13 +72,13 @@ class Services:
                              coarse_radius=s.segment_coarse_radius, heads=heads)
 
     @cached_property
-    def store(self):  # noqa: ANN201 - QdrantStore
+    def store(self):  # noqa: ANN201 - a VectorStore, timed per operation
         from memstream.adapters import open_store
 
         store = open_store(self.settings)
         store.ensure_collections(COLLECTIONS, self.embedder.dim)
         log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
-        return store
+        return MeteredStore(store, self.metrics)
 
     @cached_property
     def llm(self) -> LLM | None:
@@ -90,6 +92,14 @@ class Services:
         log.info("LLM: %s at %s", s.llm_model, s.llm_base_url)
         return OpenAICompatibleLLM(s.llm_base_url, s.llm_model, s.llm_api_key,
                                    timeout_s=s.llm_timeout_s, max_tokens=s.llm_max_tokens)
+
+    def llm_for(self, stage: str) -> LLM | None:
+        """The LLM as ``stage`` uses it: its calls timed, failures counted and transient ones retried."""
+        if self.llm is None:
+            return None
+        if stage not in self._metered_llms:
+            self._metered_llms[stage] = MeteredLLM(self.llm, self.metrics, stage, retries=self.settings.llm_retries)
+        return self._metered_llms[stage]
 
     @cached_property
     def compressor(self) -> Compressor | None:

@@ -15,7 +15,8 @@ class OpenAICompatibleLLM:
     def __init__(self, base_url: str, model: str, api_key: str, *, timeout_s: float = 120.0, max_tokens: int = 1024):
         self.model = model
         self.max_tokens = max_tokens
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=1)
+        # No retries here: memstream.instrumented.MeteredLLM retries transient failures and counts them.
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
 
     def complete(
         self,
@@ -40,9 +41,9 @@ class OpenAICompatibleLLM:
                 **kwargs,
             )
         except openai.OpenAIError as exc:
-            raise LLMError(f"{type(exc).__name__}: {exc}") from exc
+            raise LLMError(f"{type(exc).__name__}: {exc}", error_kind(exc)) from exc
         if not response.choices:
-            raise LLMError("the endpoint returned no choices")
+            raise LLMError("the endpoint returned no choices", "empty")
         content = response.choices[0].message.content or ""
         usage = response.usage
         data = None
@@ -60,3 +61,16 @@ class OpenAICompatibleLLM:
             model=response.model or self.model,
             data=data,
         )
+
+
+def error_kind(exc: openai.OpenAIError) -> str:
+    """LLMError.kind of an openai client error."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limit"
+    if isinstance(exc, openai.InternalServerError) or getattr(exc, "status_code", 0) >= 500:
+        return "server"
+    return "client"

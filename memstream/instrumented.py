@@ -1,0 +1,71 @@
+"""Ports wrapped with their metrics: an LLM per stage (calls' latency, errors and retries) and the
+vector store (latency per operation and collection). Processors see the plain ports."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from memstream.metrics import Metrics
+from memstream.ports import LLM, LLMError, LlmResult
+
+STORE_OPERATIONS = frozenset({"upsert", "search", "scroll", "count", "set_payload", "retrieve", "delete"})
+
+
+class MeteredLLM:
+    """An LLM as one stage uses it: each attempt is timed, failures are counted by kind, and
+    transient ones (timeouts, connection, rate limits, server errors) are retried ``retries`` times."""
+
+    def __init__(self, llm: LLM, metrics: Metrics, stage: str, *, retries: int = 1,
+                 backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep):
+        self._llm = llm
+        self._metrics = metrics
+        self.stage = stage
+        self.model = llm.model
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._sleep = sleep
+        metrics.init_llm(stage, self.model)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, json_schema: Mapping[str, Any] | None = None,
+                 schema_name: str = "output", max_tokens: int | None = None) -> LlmResult:
+        m = self._metrics
+        for attempt in range(self._retries + 1):
+            started = time.perf_counter()
+            try:
+                result = self._llm.complete(messages, json_schema=json_schema, schema_name=schema_name,
+                                            max_tokens=max_tokens)
+            except LLMError as exc:
+                m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
+                m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
+                if not exc.retryable or attempt == self._retries:
+                    raise
+                m.llm_retries.labels(self.stage, self.model).inc()
+                self._sleep(self._backoff_s * 2 ** attempt)
+            else:
+                m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
+                return result
+        raise AssertionError("unreachable")
+
+
+class MeteredStore:
+    """The vector store with each data operation timed by operation and collection (both bounded)."""
+
+    def __init__(self, store: Any, metrics: Metrics):
+        self._store = store
+        self._metrics = metrics
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name not in STORE_OPERATIONS or not callable(attr):
+            return attr
+        histogram = self._metrics.store_latency
+
+        def timed(collection: str, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return attr(collection, *args, **kwargs)
+            finally:
+                histogram.labels(name, collection).observe(time.perf_counter() - started)
+
+        return timed
