@@ -186,7 +186,7 @@ async def partition_lag(settings: Settings, group: str, tps: Iterable[TopicParti
 
 async def group_positions(settings: Settings, group: str, tps: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
     """Where ``group`` resumes each partition: its committed offset, or the log start where it has
-    none (workers read from the earliest offset)."""
+    none or retention deleted past it (workers reset to the earliest offset)."""
     tps = [TopicPartition(topic, partition) for topic, partition in tps]
     if not tps:
         return {}
@@ -196,7 +196,7 @@ async def group_positions(settings: Settings, group: str, tps: Iterable[tuple[st
         positions = {}
         for tp in tps:
             meta = committed.get(tp)
-            positions[tp] = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
+            positions[tp] = max(meta.offset, starts[tp]) if meta is not None and meta.offset >= 0 else starts[tp]
         return positions
 
 

@@ -93,3 +93,49 @@ def test_partitions_are_independent():
     t.finished("compress", TOPIC, 1, 1)
     assert t.committable() == {TP: 1}
     assert t.next_for("compress", TOPIC, 1) == 0
+
+
+class FakeConsumer:
+    def __init__(self, *tps):
+        self.tps = set(tps)
+        self.sought = []
+
+    def assignment(self):
+        return self.tps
+
+    async def seek_wait(self, offsets):
+        self.sought.append({(tp.topic, tp.partition): o for tp, o in offsets.items()})
+
+
+class FakeApp:
+    def __init__(self, *tps):
+        self.consumer = FakeConsumer(*tps)
+
+
+def safe_commits(position: int):
+    from streams.offsets import SafeCommits
+
+    async def read(tps):
+        return {tp: position for tp in tps}
+
+    commits = SafeCommits(FakeApp(TP), read)
+    commits.subscribe("compress", TOPIC)
+    return commits
+
+
+def test_a_stage_handles_in_order_skips_redeliveries_and_seeks_back_past_a_gap():
+    import asyncio
+
+    commits = safe_commits(5)
+
+    async def run():
+        assert await commits.skip_reason("compress", TOPIC, 0, 5) is None
+        commits.finished("compress", TOPIC, 0, 5)
+        assert await commits.skip_reason("compress", TOPIC, 0, 5) == "redelivered"
+        assert await commits.skip_reason("compress", TOPIC, 0, 9) == "out_of_order"  # 6..8 never came
+        assert commits.app.consumer.sought == [{(TOPIC, 0): 6}]
+        assert await commits.skip_reason("compress", TOPIC, 0, 10) == "out_of_order"  # no second seek at once
+        assert len(commits.app.consumer.sought) == 1
+        assert await commits.skip_reason("compress", TOPIC, 0, 6) is None
+
+    asyncio.run(run())

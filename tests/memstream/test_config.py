@@ -1,0 +1,20 @@
+"""Stage groups: consumer group ids, and which group reads which topic."""
+
+from memstream.config import STAGE_INPUTS, STAGES, group_id, reading_groups
+
+
+def test_every_stage_has_inputs():
+    assert set(STAGE_INPUTS) == set(STAGES)
+
+
+def test_each_stage_set_is_its_own_consumer_group():
+    assert group_id("memory", STAGES) == "memory-memstream"
+    assert group_id("memory", ["compress", "segment"]) == "memory-memstream-compress-segment"
+
+
+def test_a_topic_is_drained_by_every_group_reading_it():
+    ingest, store = ("compress", "segment", "stm", "extract"), ("index", "consolidate", "query")
+    reading = reading_groups("p", [ingest, store], ("turns", "stm.flush", "cards", "updates"))
+    assert reading == {"p-memstream-compress-segment-stm-extract": ["turns", "stm.flush"],
+                       "p-memstream-index-consolidate-query": ["cards", "updates"]}
+    assert reading_groups("p", [STAGES], ["queries"]) == {"p-memstream": ["queries"]}
