@@ -78,3 +78,25 @@ def evaluate(prometheus_url: str, promql: str, timeout_s: float = 10.0) -> list[
         raise ValueError(f"{body.get('errorType', 'error')}: {body.get('error', body)}")
     data = body["data"]
     return data["result"] if data["resultType"] in ("vector", "matrix") else [{"value": data["result"]}]
+
+
+@dataclass(frozen=True)
+class Checked:
+    query: PanelQuery
+    series: int  # series returned (0: the expression parses but finds no data)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.series > 0
+
+
+def check(prometheus_url: str, folder: Path = DASHBOARDS) -> list[Checked]:
+    """Every dashboard expression evaluated against a Prometheus: does it parse, and find series?"""
+    out = []
+    for q in panel_queries(folder):
+        try:
+            out.append(Checked(q, len(evaluate(prometheus_url, q.promql))))
+        except (ValueError, OSError) as exc:
+            out.append(Checked(q, 0, str(exc)))
+    return out

@@ -60,6 +60,27 @@ def worker(
     runtime.run_worker(_settings())
 
 
+@cli.command("check-dashboards")
+def check_dashboards(
+    prometheus: str = typer.Option("http://127.0.0.1:9090", help="Prometheus that scrapes the workers"),
+) -> None:
+    """Run every PromQL expression of the Grafana dashboards (dashboards/) against a Prometheus: each
+    must parse and find series. Exits 1 otherwise."""
+    from memstream.dashboards import check
+
+    results = check(prometheus)
+    table = Table(title=f"{len(results)} dashboard expressions against {prometheus}")
+    for column in ("dashboard", "panel", "series", "problem"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.query.dashboard, r.query.panel, str(r.series), r.error or ("" if r.ok else "no series"))
+    console.print(table)
+    bad = [r for r in results if not r.ok]
+    console.print(f"{len(results) - len(bad)} of {len(results)} return series")
+    if bad:
+        raise typer.Exit(1)
+
+
 @cli.command()
 def topics() -> None:
     """Create every memstream topic on the broker (idempotent)."""

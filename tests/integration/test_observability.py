@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from memstream.dashboards import evaluate, panel_queries
+from memstream.dashboards import check, evaluate, panel_queries
 from streams.deployment import free_port
 from streams.runtime import INFRA
 
@@ -68,17 +68,12 @@ def test_every_dashboard_expression_returns_series_from_two_scraped_workers(make
         time.sleep(5)
         wait_for(lambda: evaluate(url, "sum(memstream_queries_total)") != [], 30, "queries not scraped")
 
-        checked, empty, failed = [], [], []
-        for q in panel_queries():
-            try:
-                result = evaluate(url, q.promql)
-            except ValueError as exc:
-                failed.append(f"{q.dashboard} / {q.panel}: {q.promql}: {exc}")
-                continue
-            (checked if result else empty).append(f"{q.dashboard} / {q.panel}: {q.promql}")
-        print("\n".join(["checked:", *checked]))
+        results = check(url)
+        print("\n".join(["checked:", *(f"{r.query.dashboard} / {r.query.panel}: {r.query.promql}" for r in results)]))
+        assert len(results) == len(panel_queries()) >= 30
+        failed = [f"{r.query.dashboard} / {r.query.panel}: {r.query.promql}: {r.error or 'no series'}"
+                  for r in results if not r.ok]
         assert not failed, "\n".join(failed)
-        assert not empty, "expressions with no series:\n" + "\n".join(empty)
         # Both workers report: the lag gauges cover the topics of both stage groups.
         topics = {r["metric"]["topic"].split(".", 1)[1] for r in evaluate(url, "memstream_consumer_lag")}
         assert {"turns", "stm.flush", "cards", "queries"} <= topics
