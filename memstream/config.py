@@ -28,11 +28,12 @@ def group_id(prefix: str, stages: Sequence[str]) -> str:
 
 
 def reading_groups(prefix: str, stage_sets: Iterable[Sequence[str]], topics: Iterable[str]) -> dict[str, list[str]]:
-    """Which consumer group reads which of ``topics`` (logical names), for workers of ``stage_sets``."""
+    """Which consumer group reads which of ``topics`` (logical names), for workers of ``stage_sets``;
+    topics come back as full names (``<prefix>.<name>``)."""
     topics = list(topics)
     out: dict[str, list[str]] = {}
     for stages in stage_sets:
-        read = [t for t in topics if any(t in STAGE_INPUTS[stage] for stage in stages)]
+        read = [f"{prefix}.{t}" for t in topics if any(t in STAGE_INPUTS[stage] for stage in stages)]
         if read:
             out[group_id(prefix, stages)] = read
     return out

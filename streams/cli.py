@@ -42,8 +42,7 @@ def default_demo_data() -> Path:
 
 def own_reading(s: Settings) -> dict[str, list[str]]:
     """The consumer group of this configuration's stages, with the topics it reads."""
-    return {group: [s.topic(t) for t in topics]
-            for group, topics in reading_groups(s.topic_prefix, [s.stage_list()], DRAIN_TOPICS).items()}
+    return reading_groups(s.topic_prefix, [s.stage_list()], DRAIN_TOPICS)
 
 
 def _settings() -> Settings:

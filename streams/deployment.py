@@ -73,8 +73,7 @@ class Deployment:
     def reading(self, topics: Iterable[str]) -> dict[str, list[str]]:
         """Consumer group -> the full names of ``topics`` it reads, over the stage sets started."""
         stage_sets = self.stage_sets or [tuple(self.settings.stage_list())]
-        return {group: [self.settings.topic(t) for t in read]
-                for group, read in reading_groups(self.settings.topic_prefix, stage_sets, topics).items()}
+        return reading_groups(self.settings.topic_prefix, stage_sets, topics)
 
     def start_worker(self, name: str = "worker", *, stages: str | None = None,
                      env: Mapping[str, str] | None = None) -> runtime.WorkerProcess:

@@ -15,6 +15,6 @@ def test_each_stage_set_is_its_own_consumer_group():
 def test_a_topic_is_drained_by_every_group_reading_it():
     ingest, store = ("compress", "segment", "stm", "extract"), ("index", "consolidate", "query")
     reading = reading_groups("p", [ingest, store], ("turns", "stm.flush", "cards", "updates"))
-    assert reading == {"p-memstream-compress-segment-stm-extract": ["turns", "stm.flush"],
-                       "p-memstream-index-consolidate-query": ["cards", "updates"]}
-    assert reading_groups("p", [STAGES], ["queries"]) == {"p-memstream": ["queries"]}
+    assert reading == {"p-memstream-compress-segment-stm-extract": ["p.turns", "p.stm.flush"],
+                       "p-memstream-index-consolidate-query": ["p.cards", "p.updates"]}
+    assert reading_groups("p", [STAGES], ["queries"]) == {"p-memstream": ["p.queries"]}
