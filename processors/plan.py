@@ -55,6 +55,14 @@ _ASKS_TIME = re.compile(
 _BOTH = re.compile(r"\b([Ww]e|us|[Oo]urs?|[Oo]urselves|[Yy]ou and (I|me)|I and you|[Mm]e and you)\b")
 _YOU = re.compile(r"\b(you|your|yours)\b", re.I)
 _ME = re.compile(r"\b(i|my|me|mine)\b", re.I)
+# "…the trail you recommended", "what did you tell me": the answer is in the assistant's own words,
+# however much of the question is about the user. Past tense only: "can you recommend…" asks for
+# new advice about the user.
+_SAID_BY_YOU = re.compile(
+    r"\byou(?:\s+had|\s+have|'d|'ve)?\s+(?:\w+ly\s+)?(recommended|suggested|told|said|mentioned|provided"
+    r"|gave|given|shared|listed|explained|advised|offered|proposed|wrote|written|named|came up with)\b"
+    r"|\bdid\s+you\s+(?:\w+ly\s+)?(recommend|suggest|tell|say|mention|provide|give|share|list|explain|advise"
+    r"|offer|propose|write|name|come up with)\b", re.I)
 
 # Sentence-initial verbs that names() would take for a proper name ("Tell", "Compare Melanie").
 _LEADING = frozenset("""tell list name quote compare describe give show remind summarize summarise
@@ -235,6 +243,8 @@ def _operation(masked: str) -> Operation:
 def _participants(question: str) -> Participants:
     if _BOTH.search(question):
         return "both"
+    if _SAID_BY_YOU.search(question):
+        return "assistant"
     if _ME.search(question):
         return "user"
     if _YOU.search(question):

@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -42,6 +42,18 @@ def cap_to_budget(texts: Sequence[str], max_tokens: int) -> int:
 def roles_for(participants: str) -> tuple[str | None, ...]:
     """Participant resolution: whose cards to search. Ambiguous searches each side and fuses."""
     return {"user": ("user",), "assistant": ("assistant",), "both": (None,)}.get(participants, ("user", "assistant"))
+
+
+def search_roles(named: tuple[str | None, ...], has_cards: Callable[[str], bool]) -> tuple[str | None, ...]:
+    """One search per side the question names, among the sides the conversation has. A conversation
+    with one side only (two people and no assistant) gets a single unfiltered search, so that a
+    question about the assistant's words does not come back empty."""
+    if named == (None,):
+        return named
+    present = tuple(role for role in named if role is not None and has_cards(role))
+    if len(named) > 1:  # ambiguous: split only where the conversation has both sides
+        return present if len(present) > 1 else (None,)
+    return present or (None,)
 
 
 def time_range(plan: Plan) -> tuple[float | None, float | None] | None:
@@ -151,12 +163,8 @@ class QueryEngine:
         )
 
     def _roles(self, query: Query, plan: Plan) -> tuple[str | None, ...]:
-        roles = roles_for(plan.participants)
-        if len(roles) > 1:  # ambiguous: one search per side only where the conversation has both sides
-            present = tuple(r for r in roles if self.store.count(CARDS, query.tenant_id, where=StoreFilter(
-                equals={"conversation_id": query.conversation_id, "role": r})))
-            roles = present if len(present) > 1 else (None,)
-        return roles
+        return search_roles(roles_for(plan.participants), lambda role: bool(self.store.count(
+            CARDS, query.tenant_id, where=StoreFilter(equals={"conversation_id": query.conversation_id, "role": role}))))
 
     def retrieve(self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int,
                  latency: dict[str, float]) -> list[Candidate]:
@@ -253,4 +261,4 @@ def _ms(t0: float) -> float:
 
 
 __all__ = ["QueryEngine", "QueryOptions", "cap_to_budget",
-           "roles_for", "time_range", "replay_window", "card_evidence", "profile_evidence"]
+           "roles_for", "search_roles", "time_range", "replay_window", "card_evidence", "profile_evidence"]

@@ -73,8 +73,15 @@ def test_profile_rule_table():
 @pytest.mark.parametrize(
     "question, participants",
     [
-        ("What did you recommend to me?", "user"),
         ("What did you recommend?", "assistant"),
+        # What the assistant said, however much of the question is about the user:
+        ("What did you recommend to me?", "assistant"),
+        ("I'm going back to Moncayo; what was the name of the trail you recommended?", "assistant"),
+        ("Can you remind me of the ratio you'd suggested for my tea tree oil?", "assistant"),
+        # Asking for new advice, or for what the user said: the user's side.
+        ("Can you recommend a trail for my trip?", "user"),
+        ("Did you know what I told my sister?", "user"),
+        ("What did I tell you about my job?", "user"),
         ("Where did you and I go in 2022?", "both"),
         ("What did we talk about yesterday?", "both"),
         ("Which of our plans changed?", "both"),
