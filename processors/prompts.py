@@ -144,7 +144,7 @@ PLAN_SYSTEM = """You plan how to search a long conversation memory for a questio
 Return JSON only, following the schema.
 - entities: the people, places and things named in the question, copied as written. No guesses.
 - participants: whose words hold the evidence: "user" (the asker: I, my, me), "assistant" (you,
-  your; also what you said to the asker: "the trail you recommended me"), "both" (we, us, our,
+  your; also what you said to the asker: "the trail you recommended to me"), "both" (we, us, our,
   you and I), "ambiguous" when unclear.
 - time: the period the question restricts the search to, copied from the question (e.g.
   "last week", "in May 2023") or an ISO date, month or year (2023-05-07, 2023-05, 2022).
