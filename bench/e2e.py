@@ -38,6 +38,7 @@ from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
 
 from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
 from bench.deploy import worker_samples
+from bench.report import source_commit
 from bench.scoring import take_nearest_budget
 
 STATE = "state.json"
@@ -83,6 +84,7 @@ class RunState:
     consolidated: bool = False
     ingest_seconds: float = 0.0  # worker time spent ingesting, over all segments
     ingest_segments: int = 0
+    ingest_commits: list[str] = field(default_factory=list)  # the code each segment ran, in order, once each
     indexed_turns: int = 0  # turn points written in earlier segments (progress only)
     construction: dict[str, dict[str, int]] = field(default_factory=dict)  # LLM per stage, all segments
     store_counts: dict[str, int] = field(default_factory=dict)
@@ -349,6 +351,9 @@ class Runner:
         written = int(counters.get("memstream_points_written_total|turns", 0))
         self.state.ingest_seconds = round(self.state.ingest_seconds + seconds, 1)
         self.state.ingest_segments += 1
+        commit = source_commit()
+        if commit and commit not in self.state.ingest_commits:
+            self.state.ingest_commits.append(commit)
         self.state.indexed_turns = min(self.bench.turns, self.state.indexed_turns + written)
         self.state.ingested = done
         self._save()
@@ -380,6 +385,7 @@ class Runner:
 
         judge = Judge(endpoints.judge) if endpoints.judge is not None else None
         timeout = self.options.ask_timeout_s
+        commit = source_commit()
         async with MemoryClient(settings) as client:
             for q in questions:
                 t0 = time.perf_counter()
@@ -387,6 +393,7 @@ class Runner:
                                          k=self.options.k, answer=self.options.llm, question_time=q.asked_at,
                                          timeout_s=timeout)
                 record = question_record(q, reply, (time.perf_counter() - t0) * 1000.0)
+                record["commit"] = commit
                 for k in self.options.sweep_k:
                     swept = await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, k=k,
                                              answer=False, question_time=q.asked_at, timeout_s=timeout)

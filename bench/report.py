@@ -72,7 +72,8 @@ def _machine() -> dict[str, Any]:
             "memory_gib": memory, "processor": platform.processor() or platform.machine()}
 
 
-def _commit() -> str | None:
+def source_commit() -> str | None:
+    """The short commit of this checkout, where it is a git checkout."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
@@ -105,7 +106,8 @@ def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, 
     construction = state.construction
     result: dict[str, Any] = {
         "bench": bench.name, "data": str(bench.data), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "started_at": state.started_at, "machine": _machine(), "commit": _commit(),
+        "started_at": state.started_at, "machine": _machine(), "commit": source_commit(),
+        "ask_commits": sorted({r["commit"] for r in records.values() if r.get("commit")}),
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()
                     if k not in ("judge_api_key",)},
         "models": {"embedding": evaluation["embedding_model"], "extraction": options.extract,
@@ -122,7 +124,7 @@ def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, 
                                   if (v := [r["worker_latency_ms"][k] for r in records.values()
                                             if k in (r.get("worker_latency_ms") or {})])}},
         "ingest": {"turns": len(turns), "tokens": tokens, "seconds": state.ingest_seconds,
-                   "segments": state.ingest_segments,
+                   "segments": state.ingest_segments, "commits": list(state.ingest_commits),
                    "turns_per_s": round(len(turns) / state.ingest_seconds, 2) if state.ingest_seconds else None,
                    "tokens_per_s": round(tokens / state.ingest_seconds, 1) if state.ingest_seconds else None,
                    "consolidation_s": state.consolidation_s if options.consolidate else None,
@@ -198,6 +200,16 @@ def _recall_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _code_note(result: dict[str, Any]) -> str:
+    """A run resumed across commits says which code built the memories and which asked the questions."""
+    here = result["commit"]
+    parts = [(what, commits) for what, commits in (("memories built at", result["ingest"].get("commits", [])),
+                                                   ("questions asked at", result.get("ask_commits", [])))
+             if any(c != here for c in commits)]
+    said = "; ".join(what + " " + ", ".join(commits) for what, commits in parts)
+    return f" ({said})" if said else ""
+
+
 def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
     """The run as Markdown: what was run, recall against the baselines, costs, speed, answers."""
     r = result
@@ -205,7 +217,8 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
     lines = [
         f"# memstream on {'LoCoMo' if r['bench'] == 'locomo' else 'LongMemEval'}",
         "",
-        f"{r['date']} · commit {r['commit'] or '?'} · {r['machine']['cpus']} CPUs, {r['machine']['memory_gib']} GiB, "
+        f"{r['date']} · commit {r['commit'] or '?'}{_code_note(r)} · {r['machine']['cpus']} CPUs, "
+        f"{r['machine']['memory_gib']} GiB, "
         f"{r['machine']['platform']} · data `{r['data']}`",
         "",
         f"{r['conversations']} conversations, {r['turns']} turns ({r['turn_tokens']} tokens) streamed through Kafka; "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +41,15 @@ def test_a_resumed_run_must_have_the_same_options(tmp_path: Path) -> None:
     append_record(tmp_path, {"qid": "c:q0"})
     started_over = RunState.open(tmp_path, other.fingerprint(bench), fresh=True)
     assert started_over.produced == [] and read_records(tmp_path) == {}
+
+
+def test_a_state_written_before_ingest_commits_were_kept_still_opens(tmp_path: Path) -> None:
+    bench = _bench()
+    fingerprint = E2EOptions(out=tmp_path).fingerprint(bench)
+    old = {k: v for k, v in asdict(RunState(fingerprint, ingest_segments=2)).items() if k != "ingest_commits"}
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    state = RunState.open(tmp_path, fingerprint, fresh=False)
+    assert state.ingest_segments == 2 and state.ingest_commits == []
 
 
 def test_records_survive_a_line_cut_short(tmp_path: Path) -> None:
@@ -96,9 +105,10 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     bench = _bench()
     options = E2EOptions(out=tmp_path, llm=True, sweep_k=(5,))
     state = SimpleNamespace(construction={"extract": {"calls": 4, "prompt_tokens": 400, "completion_tokens": 40}},
-                            started_at="t", ingest_seconds=2.0, ingest_segments=2, consolidation_s=1.0,
-                            consolidation_decisions={}, store_counts={"cards": 3})
+                            started_at="t", ingest_seconds=2.0, ingest_segments=2, ingest_commits=["0ld"],
+                            consolidation_s=1.0, consolidation_decisions={}, store_counts={"cards": 3})
     result = summarize_run(bench, options, state, _records(), _evaluation(), answer_model="a", judge_model="j")
+    result["commit"] = "n3w"  # the questions asked with other code than the memories were built with
     overall = result["recall"]["overall"]
     assert overall["memstream"]["evidence_recall"] == 0.75 and overall["memstream"]["context_tokens"] == 80
     assert overall["dense_topk"]["evidence_recall"] == 0.5 and overall["bm25_topk"]["evidence_recall"] == 0.0
@@ -117,6 +127,11 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert "| overall | 2 | 0.750 | 0.500 | 0.000 |" in report
     assert "![budget](recall_vs_budget.png)" in report and "accuracy" in report
     assert "accepted as correct at a rate of **1.000**" in report
+    assert "commit n3w (memories built at 0ld)" in report
+    result["ingest"]["commits"], result["ask_commits"] = ["n3w"], ["0ld", "n3w"]
+    assert "commit n3w (questions asked at 0ld, n3w)" in render_report(result, {})
+    result["ask_commits"] = ["n3w"]
+    assert "commit n3w ·" in render_report(result, {})
     for plot in (plot_budget(result, tmp_path / "b.png"), plot_groups(result, tmp_path / "g.png")):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -73,8 +73,10 @@ def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kaf
     assert result["sweep"][0]["memstream"]["context_tokens"] < result["sweep"][1]["memstream"]["context_tokens"]
     assert result["ingest"]["turns_per_s"] > 0 and result["latency_ms"]["p50"] > 0
     assert result["llm_cost"]["construction"]["total"]["calls"] == 0  # extractive, no LLM anywhere
+    # Both segments and every question ran this checkout's code, once each in the lists.
+    assert result["ingest"]["commits"] == result["ask_commits"] == [result["commit"]] and result["commit"]
     report = (out / "report.md").read_text()
-    assert "| overall | 8 |" in report
+    assert "| overall | 8 |" in report and "memories built at" not in report
     for png in result["plots"].values():
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
