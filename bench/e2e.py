@@ -38,7 +38,7 @@ from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
 
 from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
 from bench.deploy import worker_samples
-from bench.report import source_commit
+from bench.report import source_commit, summarize_run, write_outputs
 from bench.scoring import take_nearest_budget
 
 STATE = "state.json"
@@ -249,8 +249,6 @@ class Runner:
         return Deployment(self.base, folder, env)
 
     def run(self) -> dict[str, Any]:
-        from bench.report import write_outputs
-
         with contextlib.ExitStack() as running:
             self.ui.status("starting Kafka")
             running.enter_context(runtime.KAFKA.session(self.base))
@@ -447,8 +445,6 @@ class Runner:
 
     def _result(self, records: dict[str, dict[str, Any]], evaluation: dict[str, Any],
                 endpoints: Endpoints) -> dict[str, Any]:
-        from bench.report import summarize_run
-
         return summarize_run(self.bench, self.options, self.state, records, evaluation,
                              answer_model=endpoints.answer_model, judge_model=endpoints.judge_model)
 

@@ -50,7 +50,7 @@ def search_roles(named: tuple[str | None, ...], has_cards: Callable[[str], bool]
     question about the assistant's words does not come back empty."""
     if named == (None,):
         return named
-    present = tuple(role for role in named if role is not None and has_cards(role))
+    present = tuple(role for role in named if has_cards(role))
     if len(named) > 1:  # ambiguous: split only where the conversation has both sides
         return present if len(present) > 1 else (None,)
     return present or (None,)
