@@ -14,6 +14,9 @@ STAGE_INPUTS: dict[str, tuple[str, ...]] = {
     "compress": ("turns",), "segment": ("turns.compressed",), "stm": ("segments",), "extract": ("stm.flush",),
     "index": ("cards",), "consolidate": ("cards", "control", "updates"), "query": ("queries",),
 }
+# The changelog-backed state tables of each stage (faust names a table's changelog topic
+# "<consumer group>-<table>-changelog": see changelog_topics).
+STAGE_TABLES: dict[str, tuple[str, ...]] = {"segment": ("segmenter",), "stm": ("stm",), "consolidate": ("consolidation",)}
 # Stages that open the vector store. The embedded store locks its folder to one process, so these
 # run in a single worker unless MEMSTREAM_QDRANT_URL points at a Qdrant server; the others scale freely.
 STORE_STAGES = frozenset({"index", "consolidate", "query"})
@@ -25,6 +28,12 @@ def group_id(prefix: str, stages: Sequence[str]) -> str:
     workers with the same stages share its partitions."""
     base = f"{prefix}-memstream"
     return base if list(stages) == list(STAGES) else base + "-" + "-".join(stages)
+
+
+def changelog_topics(prefix: str, stages: Sequence[str]) -> list[str]:
+    """The changelog topics of the tables that workers of ``stages`` keep (one set per consumer group)."""
+    group = group_id(prefix, stages)
+    return [f"{group}-{table}-changelog" for stage in stages for table in STAGE_TABLES.get(stage, ())]
 
 
 def reading_groups(prefix: str, stage_sets: Iterable[Sequence[str]], topics: Iterable[str]) -> dict[str, list[str]]:
@@ -119,7 +128,9 @@ class Settings(BaseSettings):
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
     trigger_threshold: float = Field(0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)")
     cascade_topics: int = Field(2, ge=1, description="Compose: topics of scenes kept whole")
-    query_timeout_s: float = Field(30.0, gt=0)
+    query_timeout_s: float = Field(30.0, gt=0, description="How long a client waits for a reply; the query carries "
+                                   "the deadline and the worker cuts its LLM calls to fit")
+    answer_max_tokens: int = Field(256, ge=16, description="Completion token limit of the answer call")
 
     # --- Consolidation -----------------------------------------------------------------------
     consolidate_tau: float = Field(0.8, description="Similarity for an older card to join a new card's update queue")

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 from memstream.metrics import Metrics
 from memstream.ports import LLM, LLMError, LlmResult
 
+MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
 STORE_OPERATIONS = frozenset({"upsert", "search", "scroll", "count", "set_payload", "retrieve", "delete"})
 
 
@@ -17,7 +18,8 @@ class MeteredLLM:
     transient ones (timeouts, connection, rate limits, server errors) are retried ``retries`` times."""
 
     def __init__(self, llm: LLM, metrics: Metrics, stage: str, *, retries: int = 1,
-                 backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep):
+                 backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self._llm = llm
         self._metrics = metrics
         self.stage = stage
@@ -25,23 +27,31 @@ class MeteredLLM:
         self._retries = retries
         self._backoff_s = backoff_s
         self._sleep = sleep
+        self._clock = clock
         metrics.init_llm(stage, self.model)
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, json_schema: Mapping[str, Any] | None = None,
-                 schema_name: str = "output", max_tokens: int | None = None) -> LlmResult:
+                 schema_name: str = "output", max_tokens: int | None = None,
+                 timeout_s: float | None = None) -> LlmResult:
+        """``timeout_s`` bounds the whole call, retries and their back-off included: a retry that
+        could not finish in time is not started."""
         m = self._metrics
+        deadline = None if timeout_s is None else self._clock() + timeout_s
         for attempt in range(self._retries + 1):
             started = time.perf_counter()
+            remaining = None if deadline is None else deadline - self._clock()
             try:
                 result = self._llm.complete(messages, json_schema=json_schema, schema_name=schema_name,
-                                            max_tokens=max_tokens)
+                                            max_tokens=max_tokens, timeout_s=remaining)
             except LLMError as exc:
                 m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
                 m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
-                if not exc.retryable or attempt == self._retries:
+                backoff = self._backoff_s * 2 ** attempt
+                if (not exc.retryable or attempt == self._retries
+                        or (deadline is not None and deadline - self._clock() - backoff < MIN_ATTEMPT_S)):
                     raise
                 m.llm_retries.labels(self.stage, self.model).inc()
-                self._sleep(self._backoff_s * 2 ** attempt)
+                self._sleep(backoff)
             else:
                 m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
                 return result

@@ -44,8 +44,10 @@ class LLM(Protocol):
         json_schema: Mapping[str, Any] | None = None,
         schema_name: str = "output",
         max_tokens: int | None = None,
+        timeout_s: float | None = None,
     ) -> LlmResult:
-        """One chat completion; with ``json_schema`` the output is constrained and parsed."""
+        """One chat completion; with ``json_schema`` the output is constrained and parsed. ``timeout_s``
+        bounds this call (default: the adapter's own timeout); past it, an LLMError of kind "timeout"."""
         ...
 
 

@@ -352,13 +352,15 @@ def rule_plan(question: str, now: datetime) -> Plan:
 
 
 class Planner(Protocol):
-    def plan(self, question: str, now: datetime) -> tuple[Plan, StageCost]: ...
+    def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
+        """The plan; ``timeout_s`` bounds what the planner may spend on LLM calls."""
+        ...
 
 
 class RulePlanner:
     """``rule_plan`` behind the planner interface; it spends nothing."""
 
-    def plan(self, question: str, now: datetime) -> tuple[Plan, StageCost]:
+    def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
         return rule_plan(question, now), StageCost(stage="plan")
 
 
@@ -411,7 +413,7 @@ class LlmPlanner:
         self.repairs = 0
         self.fallbacks = 0
 
-    def plan(self, question: str, now: datetime) -> tuple[Plan, StageCost]:
+    def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
         messages: list[dict[str, str]] = [
             {"role": "system", "content": prompts.PLAN_SYSTEM},
             {"role": "user", "content": prompts.plan_user(question)},
@@ -419,7 +421,7 @@ class LlmPlanner:
         schema = prompts.plan_schema(max_rewrites=MAX_REWRITES)
         attempt = call_with_repair(
             self.llm, messages, stage="plan", schema=schema, schema_name="query_plan", max_tokens=self.max_tokens,
-            invalid=PlanInvalid, read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)))
+            timeout_s=timeout_s, invalid=PlanInvalid, read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)))
         self.repairs += attempt.repaired
         if attempt.value is not None:
             return attempt.value, attempt.cost

@@ -27,6 +27,25 @@ from .tokens import count_tokens
 log = logging.getLogger(__name__)
 
 TEMPORAL_OPERATIONS = ("temporal_select", "sort")
+REPLY_MARGIN_S = 1.0  # kept back from the asker's deadline for the reply to travel back
+MIN_ANSWER_S = 1.0  # an answer call with less time than this left is not started
+PLAN_SHARE = 1 / 3  # of the time left, what an LLM planner may spend (the answer needs the rest)
+
+
+def seconds_left(deadline: datetime | None, now: datetime) -> float | None:
+    """Time left before ``deadline`` for work whose result must still reach the asker (None: no deadline)."""
+    if deadline is None:
+        return None
+    return (deadline - now).total_seconds() - REPLY_MARGIN_S
+
+
+def expired_reply(query: Query, now: datetime) -> Reply:
+    """The reply to a query that arrived after its asker stopped waiting: an error, sent at once, so
+    a backlog of abandoned questions never delays the ones still awaited."""
+    late = (now - query.deadline).total_seconds() if query.deadline else 0.0
+    return Reply(tenant_id=query.tenant_id, conversation_id=query.conversation_id,
+                 correlation_id=query.correlation_id, ok=False,
+                 error=f"expired: the query reached the worker {late:.1f}s after its deadline", replied_at=now)
 
 
 def cap_to_budget(texts: Sequence[str], max_tokens: int) -> int:
@@ -91,20 +110,23 @@ class QueryEngine:
         self.planner: Planner = (LlmPlanner(planner_llm) if planner_llm is not None and options.planner == "llm"
                                  else RulePlanner())
 
-    def plan(self, query: Query, now: datetime) -> tuple[Plan, StageCost]:
-        plan, cost = self.planner.plan(query.question, now)
+    def plan(self, query: Query, now: datetime, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
+        plan, cost = self.planner.plan(query.question, now, timeout_s=timeout_s)
         if query.profile != "auto":
             plan = plan.model_copy(update={"profile": query.profile})
         return plan, cost
 
-    def run(self, query: Query) -> Reply:
+    def run(self, query: Query, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> Reply:
+        """Plan, retrieve, answer. With a deadline, LLM calls are cut to what is left of it: the reply
+        then carries the evidence and ``answer_error`` instead of arriving after the asker gave up."""
         started = time.perf_counter()
         latency: dict[str, float] = {}
         costs: list[StageCost] = []
-        now = query.question_time or datetime.now(timezone.utc)
+        now = query.question_time or clock()
 
         t0 = time.perf_counter()
-        plan, plan_cost = self.plan(query, now)
+        left = seconds_left(query.deadline, clock())
+        plan, plan_cost = self.plan(query, now, None if left is None else max(0.0, left * PLAN_SHARE))
         if plan_cost.calls:  # the rule planner spends nothing
             costs.append(plan_cost)
         latency["plan_ms"] = _ms(t0)
@@ -137,14 +159,17 @@ class QueryEngine:
         evidence = evidence or profile_evidence(profile_hits)
         latency["profile_ms"] = _ms(t0)
 
-        answer, mode = None, "evidence_only"
+        answer, mode, answer_error = None, "evidence_only", None
         if self.llm is not None and query.answer:
-            t0 = time.perf_counter()
-            answer, cost = self._answer(query.question, plan, evidence, profile_text)
-            if cost is not None:
+            left = seconds_left(query.deadline, clock())
+            if left is not None and left < MIN_ANSWER_S:
+                answer_error = f"no time left to answer before the deadline ({left + REPLY_MARGIN_S:.1f}s)"
+            else:
+                t0 = time.perf_counter()
+                answer, cost, answer_error = self._answer(query.question, plan, evidence, profile_text, left)
                 costs.append(cost)
-                mode = "llm"
-            latency["answer_ms"] = _ms(t0)
+                mode = "llm" if answer is not None else "evidence_only"
+                latency["answer_ms"] = _ms(t0)
         latency["total_ms"] = _ms(started)
         return Reply(
             tenant_id=query.tenant_id,
@@ -152,6 +177,7 @@ class QueryEngine:
             correlation_id=query.correlation_id,
             answer=answer,
             answer_mode=mode,  # type: ignore[arg-type]
+            answer_error=answer_error,
             evidence=evidence,
             plan=plan,
             access_profile=plan.profile,
@@ -211,8 +237,9 @@ class QueryEngine:
             for i, h in enumerate(window[:keep])
         ]
 
-    def _answer(self, question: str, plan: Plan, evidence: list[Evidence],
-                profile_text: str | None) -> tuple[str | None, StageCost | None]:
+    def _answer(self, question: str, plan: Plan, evidence: list[Evidence], profile_text: str | None,
+                timeout_s: float | None) -> tuple[str | None, StageCost, str | None]:
+        """The answer and its cost, or no answer and why (evidence-only reply)."""
         assert self.llm is not None
         lines = [f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} "
                  f"{e.text}" for e in evidence]
@@ -221,13 +248,14 @@ class QueryEngine:
             {"role": "user", "content": prompts.answer_user(question, lines, plan.operation, profile_text)},
         ]
         try:
-            result = self.llm.complete(messages, max_tokens=self.options.max_answer_tokens)
+            result = self.llm.complete(messages, max_tokens=self.options.max_answer_tokens, timeout_s=timeout_s)
         except LLMError as exc:
             log.warning("answer call failed, replying with evidence only: %s", exc)
-            return None, None
+            # The call was made: it counts, its tokens unknown.
+            return None, StageCost(stage="answer", calls=1, model=self.llm.model), f"answer call failed ({exc.kind}): {exc}"[:500]
         cost = StageCost(stage="answer", calls=1, prompt_tokens=result.prompt_tokens,
                          completion_tokens=result.completion_tokens, model=result.model)
-        return result.content.strip(), cost
+        return result.content.strip(), cost, None
 
 
 def profile_evidence(hits: Sequence[StoreHit]) -> list[Evidence]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
@@ -38,6 +39,7 @@ def clean_strings(items: Iterable[str], limit: int) -> list[str]:
 
 
 Value = TypeVar("Value")
+MIN_CALL_S = 1.0  # an LLM call with less time than this left before its deadline is not started
 
 
 @dataclass
@@ -53,15 +55,22 @@ class Attempt(Generic[Value]):
 
 def call_with_repair(llm: LLM, messages: Sequence[Mapping[str, str]], *, stage: str, schema: Mapping[str, Any],
                      schema_name: str, max_tokens: int, read: Callable[[LlmResult], Value],
-                     invalid: type[Exception], echo_chars: int = 2000) -> Attempt[Value]:
+                     invalid: type[Exception], echo_chars: int = 2000,
+                     timeout_s: float | None = None) -> Attempt[Value]:
     """One JSON-schema call; output ``read`` rejects (by raising ``invalid``) gets one repair call
     that shows the model its output and the reason. A failed request counts as a call (it was made;
-    its tokens are unknown)."""
+    its tokens are unknown). ``timeout_s`` bounds both calls together: no repair without time left."""
     history = list(messages)
     attempt: Attempt[Value] = Attempt(None, StageCost(stage=stage, model=llm.model))
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for turn in range(2):
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining < MIN_CALL_S:
+            attempt.error = attempt.error or "no time left for the call"
+            return attempt
         try:
-            result = llm.complete(history, json_schema=schema, schema_name=schema_name, max_tokens=max_tokens)
+            result = llm.complete(history, json_schema=schema, schema_name=schema_name, max_tokens=max_tokens,
+                                  timeout_s=remaining)
         except LLMError as exc:
             attempt.cost = attempt.cost + StageCost(stage=stage, calls=1)
             attempt.error = f"llm error: {exc}"

@@ -25,7 +25,7 @@ from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleD
 from processors.extract import ExtractiveExtractor, LlmExtractor
 from processors.index import CARDS, COLLECTIONS, LEXICAL, points_for_write
 from processors.versioning import CardView
-from processors.query import QueryEngine
+from processors.query import QueryEngine, expired_reply
 from processors.segment import Segmenter, SegmenterState, window_is_idle
 from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
 from schemas import (
@@ -661,6 +661,11 @@ class _Wiring:
             except SchemaError as exc:
                 await self.reply_invalid(record.value, exc)
                 raise  # and dead-letter it
+            now = datetime.now(timezone.utc)
+            if query.deadline is not None and now >= query.deadline:
+                reply = expired_reply(query, now)
+                observe_query(metrics, reply)
+                return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
             try:
                 reply = await asyncio.to_thread(engine.run, query)
             except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence

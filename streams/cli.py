@@ -180,6 +180,8 @@ def print_reply(reply: Reply, question: str) -> None:
     header = f"[bold]{question}[/]\n"
     if reply.answer_mode == "llm":
         header += f"[green]answer[/]: {reply.answer}"
+    elif reply.answer_error:
+        header += f"[yellow]evidence only: {reply.answer_error}[/]"
     else:
         header += "[yellow]evidence only: no LLM configured, or no answer asked for[/]"
     console.print(Panel(header, title=f"access profile: {reply.access_profile}", expand=False))
@@ -217,14 +219,19 @@ def plan_line(plan: Plan) -> str:
 
 async def _ask(settings: Settings, questions: list[str], tenant: str, conversation: str, profile: str,
                timeout: float | None, *, k: int | None = None, answer: bool = True,
-               question_time: datetime | None = None) -> list[tuple[str, Reply, float]]:
+               question_time: datetime | None = None) -> list[tuple[str, Reply | QueryTimeout, float]]:
+    """Each question's reply, or the QueryTimeout it got instead (the others are still asked)."""
     await ensure_topics(settings)
-    out = []
+    out: list[tuple[str, Reply | QueryTimeout, float]] = []
     async with MemoryClient(settings) as client:
         for q in questions:
             t0 = time.perf_counter()
-            reply = await client.ask(q, tenant_id=tenant, conversation_id=conversation, profile=profile,
-                                     k=k, answer=answer, question_time=question_time, timeout_s=timeout)
+            try:
+                reply: Reply | QueryTimeout = await client.ask(
+                    q, tenant_id=tenant, conversation_id=conversation, profile=profile, k=k, answer=answer,
+                    question_time=question_time, timeout_s=timeout)
+            except QueryTimeout as exc:
+                reply = exc
             out.append((q, reply, (time.perf_counter() - t0) * 1000))
     return out
 
@@ -245,12 +252,11 @@ def ask(
     s = _settings()
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=timezone.utc)
-    try:
-        [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout,
-                                            k=k, answer=not evidence_only, question_time=at))
-    except QueryTimeout as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+    [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout,
+                                        k=k, answer=not evidence_only, question_time=at))
+    if isinstance(reply, QueryTimeout):
+        console.print(f"[red]{reply}[/]")
+        raise typer.Exit(2)
     if as_json:
         sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
     else:
@@ -330,9 +336,15 @@ def demo(
         t0 = time.perf_counter()
         answers = asyncio.run(_ask(s, [q.question for q in qa], tenant, conversation, "auto", 120))
         timings["questions_s"] = time.perf_counter() - t0
-        hits = 0
+        hits, failed = 0, []
         for (question, reply, ms), q in zip(answers, qa):
+            if isinstance(reply, QueryTimeout):
+                console.print(f"[bold]{question}[/]\n[red]no reply:[/] {reply}\n")
+                failed.append(question)
+                continue
             print_reply(reply, question)
+            if not reply.ok:
+                failed.append(question)
             got = {tid for e in reply.evidence for tid in e.turn_ids}
             found = [e for e in q.evidence if e in got]
             hits += bool(found)
@@ -341,6 +353,10 @@ def demo(
         timings["total_s"] = time.perf_counter() - t_all
         console.print(f"[bold]{hits}/{len(qa)}[/] questions had a gold turn in their evidence")
         console.print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    if failed:
+        # The main job fails loudly: a question without a reply is a broken memory, not a rough answer.
+        console.print(f"[red]{len(failed)} of {len(qa)} questions got no reply or an error reply[/]")
+        raise typer.Exit(1)
 
 
 @models.command("convert-smollm2")

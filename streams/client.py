@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import AsyncIterator, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -136,15 +136,19 @@ class MemoryClient:
     async def ask(self, question: str, *, tenant_id: str, conversation_id: str, profile: str = "auto",
                   k: int | None = None, answer: bool = True, question_time: datetime | None = None,
                   timeout_s: float | None = None) -> Reply:
+        """Send a query and wait for its reply. The query carries the deadline (now + the timeout):
+        the worker cuts its LLM calls to fit, so a slow model costs the answer, not the reply."""
+        timeout = timeout_s or self.settings.query_timeout_s
+        sent_at = datetime.now(timezone.utc)
         query = Query(
             tenant_id=tenant_id, conversation_id=conversation_id, correlation_id=uuid.uuid4().hex,
             reply_topic=self.reply_topic, question=question, question_time=question_time,
-            profile=profile, k=k, answer=answer, sent_at=datetime.now(timezone.utc),  # type: ignore[arg-type]
+            profile=profile, k=k, answer=answer, sent_at=sent_at,  # type: ignore[arg-type]
+            deadline=sent_at + timedelta(seconds=timeout),
         )
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[query.correlation_id] = fut
         await (await self._producer.send(self.settings.topic("queries"), key=query.key.encode(), value=query.to_bytes()))
-        timeout = timeout_s or self.settings.query_timeout_s
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:

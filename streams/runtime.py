@@ -96,11 +96,12 @@ def local_llm_url(settings: Settings) -> str:
 
 def local_llm_env(settings: Settings) -> dict[str, str]:
     """Worker settings for the local SmolLM2-135M server: a tiny model, so extraction asks for few,
-    short cards (its output must fit its token limit), and questions are planned by the rules (its
-    plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence)."""
+    short cards (its output must fit its token limit), questions are planned by the rules (its
+    plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence), and
+    answers are short (it rambles to whatever limit it is given)."""
     return {"MEMSTREAM_LLM_BASE_URL": local_llm_url(settings), "MEMSTREAM_LLM_MODEL": "smollm2",
             "MEMSTREAM_EXTRACT_MAX_CARDS": "6", "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024",
-            "MEMSTREAM_QUERY_PLANNER": "rules"}
+            "MEMSTREAM_QUERY_PLANNER": "rules", "MEMSTREAM_ANSWER_MAX_TOKENS": "128"}
 
 
 def local_llm_available() -> bool:
@@ -234,7 +235,7 @@ def run_worker(settings: Settings) -> None:
     apply_torch_threads(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(settings))
+    loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
     services = Services(settings)
     services.metrics.serve(settings.metrics_port, settings.metrics_host)
     app = create_app(settings, services)

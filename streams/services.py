@@ -49,7 +49,7 @@ class Services:
         retrieval = RetrievalParams(evidence_k=s.evidence_k, candidates=s.query_candidates,
                                     trigger_threshold=s.trigger_threshold, cascade_topics=s.cascade_topics)
         return QueryOptions(retrieval=retrieval, replay_window=s.replay_window, replay_max_tokens=s.replay_max_tokens,
-                            planner=s.effective_query_planner)
+                            max_answer_tokens=s.answer_max_tokens, planner=s.effective_query_planner)
 
     @cached_property
     def segment_params(self) -> SegmentParams:

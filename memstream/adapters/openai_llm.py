@@ -25,8 +25,11 @@ class OpenAICompatibleLLM:
         json_schema: Mapping[str, Any] | None = None,
         schema_name: str = "output",
         max_tokens: int | None = None,
+        timeout_s: float | None = None,
     ) -> LlmResult:
         kwargs: dict[str, Any] = {}
+        if timeout_s is not None:
+            kwargs["timeout"] = timeout_s
         if json_schema is not None:
             kwargs["response_format"] = {
                 "type": "json_schema",

@@ -35,7 +35,7 @@ class ScriptedLLM:
     def __init__(self, *outputs):
         self.outputs = list(outputs)
 
-    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
         out = self.outputs.pop(0)
         if isinstance(out, Exception):
             raise out

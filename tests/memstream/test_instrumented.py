@@ -65,3 +65,34 @@ def test_store_calls_are_timed_by_operation_and_collection():
     assert store.search("cards", "acme", [0.1], limit=3) == ["cards", "acme", 3]
     assert store.location == "here"
     assert value(m, "memstream_store_seconds_count", operation="search", collection="cards") == 1
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_retries_stay_within_the_callers_timeout():
+    clock, seen = Clock(), []
+
+    class TimesOut:
+        model = "m"
+
+        def complete(self, messages, *, timeout_s=None, **kwargs):
+            seen.append(timeout_s)
+            clock.now += 3.0  # each attempt runs 3 s, then times out
+            raise LLMError("timed out", "timeout")
+
+    def sleep(s):
+        clock.now += s
+
+    m = Metrics()
+    with pytest.raises(LLMError):
+        MeteredLLM(TimesOut(), m, "answer", retries=5, sleep=sleep, clock=clock).complete([], timeout_s=8.0)
+    # 8 s: attempt 1 gets 8, attempt 2 what is left after 3 s and a 0.5 s back-off; then 1.5 s is
+    # left, too little for a third after a 1 s back-off.
+    assert seen == [8.0, 4.5]
+    assert value(m, "memstream_llm_retries_total", stage="answer") == 1

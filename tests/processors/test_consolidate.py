@@ -109,7 +109,7 @@ class ScriptedLLM:
         self.outputs = list(outputs)
         self.calls = 0
 
-    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
         self.calls += 1
         out = self.outputs.pop(0)
         if isinstance(out, Exception):

@@ -56,7 +56,7 @@ class ScriptedLLM:
         self.calls = []
         self.schemas = []
 
-    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
         self.calls.append(messages)
         self.schemas.append(json_schema)
         out = self.outputs.pop(0)

@@ -203,7 +203,7 @@ class ScriptedLLM:
         self.script = list(script)
         self.calls: list[dict] = []
 
-    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None):
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
         self.calls.append({"messages": list(messages), "json_schema": json_schema,
                            "schema_name": schema_name, "max_tokens": max_tokens})
         step = self.script.pop(0)

@@ -1,4 +1,12 @@
-from processors.query import cap_to_budget, roles_for, search_roles
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from memstream.ports import LLMError, LlmResult
+from processors.query import (QueryEngine, QueryOptions, cap_to_budget, expired_reply, roles_for, search_roles,
+                              seconds_left)
+from schemas import Query
 
 
 def test_budget_capping_keeps_order_and_at_least_one():
@@ -19,3 +27,72 @@ def test_search_roles_split_only_over_the_sides_the_conversation_has():
     assert search_roles(roles_for("assistant"), people_only) == (None,)
     assert search_roles(roles_for("ambiguous"), people_only) == (None,)
     assert search_roles(roles_for("user"), people_only) == ("user",)
+
+
+# --- deadlines: a slow model costs the answer, never the reply ----------------------------------
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+class EmptyStore:
+    """A store that holds nothing: every read comes back empty."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0 if name == "count" else []
+
+
+class ZeroEmbedder:
+    dim = 8
+
+    def embed(self, texts):
+        return np.zeros((len(texts), self.dim), dtype=np.float32)
+
+
+class SlowLLM:
+    """Takes ``seconds`` to answer: a call given less time than that times out."""
+
+    model = "slow"
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.timeouts: list[float | None] = []
+
+    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
+        self.timeouts.append(timeout_s)
+        if timeout_s is not None and timeout_s < self.seconds:
+            raise LLMError("Request timed out.", "timeout")
+        return LlmResult(content="Lisbon", prompt_tokens=100, completion_tokens=3, model=self.model)
+
+
+def query(deadline: datetime | None) -> Query:
+    return Query(tenant_id="acme", conversation_id="c1", correlation_id="q1", reply_topic="memory.replies",
+                 question="Where did I go?", sent_at=NOW, deadline=deadline)
+
+
+def engine(llm: SlowLLM) -> QueryEngine:
+    return QueryEngine(EmptyStore(), ZeroEmbedder(), llm, QueryOptions())
+
+
+def test_the_answer_call_gets_what_is_left_of_the_deadline_and_a_timeout_still_replies():
+    llm = SlowLLM(seconds=60)
+    reply = engine(llm).run(query(NOW + timedelta(seconds=20)), clock=lambda: NOW)
+    assert llm.timeouts == [pytest.approx(20 - 1.0)]  # the reply's margin kept back
+    assert reply.ok and reply.answer is None and reply.answer_mode == "evidence_only"
+    assert "timeout" in reply.answer_error
+    assert [(c.stage, c.calls) for c in reply.costs] == [("answer", 1)]  # the call was made: it counts
+
+
+def test_no_answer_call_without_time_left_and_none_cut_without_a_deadline():
+    llm = SlowLLM(seconds=60)
+    reply = engine(llm).run(query(NOW + timedelta(seconds=1.5)), clock=lambda: NOW)
+    assert llm.timeouts == [] and reply.costs == []
+    assert "no time left" in reply.answer_error
+    reply = engine(llm).run(query(None), clock=lambda: NOW)
+    assert llm.timeouts == [None] and reply.answer == "Lisbon" and reply.answer_error is None
+
+
+def test_a_query_past_its_deadline_gets_an_error_reply():
+    q = query(NOW - timedelta(seconds=5))
+    reply = expired_reply(q, NOW)
+    assert not reply.ok and reply.correlation_id == "q1" and "5.0s after its deadline" in reply.error
+    assert seconds_left(q.deadline, NOW) == -6.0 and seconds_left(None, NOW) is None
