@@ -34,7 +34,8 @@ from processors.tokens import count_tokens
 from schemas import Reply
 from streams import runtime
 from streams.client import MemoryClient
-from streams.deployment import DRAIN_TOPICS, INGEST_TOPICS, Deployment
+from schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
+from streams.deployment import Deployment
 
 from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
 from bench.deploy import worker_samples
@@ -44,7 +45,6 @@ from bench.scoring import take_nearest_budget
 STATE = "state.json"
 RECORDS = "questions.jsonl"
 BASELINES = ("dense_topk", "bm25_topk")
-FRONT_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush")  # read by the stages before the index
 INDEX_BACKLOG = 64  # memory writes left for the index stage when the next conversation goes in
 
 
@@ -339,9 +339,9 @@ class Runner:
         stage reuses them. This way the index stage (the slowest) always has work, and the
         segmenter works on the next conversation meanwhile."""
         while True:
-            lag = deployment.lag((*FRONT_TOPICS, "cards"))
+            lag = deployment.lag(INGEST_TOPICS)
             on_lag(lag)
-            if sum(lag[t] for t in FRONT_TOPICS) == 0 and lag["cards"] <= INDEX_BACKLOG:
+            if sum(lag[t] for t in FRONT_TOPICS) == 0 and lag[Topic.CARDS] <= INDEX_BACKLOG:
                 return
             time.sleep(0.5)
 

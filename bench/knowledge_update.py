@@ -41,7 +41,8 @@ from processors.retrieve import RETIRED
 from processors.tokens import count_tokens
 from schemas import Reply, Turn
 from streams.client import MemoryClient
-from streams.deployment import INGEST_TOPICS, Deployment
+from schemas.topics import INGEST_TOPICS
+from streams.deployment import Deployment
 
 from bench.deploy import deploy_worker, worker_samples
 

@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
 from schemas import Turn
+from schemas.topics import FRONT_TOPICS
 from streams import runtime
 from streams.deployment import Deployment
 
 TENANT = "bench"
 SCALE_STAGES = "compress,segment,stm,extract"
-SCALE_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush")
 
 
 @dataclass
@@ -73,7 +73,7 @@ def run_scale_bench(options: ScaleOptions, *, status: Callable[[str], None] = la
 
             started = time.monotonic()
             produced = deployment.produce(turns)
-            finished = deployment.drain(timeout_s=3600, topics=SCALE_TOPICS, progress=progress)
+            finished = deployment.drain(timeout_s=3600, topics=FRONT_TOPICS, progress=progress)
             seconds = finished - started
             runs[n] = {"workers": n, "seconds": round(seconds, 2), "turns_per_s": round(len(turns) / seconds, 2),
                        "flushes": deployment.message_count("stm.flush"),

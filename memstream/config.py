@@ -8,11 +8,14 @@ from typing import Iterable, Literal, Sequence
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.topics import Topic
+
 STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
 # The topics (logical names) each stage consumes: a worker group's consumer group reads these.
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "compress": ("turns",), "segment": ("turns.compressed",), "stm": ("segments",), "extract": ("stm.flush",),
-    "index": ("cards",), "consolidate": ("cards", "control", "updates"), "query": ("queries",),
+    "compress": (Topic.TURNS,), "segment": (Topic.TURNS_COMPRESSED,), "stm": (Topic.SEGMENTS,),
+    "extract": (Topic.STM_FLUSH,), "index": (Topic.CARDS,),
+    "consolidate": (Topic.CARDS, Topic.CONTROL, Topic.UPDATES), "query": (Topic.QUERIES,),
 }
 # The changelog-backed state tables of each stage (faust names a table's changelog topic
 # "<consumer group>-<table>-changelog": see changelog_topics).

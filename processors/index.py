@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memstream.ports import Embedder, StorePoint, VectorStore
 from schemas import Card, MemoryWrite
 
 from .ids import point_id
@@ -104,3 +105,18 @@ def _triggers(write: MemoryWrite, base: dict[str, Any], host_id: str, host_kind:
         )
         for trigger in triggers
     ]
+
+
+def index_write(write: MemoryWrite, embedder: Embedder, store: VectorStore) -> dict[str, int]:
+    """Embed a write's points and upsert them (deterministic ids: a redelivered write rewrites the
+    same points). Raw turns go last: their presence marks the whole write as indexed. Returns the
+    points written per collection."""
+    specs = points_for_write(write)
+    vectors = embedder.embed([p.text for p in specs])
+    by_collection: dict[str, list[StorePoint]] = {}
+    for spec, vector in zip(specs, vectors):
+        lexical = spec.text if spec.collection in LEXICAL else None
+        by_collection.setdefault(spec.collection, []).append(StorePoint(spec.id, vector, spec.payload, lexical))
+    for collection in sorted(by_collection, key=lambda c: c == TURNS):
+        store.upsert(collection, by_collection[collection])
+    return {collection: len(points) for collection, points in by_collection.items()}

@@ -1,4 +1,5 @@
-"""Which payload each topic carries (names relative to the configured prefix)."""
+"""Every memstream topic, named once, with the payloads it carries (names relative to the configured
+prefix: the full name is ``<prefix>.<name>``)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,41 @@ from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlu
 from .query import Query, Reply
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
+
+
+class Topic:
+    """The logical topic names."""
+
+    TURNS = "turns"
+    TURNS_COMPRESSED = "turns.compressed"
+    SEGMENTS = "segments"
+    STM_FLUSH = "stm.flush"
+    CARDS = "cards"
+    UPDATES = "updates"
+    CONTROL = "control"
+    QUERIES = "queries"
+    REPLIES = "replies"
+    DLQ = "dlq"
+
+
 TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
-    "turns": (Turn,),
-    "turns.compressed": (CompressedTurn, WindowTick),
-    "segments": (SegmentedTurn, StmTick),
-    "stm.flush": (StmFlush,),
-    "cards": (MemoryWrite,),
-    "updates": (ConsolidationUpdate,),
-    "control": (ConsolidateCommand,),
-    "queries": (Query,),
-    "replies": (Reply,),
-    "dlq": (DeadLetter,),
+    Topic.TURNS: (Turn,),
+    Topic.TURNS_COMPRESSED: (CompressedTurn, WindowTick),
+    Topic.SEGMENTS: (SegmentedTurn, StmTick),
+    Topic.STM_FLUSH: (StmFlush,),
+    Topic.CARDS: (MemoryWrite,),
+    Topic.UPDATES: (ConsolidationUpdate,),
+    Topic.CONTROL: (ConsolidateCommand,),
+    Topic.QUERIES: (Query,),
+    Topic.REPLIES: (Reply,),
+    Topic.DLQ: (DeadLetter,),
 }
+ALL_TOPICS = tuple(TOPIC_PAYLOADS)
+# The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
+INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
+FRONT_TOPICS = INGEST_TOPICS[:-1]
+# ... and then those of consolidation: what a deployment waits on to call itself drained.
+DRAIN_TOPICS = (*INGEST_TOPICS, Topic.CONTROL, Topic.UPDATES)
 
 
 def _kind(raw: bytes) -> object:

@@ -20,18 +20,16 @@ from rich.table import Table
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
 from schemas import ConsolidateCommand, Plan, Reply, Turn
+from schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
-from .bench_cli import bench
 from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
-from .deployment import DRAIN_TOPICS
-from .topics import PIPELINE, ensure_topics
+from .topics import ensure_topics
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help="memstream: streaming long-term memory for LLM assistants")
 models = typer.Typer(no_args_is_help=True, help="Local model folders (offline)")
 cli.add_typer(models, name="models")
 console = Console(stderr=False)
-cli.add_typer(bench, name="bench")
 
 
 
@@ -85,7 +83,7 @@ def topics() -> None:
     """Create every memstream topic on the broker (idempotent)."""
     s = _settings()
     asyncio.run(ensure_topics(s))
-    console.print(f"topics ready on {s.kafka_bootstrap}: " + ", ".join(s.topic(t) for t in PIPELINE))
+    console.print(f"topics ready on {s.kafka_bootstrap}: " + ", ".join(s.topic(t) for t in ALL_TOPICS))
 
 
 @cli.command()
@@ -376,7 +374,29 @@ def convert_smollm2(
     sys.stdout.write(f"{convert_gguf_to_hf(gguf, out or DEFAULT_SMOLLM2_HF_DIR)}\n")
 
 
+@cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench() -> None:
+    """Benchmarks (`memstream bench --help`): from a source checkout, which has the bench package."""
+    raise typer.Exit(_run_bench(["--help"]))
+
+
+def _run_bench(args: list[str]) -> int:
+    """The benchmarks are not part of the production CLI: imported only when asked for."""
+    try:
+        from bench.cli import bench as bench_app
+    except ImportError:
+        console.print("[red]the benchmarks need a source checkout of memstream (the bench package)[/]")
+        return 2
+    try:
+        bench_app(args=args, prog_name="memstream bench")
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["bench"]:
+        sys.exit(_run_bench(sys.argv[2:]))
     cli()
 
 

@@ -18,14 +18,12 @@ from memstream.adapters import open_store
 from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
 from schemas import ConsolidateCommand, DeadLetter, Reply, Turn
+from schemas.topics import DRAIN_TOPICS
 
 from . import runtime
 from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, topics_lag, wait_drained
 from .topics import ensure_topics
 
-# Topics a turn crosses before its memories are in the store, then those of consolidation.
-INGEST_TOPICS = ("turns", "turns.compressed", "segments", "stm.flush", "cards")
-DRAIN_TOPICS = (*INGEST_TOPICS, "control", "updates")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""Topic names and their creation on the broker."""
+"""Creating the topics on the broker (their names: ``schemas.topics``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from memstream.config import Settings, changelog_topics
+from schemas.topics import ALL_TOPICS
 
 log = logging.getLogger(__name__)
-
-# Logical names; the full name is "<prefix>.<name>" (default prefix "memory").
-PIPELINE = ("turns", "turns.compressed", "segments", "stm.flush", "cards", "updates", "control", "queries", "replies",
-            "dlq")
 
 
 async def ensure_topics(settings: Settings, *, stages: Sequence[str] = (), attempts: int = 30) -> None:
@@ -31,7 +28,7 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = (), attem
             await admin.start()
             existing = set(await admin.list_topics())
             wanted = []
-            for name in PIPELINE:
+            for name in ALL_TOPICS:
                 full = settings.topic(name)
                 if full in existing:
                     continue

@@ -9,7 +9,7 @@ import pytest
 
 from bench.deploy import worker_samples
 from processors.index import TURNS
-from streams.deployment import INGEST_TOPICS
+from schemas.topics import INGEST_TOPICS
 
 from .conftest import first_sessions
 

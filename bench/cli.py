@@ -17,7 +17,7 @@ from rich.table import Table
 
 from memstream.config import Settings
 
-from .runtime import REPO_ROOT
+from streams.runtime import REPO_ROOT
 
 bench = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks: figures on the console and in JSON")
 console = Console()

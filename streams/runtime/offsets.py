@@ -19,6 +19,8 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple
 
 from aiokafka import TopicPartition
 
+from . import faust_compat
+
 log = logging.getLogger(__name__)
 
 
@@ -160,7 +162,7 @@ class SafeCommits:
         if now - self._sought.get((tp, expected), -RESEEK_S) >= RESEEK_S:
             self._sought[(tp, expected)] = now
             log.warning("%s got %s[%d]@%d before @%d: seeking back", stage, topic, partition, offset, expected)
-            await self.app.consumer.seek_wait({TopicPartition(topic, partition): expected})
+            await faust_compat.seek(self.app.consumer, {TopicPartition(topic, partition): expected})
         return "out_of_order"
 
     async def rewind(self, tps: Iterable[tuple[str, int]]) -> list[Partition]:
@@ -176,7 +178,7 @@ class SafeCommits:
             if None not in nexts and nexts:
                 targets[TopicPartition(*tp)] = min(nexts)
         if targets:
-            await self.app.consumer.seek_wait(targets)
+            await faust_compat.seek(self.app.consumer, targets)
         return [Partition(tp.topic, tp.partition) for tp in targets]
 
     async def lag(self) -> dict[Partition, int]:
@@ -208,7 +210,7 @@ class SafeCommits:
 
     def install(self) -> None:
         """Replace the faust consumer's commit with :meth:`commit`; forget revoked partitions."""
-        self.app.consumer.commit = self.commit
+        faust_compat.replace_commit(self.app, self.commit)
         self.app.on_partitions_revoked.connect(self._on_revoked)
 
     def _on_revoked(self, _sender: Any = None, revoked: Iterable[Any] = (), **_kwargs: Any) -> None:
@@ -228,24 +230,9 @@ class SafeCommits:
             if not by_tp:
                 return False
             # Partition equals (and hashes as) faust's TP: both are (topic, partition) named tuples.
-            if not await consumer._commit(by_tp):
+            if not await faust_compat.commit_offsets(consumer, by_tp):
                 return False
             self.tracker.committed(by_tp)
-            _trim_faust_bookkeeping(consumer, by_tp)
+            faust_compat.trim_bookkeeping(consumer, by_tp)
             return True
 
-
-def _trim_faust_bookkeeping(consumer: Any, offsets: Mapping[Any, int]) -> None:
-    """faust's own commit would have dropped its acked offsets below the new position; ours does it
-    so they do not pile up (faust no longer reads them to commit)."""
-    for tp, position in offsets.items():
-        consumer._committed_offset[tp] = position
-        acked = consumer._acked.get(tp)
-        if acked:
-            acked[:] = [o for o in acked if o >= position]
-        index = consumer._acked_index.get(tp)
-        if index:
-            index.difference_update([o for o in index if o < position])
-        gap = consumer._gap.get(tp)
-        if gap:
-            gap.chop(0, position)

@@ -1,8 +1,8 @@
-"""Starting and stopping the moving parts: the broker and LLM server (infra/ scripts) and workers."""
+"""Starting and stopping the moving parts: the broker and LLM server (infra/ scripts), worker
+processes, and the supervisor that restarts a worker its watchdog stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -18,7 +18,9 @@ from memstream.config import Settings
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+EXIT_STALLED = 75  # a worker exits with this code for its supervisor to restart it
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA = REPO_ROOT / "infra"
 
 
@@ -178,24 +180,9 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
 
 
-def _dump_consumer(app) -> None:  # noqa: ANN001 - faust.App
-    """SIGUSR2: log the consumer's view of every assigned partition (is one stuck, and where?)."""
-    consumer = app.consumer
-    lines = []
-    for tp in sorted(consumer.assignment()):
-        lines.append(
-            f"{tp.topic}[{tp.partition}] committed={consumer._committed_offset.get(tp)} "
-            f"acked={sorted(consumer._acked.get(tp, []))[-5:]} highwater={consumer.highwater(tp)} "
-            f"paused={tp in consumer._paused_partitions}"
-        )
-    log.warning("consumer state (unacked=%d):\n%s", len(consumer._unacked_messages), "\n".join(lines))
-
-
 def supervise_worker() -> int:
     """Run ``memstream worker --no-supervise`` as a child; restart it when it exits with
     ``EXIT_STALLED`` (its watchdog found stranded messages); pass SIGTERM/SIGINT on to it."""
-    from .app import EXIT_STALLED
-
     configure_logging(Settings().log_level)
     child: subprocess.Popen[bytes] | None = None
 
@@ -213,47 +200,3 @@ def supervise_worker() -> int:
             return code
         restarts += 1
         log.warning("worker exited for a restart (stalled); restarting it (restart %d)", restarts)
-
-
-def apply_torch_threads(settings: Settings) -> None:
-    """Spinning OpenMP threads of two processes on two cores slow small forward passes ~10x."""
-    if settings.torch_threads:
-        import torch
-
-        torch.set_num_threads(settings.torch_threads)
-
-
-def run_worker(settings: Settings) -> None:
-    """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
-    import faust
-
-    from .app import create_app
-    from .services import Services
-    from .topics import ensure_topics
-
-    configure_logging(settings.log_level)
-    apply_torch_threads(settings)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
-    services = Services(settings)
-    services.metrics.serve(settings.metrics_port, settings.metrics_host)
-    app = create_app(settings, services)
-
-    async def announce_ready() -> None:
-        # Ready = partitions assigned *and* tables recovered from their changelogs.
-        await app.tables.recovery.completed.wait()
-        # Installed now so it replaces mode's own handler, which would open a debugger prompt.
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGUSR2, _dump_consumer, app)
-        log.info("memstream worker ready: %d partitions assigned, tables recovered",
-                 len(app.consumer.assignment()))
-
-    app.task(announce_ready)
-
-    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
-                          override_logging=False)
-    try:
-        worker.execute_from_commandline()
-    finally:
-        services.close()

@@ -1,0 +1,59 @@
+"""The app factory: a faust app running the chosen stages, with ordered commits, the watchdog and the
+consumer-lag gauges. Values travel as raw bytes and are validated by the stages."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import faust
+
+from memstream.config import Settings, group_id
+
+from ..client import group_positions
+from ..services import Services
+from ..stages import REGISTRY
+from .context import StageContext
+from .offsets import SafeCommits
+from .watchdog import lag_gauges, watchdog
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
+    stages = list(stages or settings.stage_list())
+    s = settings
+    app_id = group_id(s.topic_prefix, stages)
+    datadir = s.data_dir / "workers" / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        app_id,
+        broker=[f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=s.topic_partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        store="memory://",
+        datadir=str(datadir),
+        web_enabled=False,
+        producer_max_request_size=s.max_message_bytes,
+        consumer_max_fetch_size=s.max_message_bytes,
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        stream_wait_empty=False,
+        logging_config=None,
+    )
+    commits = SafeCommits(app, lambda tps: group_positions(settings, app_id, tps))
+    commits.install()
+    ctx = StageContext(app, s, services, commits)
+    for stage in stages:
+        REGISTRY[stage].register(ctx)
+    if s.stall_s > 0:
+        watchdog(ctx)
+    lag_gauges(ctx)
+    log.info("app %s runs stages: %s", app.conf.id, ", ".join(stages))
+    return app

@@ -1,0 +1,219 @@
+"""What a stage module sees of the runtime: a :class:`StageContext` to declare its agent, tables and
+timers, and the types its handlers take and return. A handler gets a :class:`Record` (raw bytes, so a
+malformed message becomes a dead letter instead of crashing the agent) and returns the messages it
+wants produced; the context sends them, waits for the broker's acks, and only then lets the input
+offset commit."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, Sequence
+
+import faust
+from faust.types import EventT
+
+from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
+from memstream.metrics import Metrics
+from schemas import DeadLetter, Payload, SchemaError
+
+from ..services import Services
+from . import faust_compat
+from .offsets import SafeCommits
+
+log = logging.getLogger(__name__)
+
+INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
+
+
+@dataclass
+class Out:
+    """A message a stage wants produced."""
+
+    topic: str
+    key: str
+    value: Payload
+
+
+@dataclass
+class StageResult:
+    outputs: list[Out] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A consumed message as a stage sees it."""
+
+    value: bytes
+    timestamp: float | None  # seconds since the epoch: when the record reached its topic
+
+
+Handler = Callable[[Record], Awaitable[StageResult]]
+
+
+class StageContext:
+    """The app, settings and services a stage registers itself with; it holds what the stages of one
+    worker share (commit tracking, how busy ingestion is)."""
+
+    def __init__(self, app: faust.App, settings: Settings, services: Services, commits: SafeCommits):
+        self.app = app
+        self.s = settings
+        self.services = services
+        self.metrics: Metrics = services.metrics
+        self.commits = commits  # what may commit (offsets every stage reading them finished), and order
+        self._topics: dict[str, faust.TopicT] = {}
+        self.in_flight = 0  # events inside a handler now
+        self.handled = 0  # events handled since start
+        self.ingesting = 0  # ingest-stage events inside a handler now
+        self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
+
+    def topic(self, name: str) -> str:
+        """The full name of a memstream topic."""
+        return self.s.topic(name)
+
+    def agent(self, stage: str, topic_name: str, handler: Handler) -> None:
+        """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``."""
+        if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
+            raise ValueError(f"stage {stage} reads {topic_name}, which STAGE_INPUTS does not list")
+        source = self.app.topic(self.s.topic(topic_name), key_type=bytes, value_type=bytes, key_serializer="raw",
+                                value_serializer="raw", partitions=self.s.topic_partitions)
+        self.commits.subscribe(stage, self.s.topic(topic_name))
+        self.metrics.init_stage(stage)
+
+        async def run(stream: faust.StreamT) -> None:
+            # faust's acks do not decide commits (it acks events no handler finished): ``handle``
+            # tells the commit tracker what finished.
+            async for event in stream.events():
+                await self.handle(stage, event, handler)
+
+        run.__name__ = f"{stage}_agent"
+        self.app.agent(source, name=f"memstream.{stage}")(run)
+
+    async def handle(self, stage: str, event: EventT, handler: Handler) -> None:
+        msg = event.message
+        skip = await self.commits.skip_reason(stage, msg.topic, msg.partition, msg.offset)
+        if skip:  # finished before, or handed over out of order (it comes again, in order)
+            self.metrics.skipped.labels(stage, skip).inc()
+            return
+        ingest = stage in INGEST_STAGES
+        self.in_flight += 1
+        self.ingesting += ingest
+        try:
+            await self._handle(stage, event, handler)
+            # Its effect (outputs, store writes, state) is durable or dead-lettered: it may commit.
+            self.commits.finished(stage, msg.topic, msg.partition, msg.offset)
+        finally:
+            self.in_flight -= 1
+            self.handled += 1
+            if ingest:
+                self.ingesting -= 1
+                self.last_ingest = time.monotonic()
+
+    def busy_ingesting(self) -> bool:
+        """An ingest stage of this worker is handling a message, or finished one within the last second."""
+        return self.ingesting > 0 or time.monotonic() - self.last_ingest < 1.0
+
+    async def _handle(self, stage: str, event: EventT, handler: Handler) -> None:
+        raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+        record = Record(raw, event.message.timestamp)
+        self.metrics.messages_in.labels(stage).inc()
+        started = time.perf_counter()
+        for attempt in range(self.s.processing_retries + 1):
+            try:
+                result = await handler(record)
+                await self.produce(stage, result.outputs)
+                self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
+                return
+            except SchemaError as exc:
+                await self.dead_letter(stage, event, raw, str(exc), exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - anything else: retry, then dead-letter
+                self.metrics.errors.labels(stage).inc()
+                log.exception("%s failed on %s[%s]@%s (attempt %d)", stage, event.message.topic,
+                              event.message.partition, event.message.offset, attempt + 1)
+                if attempt == self.s.processing_retries:
+                    await self.dead_letter(stage, event, raw, f"processing failed: {exc}", exc)
+                    return
+                await asyncio.sleep(min(2.0 ** attempt * 0.2, 5.0))
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> Awaitable[Any]:
+        """Publish now; returns the delivery future.
+
+        ``force=True`` bypasses faust's attachments, which would hold the message until the source
+        offset commits -- a wait on it from inside the handler would never end.
+        """
+        if topic not in self._topics:
+            self._topics[topic] = self.app.topic(topic, key_type=bytes, value_type=bytes,
+                                                 key_serializer="raw", value_serializer="raw")
+        return await self._topics[topic].send(key=key, value=value, force=True)
+
+    async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
+        """Send and wait for the broker's ack: the source offset commits only after this returns."""
+        futures = []
+        for out in outputs:
+            futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes()))
+            self.metrics.messages_out.labels(stage).inc()
+        for fut in futures:
+            await fut
+
+    async def dead_letter(self, stage: str, event: EventT, raw: bytes, reason: str, exc: BaseException) -> None:
+        msg = event.message
+        key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else (str(msg.key) if msg.key else None)
+        letter = DeadLetter(
+            stage=stage, reason=reason[:2000], error_type=type(exc).__name__, topic=msg.topic,
+            partition=msg.partition, offset=msg.offset, key=key,
+            tenant_id=key.split("/", 1)[0] if key and "/" in key else None,
+            original_b64=DeadLetter.encode(raw), original_size=len(raw),
+            failed_at=datetime.now(timezone.utc),
+        )
+        short = reason.split(":", 1)[0][:60]
+        self.metrics.dead_letters.labels(stage, short).inc()
+        log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
+        await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
+
+    def idle_timer(self, name: str, table: faust.TableT, idle: Callable[[dict[str, Any]], bool], topic: str,
+                   tick: Callable[[str, str], Payload]) -> None:
+        """Every ``stm_tick_s``, send a tick to the partition of each conversation whose state in
+        ``table`` is idle: the stage then acts on it inside stream processing, where it may write
+        the table."""
+
+        async def look() -> None:
+            try:
+                keys = [key for key, data in list(table.items()) if data and idle(data)]
+            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
+                log.exception("could not scan the %s table for idle conversations", name)
+                return
+            for key in keys:
+                tenant, conversation = key.split("/", 1)
+                await self.send(topic, key.encode(), tick(tenant, conversation).to_bytes())
+
+        self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{name}.idle")(look)
+
+    async def save_state(self, table: faust.TableT, key: str, value: Any) -> None:
+        """Set a table entry and wait until its changelog record is on the broker.
+
+        ``table[key] = value`` only queues the record, and faust's flush before a commit gives up
+        after 0.1 s without progress: the source offset could commit before the state it produced
+        (a turn lost on restart). The handler finishes, and its offset may commit, after this returns."""
+        await faust_compat.write_table(table, key, value)
+
+    def table(self, stage: str, name: str) -> faust.TableT:
+        """A changelog-backed table of ``stage`` (declared in STAGE_TABLES, so its changelog topic is
+        created before the worker subscribes); faust names it ``<app id>-<name>-changelog``.
+
+        Keys and values go through faust's json codec, live and on recovery from the changelog.
+        """
+        if name not in STAGE_TABLES.get(stage, ()):
+            raise ValueError(f"stage {stage} keeps table {name}, which STAGE_TABLES does not list")
+        return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
+
+
+def init_series(metric: Any, *label_values: Sequence[str]) -> None:
+    """Create a labelled metric's series at 0 for every combination of known label values: rates and
+    dashboards see them before the first event."""
+    for combination in itertools.product(*label_values):
+        metric.labels(*combination)

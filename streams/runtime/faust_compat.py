@@ -1,0 +1,107 @@
+"""Every use of faust-streaming's internals, in one place.
+
+memstream decides its own commits (``streams.runtime.offsets``), writes table state with a changelog
+record it can wait for, and logs the consumer's bookkeeping on SIGUSR2. Each of these needs an
+attribute or method faust does not document. They are reached only through this module, and
+:func:`check` names the ones an upgrade removed, so a new faust fails loudly at start-up (and in
+``tests/streams/test_faust_compat.py``) instead of silently losing offsets. pyproject.toml pins
+faust-streaming to the range tested here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+from faust.tables.base import Collection
+from faust.transport.consumer import Consumer
+
+log = logging.getLogger(__name__)
+
+TESTED_VERSIONS = ">=0.15.3,<0.16"  # keep in step with pyproject.toml
+
+# What this module reaches into: the method or attribute name on each faust class (instance
+# attributes are checked on a live consumer by check_consumer).
+CONSUMER_METHODS = ("_commit", "seek_wait", "highwater", "assignment", "commit")
+CONSUMER_STATE = ("_committed_offset", "_acked", "_acked_index", "_gap", "_paused_partitions", "_unacked_messages")
+TABLE_METHODS = ("send_changelog", "partition_for_key")
+
+
+def check() -> list[str]:
+    """The internals this module uses that the installed faust lacks (empty when all are there)."""
+    missing = [f"Consumer.{name}" for name in CONSUMER_METHODS if not callable(getattr(Consumer, name, None))]
+    missing += [f"Collection.{name}" for name in TABLE_METHODS if not callable(getattr(Collection, name, None))]
+    return missing
+
+
+def check_consumer(consumer: Any) -> list[str]:
+    """The bookkeeping attributes a live consumer lacks (they are set in its constructor)."""
+    return [f"consumer.{name}" for name in CONSUMER_STATE if not hasattr(consumer, name)]
+
+
+def require(app: Any) -> None:
+    """Fail at start-up when this faust lacks something memstream's delivery guarantees rest on."""
+    missing = check() + check_consumer(app.consumer)
+    if missing:
+        raise RuntimeError(f"faust-streaming changed: {', '.join(missing)} not found; memstream was tested "
+                           f"with faust-streaming{TESTED_VERSIONS}")
+
+
+# --- commits -------------------------------------------------------------------------------------
+
+def replace_commit(app: Any, commit: Callable[..., Awaitable[bool]]) -> None:
+    """faust's periodic and rebalance commits call ``consumer.commit``: route them to ``commit``."""
+    app.consumer.commit = commit
+
+
+async def commit_offsets(consumer: Any, offsets: Mapping[Any, int]) -> bool:
+    """Commit exactly these offsets (faust's ``_commit``: no acked-offset arithmetic of its own)."""
+    return bool(await consumer._commit(offsets))
+
+
+def trim_bookkeeping(consumer: Any, offsets: Mapping[Any, int]) -> None:
+    """faust's own commit would have dropped its acked offsets below the new position; ours does it
+    so they do not pile up (faust no longer reads them to commit)."""
+    for tp, position in offsets.items():
+        consumer._committed_offset[tp] = position
+        acked = consumer._acked.get(tp)
+        if acked:
+            acked[:] = [o for o in acked if o >= position]
+        index = consumer._acked_index.get(tp)
+        if index:
+            index.difference_update([o for o in index if o < position])
+        gap = consumer._gap.get(tp)
+        if gap:
+            gap.chop(0, position)
+
+
+async def seek(consumer: Any, positions: Mapping[Any, int]) -> None:
+    """Move the fetch positions and wait until the fetcher uses them."""
+    await consumer.seek_wait(positions)
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+async def write_table(table: Any, key: str, value: Any) -> None:
+    """Set a table entry and wait until its changelog record is on the broker.
+
+    ``table[key] = value`` only queues the record, and faust's flush before a commit gives up after
+    0.1 s without progress: the source offset could commit before the state it produced (a turn lost
+    on restart). This writes the local copy without faust's fire-and-forget send, then sends the
+    changelog record itself and waits for the broker's ack."""
+    table.data[key] = value
+    await table.send_changelog(table.partition_for_key(key), key, value)  # a future: delivered when done
+
+
+# --- diagnostics ---------------------------------------------------------------------------------
+
+def consumer_state(consumer: Any) -> str:
+    """The consumer's view of every assigned partition (SIGUSR2): is one stuck, and where?"""
+    lines = []
+    for tp in sorted(consumer.assignment()):
+        lines.append(
+            f"{tp.topic}[{tp.partition}] committed={consumer._committed_offset.get(tp)} "
+            f"acked={sorted(consumer._acked.get(tp, []))[-5:]} highwater={consumer.highwater(tp)} "
+            f"paused={tp in consumer._paused_partitions}"
+        )
+    return f"consumer state (unacked={len(consumer._unacked_messages)}):\n" + "\n".join(lines)

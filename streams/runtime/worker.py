@@ -1,0 +1,59 @@
+"""Running one worker process: topics and changelogs first, then the faust worker for the stages."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from memstream.config import Settings
+
+from . import faust_compat
+from .processes import configure_logging
+
+log = logging.getLogger(__name__)
+
+
+def apply_torch_threads(settings: Settings) -> None:
+    """Spinning OpenMP threads of two processes on two cores slow small forward passes ~10x."""
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+
+
+def run_worker(settings: Settings) -> None:
+    """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
+    import faust
+
+    from ..services import Services
+    from ..topics import ensure_topics
+    from .app import create_app
+
+    configure_logging(settings.log_level)
+    apply_torch_threads(settings)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
+    services = Services(settings)
+    services.metrics.serve(settings.metrics_port, settings.metrics_host)
+    app = create_app(settings, services)
+    faust_compat.require(app)
+
+    async def announce_ready() -> None:
+        # Ready = partitions assigned *and* tables recovered from their changelogs.
+        await app.tables.recovery.completed.wait()
+        # Installed now so it replaces mode's own handler, which would open a debugger prompt.
+        running = asyncio.get_running_loop()
+        running.add_signal_handler(signal.SIGUSR2, lambda: log.warning(faust_compat.consumer_state(app.consumer)))
+        log.info("memstream worker ready: %d partitions assigned, tables recovered",
+                 len(app.consumer.assignment()))
+
+    app.task(announce_ready)
+
+    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
+                          override_logging=False)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        services.close()

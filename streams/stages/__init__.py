@@ -1,0 +1,17 @@
+"""One module per stage. Each declares its input topic (``INPUT``), what it produces (``OUTPUTS``),
+its state table (``TABLE``, where it keeps one) and ``register(ctx)``, which wires its processor to
+the runtime. ``REGISTRY`` is the only place that maps stage names to modules."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from memstream.config import STAGES
+
+from . import compress, consolidate, extract, index, query, segment, stm
+
+REGISTRY: dict[str, ModuleType] = {
+    "compress": compress, "segment": segment, "stm": stm, "extract": extract, "index": index,
+    "consolidate": consolidate, "query": query,
+}
+assert tuple(REGISTRY) == STAGES, "every stage of memstream.config.STAGES has its module, in order"

@@ -1,0 +1,133 @@
+"""consolidate: sleep-time consolidation. Memory writes mark their cards pending per conversation (a
+changelog table); an idle conversation, the schedule or a command on ``control`` runs its update
+queues in parallel; outcomes go to ``updates``, whose agent applies them to the store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any, get_args
+
+from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update
+from processors.sleep import (broadcast_keys, cards_to_run, decide_queues, finish_run, is_asleep, mark_pending,
+                              run_needed)
+from schemas import ConsolidateCommand, ConsolidationUpdate, MemoryWrite
+from schemas.memory import ConsolidationAction
+from schemas.topics import Topic
+
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+
+log = logging.getLogger(__name__)
+
+STAGE = "consolidate"
+INPUT = Topic.CARDS  # marks cards pending; CONTROL runs a conversation, UPDATES applies outcomes
+OUTPUTS = (Topic.CONTROL, Topic.UPDATES)
+TABLE = "consolidation"
+RUN_CHUNK = 64  # update queues a run decides before it sends their outcomes
+
+
+def register(ctx: StageContext) -> None:
+    s, services, metrics = ctx.s, ctx.services, ctx.metrics
+    pending = ctx.table(STAGE, TABLE)
+    control, updates = s.topic(Topic.CONTROL), s.topic(Topic.UPDATES)
+    params = ConsolidateParams(tau=s.consolidate_tau, top_n=s.consolidate_top_n)
+    llm = services.llm_for("consolidate")
+    decider: Decider = LlmDecider(llm, params) if llm is not None else RuleDecider(params)
+    pool = ThreadPoolExecutor(max_workers=s.consolidate_parallel, thread_name_prefix="consolidate")
+    log.info("consolidation: %s decisions, idle after %.0fs, schedule %s", type(decider).__name__,
+             s.sleep_idle_s, f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off")
+
+    async def on_write(record: Record) -> StageResult:
+        write = MemoryWrite.from_bytes(record.value)
+        if write.cards:
+            state = mark_pending(pending.get(write.key), [c.card_id for c in write.cards], time.time())
+            await ctx.save_state(pending, write.key, state)
+        return StageResult()
+
+    def observe(outcomes: list[ConsolidationUpdate | None], new_cards: bool) -> list[Out]:
+        outs = []
+        for update in outcomes:
+            metrics.consolidation_queues.inc()
+            if update is None:
+                metrics.consolidation_candidates.observe(0)
+                continue
+            metrics.consolidation_candidates.observe(len(update.candidates))
+            for d in update.decisions:
+                metrics.consolidation_decisions.labels(d.action, d.decided_by).inc()
+            for cost in update.costs:
+                metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+            if new_cards and update.written_at is not None:  # a --all run re-decides old cards: no lag
+                metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
+            outs.append(Out(updates, update.key, update))
+        return outs
+
+    async def on_command(record: Record) -> StageResult:
+        command = ConsolidateCommand.from_bytes(record.value)
+        if command.conversation_id is None:
+            # A broadcast: a keyed command per pending conversation here, so each runs in the
+            # partition (and table changelog) that owns it. Each copy of the broadcast fans out
+            # again; run_needed runs each once.
+            keys = broadcast_keys(list(pending.items()), command.tenant_id, command.scope)
+            return StageResult([Out(control, k, ConsolidateCommand(
+                tenant_id=k.split("/", 1)[0], conversation_id=k.split("/", 1)[1], reason=command.reason,
+                requested_at=command.requested_at, scope=command.scope)) for k in keys])
+        key = f"{command.tenant_id}/{command.conversation_id}"
+        state = pending.get(key)
+        if not run_needed(state, command.requested_at, command.scope):
+            return StageResult()
+        started = time.perf_counter()
+        tenant, conversation = command.tenant_id, command.conversation_id
+        hits = await asyncio.to_thread(cards_to_run, services.store, tenant, conversation,
+                                       None if command.scope == "all" else state["cards"])
+        log.info("consolidating %s: %d queues", key, len(hits))
+        # Outcomes go out a chunk at a time (memory stays flat, the store is updated as the run goes).
+        # A crash mid-run redelivers the command: the run is redone as of the same time, and the
+        # updates already out are replays (idempotent).
+        for i in range(0, len(hits), RUN_CHUNK):
+            chunk_started = time.perf_counter()
+            outcomes = await asyncio.to_thread(decide_queues, services.store, decider, tenant, conversation,
+                                               hits[i:i + RUN_CHUNK], params, command.requested_at, pool)
+            await ctx.produce("consolidate.run", observe(outcomes, command.scope == "pending"))
+            log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
+            if s.consolidate_yield and ctx.busy_ingesting():
+                # Sleep-time work gives way while this worker ingests (they share its cores and GIL).
+                await asyncio.sleep(s.consolidate_yield * (time.perf_counter() - chunk_started))
+        # The updates are acknowledged by the broker before the cards stop being pending.
+        state = finish_run(pending.get(key), {h.id for h in hits}, time.time(), command.requested_at)
+        await ctx.save_state(pending, key, state)
+        metrics.consolidation_runs.labels(command.reason).inc()
+        metrics.consolidation_seconds.observe(time.perf_counter() - started)
+        log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)
+        return StageResult()
+
+    async def on_update(record: Record) -> StageResult:
+        update = ConsolidationUpdate.from_bytes(record.value)
+        await asyncio.to_thread(apply_update, services.store, services.embedder, update)
+        return StageResult()
+
+    ctx.agent(STAGE, INPUT, on_write)
+    ctx.agent("consolidate.run", Topic.CONTROL, on_command)
+    ctx.agent("consolidate.apply", Topic.UPDATES, on_update)
+    init_series(metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
+    init_series(metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))
+
+    def asleep(data: dict[str, Any]) -> bool:
+        return is_asleep(data, time.time(), s.sleep_idle_s)
+
+    ctx.idle_timer(TABLE, pending, asleep, control,
+                   lambda tenant, conv: ConsolidateCommand(tenant_id=tenant, conversation_id=conv, reason="idle",
+                                                           requested_at=datetime.now(timezone.utc)))
+    if s.consolidate_every_s > 0:
+        async def scheduled() -> None:
+            # Each worker schedules the conversations its own partitions hold, keyed to them.
+            for key, data in list(pending.items()):
+                if data and data["cards"]:
+                    tenant, conv = key.split("/", 1)
+                    await ctx.send(control, key.encode(), ConsolidateCommand(
+                        tenant_id=tenant, conversation_id=conv, reason="schedule",
+                        requested_at=datetime.now(timezone.utc)).to_bytes())
+
+        ctx.app.timer(interval=s.consolidate_every_s, name="memstream.consolidation.schedule")(scheduled)

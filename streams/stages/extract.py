@@ -1,0 +1,41 @@
+"""extract: one structured LLM call per STM flush (or the extractive mode) into a memory write."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import get_args
+
+from processors.extract import ExtractiveExtractor, LlmExtractor
+from schemas import StmFlush
+from schemas.memory import ExtractionMode
+from schemas.topics import Topic
+
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+
+log = logging.getLogger(__name__)
+
+STAGE = "extract"
+INPUT = Topic.STM_FLUSH
+OUTPUTS = (Topic.CARDS,)
+
+
+def register(ctx: StageContext) -> None:
+    s, services, metrics = ctx.s, ctx.services, ctx.metrics
+    llm = services.llm_for("extract")
+    mode = s.effective_extract_mode
+    extractor = (LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
+                 if mode == "llm" and llm else ExtractiveExtractor())
+    log.info("extraction mode: %s", extractor.mode)
+    out_topic = s.topic(OUTPUTS[0])
+
+    async def handler(record: Record) -> StageResult:
+        flush = StmFlush.from_bytes(record.value)
+        write = await asyncio.to_thread(extractor.extract, flush)
+        metrics.extract_mode.labels(write.mode).inc()
+        for cost in write.costs:
+            metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+        return StageResult([Out(out_topic, write.key, write)])
+
+    ctx.agent(STAGE, INPUT, handler)
+    init_series(metrics.extract_mode, get_args(ExtractionMode))

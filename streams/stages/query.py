@@ -1,0 +1,86 @@
+"""query: plan, retrieve and answer each query; the reply goes to the topic the query names."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from processors.query import QueryEngine, expired_reply
+from schemas import Query, Reply, SchemaError
+from schemas.query import TOPIC_PATTERN
+from schemas.topics import Topic
+
+from ..runtime.context import Out, Record, StageContext, StageResult
+
+log = logging.getLogger(__name__)
+
+STAGE = "query"
+INPUT = Topic.QUERIES
+OUTPUTS: tuple[str, ...] = ()  # replies go to each query's own reply topic
+
+
+def register(ctx: StageContext) -> None:
+    services, metrics = ctx.services, ctx.metrics
+    engine = QueryEngine(services.store, services.embedder, services.llm_for("answer"), services.query_options,
+                         planner_llm=services.llm_for("plan"))
+
+    async def handler(record: Record) -> StageResult:
+        try:
+            query = Query.from_bytes(record.value)
+        except SchemaError as exc:
+            await reply_invalid(ctx, record.value, exc)
+            raise  # and dead-letter it
+        now = datetime.now(timezone.utc)
+        if query.deadline is not None and now >= query.deadline:
+            reply = expired_reply(query, now)
+            observe_query(metrics, reply)
+            return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
+        try:
+            reply = await asyncio.to_thread(engine.run, query)
+        except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
+            log.exception("query %s failed", query.correlation_id)
+            reply = Reply(tenant_id=query.tenant_id, conversation_id=query.conversation_id,
+                          correlation_id=query.correlation_id, ok=False, error=f"{type(exc).__name__}: {exc}",
+                          replied_at=datetime.now(timezone.utc))
+        for cost in reply.costs:
+            metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
+        observe_query(metrics, reply)
+        return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
+
+    ctx.agent(STAGE, INPUT, handler)
+
+
+async def reply_invalid(ctx: StageContext, raw: bytes, exc: SchemaError) -> None:
+    """A malformed query that names its correlation id and reply topic gets an error reply, so its
+    client fails at once instead of timing out."""
+    try:
+        data = orjson.loads(raw)
+        reply = Reply(tenant_id=data["tenant_id"], conversation_id=data["conversation_id"],
+                      correlation_id=data["correlation_id"], ok=False, error=f"invalid query: {exc}",
+                      replied_at=datetime.now(timezone.utc))
+        topic = data["reply_topic"]
+        if not isinstance(topic, str) or not re.fullmatch(TOPIC_PATTERN, topic):
+            return
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return
+    await (await ctx.send(topic, reply.correlation_id.encode(), reply.to_bytes()))
+
+
+def observe_query(metrics: Any, reply: Reply) -> None:  # Metrics
+    """A reply's profile, outcome, latency per step, evidence and context size (bounded labels)."""
+    profile = reply.access_profile or "none"
+    metrics.queries.labels(profile, "ok" if reply.ok else "error").inc()
+    for key, ms in reply.latency_ms.items():  # plan_ms, embed_ms, hybrid_ms, ..., total_ms
+        step = key.removesuffix("_ms")
+        if step == "total":
+            metrics.query_latency.labels(profile).observe(ms / 1000.0)
+        else:
+            metrics.query_step_latency.labels(step).observe(ms / 1000.0)
+    if reply.ok:
+        metrics.query_evidence.labels(profile).observe(len(reply.evidence))
+        metrics.query_context_tokens.labels(profile).observe(reply.context_tokens)

@@ -1,0 +1,68 @@
+"""segment: the per-conversation sensory window (a changelog table) cut into topics; idle windows
+drain on a tick sent through the stage's own input partition."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import get_args
+
+from processors.segment import Segmenter, SegmenterState, window_is_idle
+from schemas import SegmentedTurn, StmTick, WindowTick, decode_compressed_message
+from schemas.topics import Topic
+
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+
+log = logging.getLogger(__name__)
+
+STAGE = "segment"
+INPUT = Topic.TURNS_COMPRESSED
+OUTPUTS = (Topic.SEGMENTS,)
+TABLE = "segmenter"
+
+
+def register(ctx: StageContext) -> None:
+    s, services = ctx.s, ctx.services
+    states = ctx.table(STAGE, TABLE)
+    out_topic = s.topic(OUTPUTS[0])
+    in_topic = s.topic(INPUT)
+    params = services.segment_params
+    segmenter = Segmenter(params, services.embedder.embed,
+                          services.attention.cohesion if params.uses_attention else None)
+    log.info("segmentation: %s, window %d turns (carry %d), heads %s", params.method, params.window_turns,
+             params.carry_turns, list(params.heads) or "upper layers")
+
+    async def handler(record: Record) -> StageResult:
+        message = decode_compressed_message(record.value)
+        state = SegmenterState.from_dict(states.get(message.key))
+        outs: list[Out] = []
+        # The window is segmented on the loop (embedding + one attention pass, well under a second),
+        # so the table write stays in event order.
+        if isinstance(message, WindowTick):
+            if not window_is_idle(state, time.time(), s.stm_idle_s):
+                return StageResult()  # a turn arrived after the tick was sent
+            outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
+            # The STM buffered these just now; tell it the conversation is idle.
+            tick = StmTick(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
+                           sent_at=datetime.now(timezone.utc), conversation_idle=True)
+            outs.append(Out(out_topic, message.key, tick))
+        else:
+            outs = [Out(out_topic, seg.key, seg) for seg in segmenter.add(state, message, time.time())]
+        for out in outs:
+            if isinstance(out.value, SegmentedTurn) and out.value.boundary:
+                ctx.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()
+        # Emitted turns are acknowledged by the broker before the window forgets them.
+        await ctx.produce(STAGE, outs)
+        await ctx.save_state(states, message.key, state.to_dict())
+        return StageResult()
+
+    ctx.agent(STAGE, INPUT, handler)
+    init_series(ctx.metrics.segment_boundaries,
+                [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"])
+    init_series(ctx.metrics.embedded_texts, ("computed", "cached"))
+
+    # An idle window drains through its own partition: the tick goes to the stage's input topic.
+    ctx.idle_timer(TABLE, states, lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
+                   in_topic, lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv,
+                                                             sent_at=datetime.now(timezone.utc)))

@@ -1,0 +1,62 @@
+"""stm: the short-term buffer of pending topics per conversation (a changelog table), flushed on its
+token budget, on idle and at session end."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import get_args
+
+from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from schemas import StmTick, decode_segments_message
+from schemas.memory import FlushReason
+from schemas.topics import Topic
+
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+
+STAGE = "stm"
+INPUT = Topic.SEGMENTS
+OUTPUTS = (Topic.STM_FLUSH,)
+TABLE = "stm"
+
+
+def register(ctx: StageContext) -> None:
+    s = ctx.s
+    buffers = ctx.table(STAGE, TABLE)
+    policy = StmPolicy(budget_tokens=s.stm_tokens, idle_s=s.stm_idle_s)
+    out_topic = s.topic(OUTPUTS[0])
+    in_topic = s.topic(INPUT)
+
+    async def handler(record: Record) -> StageResult:
+        message = decode_segments_message(record.value)
+        state = StmState.from_dict(buffers.get(message.key))
+        now = time.time()
+        if isinstance(message, StmTick):
+            flush = on_tick(state, now, policy, force=message.force, conversation_idle=message.conversation_idle)
+            flushes = [flush] if flush else []
+        else:
+            before = state.pending_turns + len(state.seen)
+            flushes = add_turn(state, message, now, policy)
+            if state.pending_turns + len(state.seen) == before and not flushes:
+                ctx.metrics.stm_duplicates.inc()
+        # Flushes are acknowledged by the broker before the buffer forgets their turns.
+        await ctx.produce(STAGE, [Out(out_topic, f.key, f) for f in flushes])
+        for f in flushes:
+            ctx.metrics.stm_flushes.labels(f.reason).inc()
+        await ctx.save_state(buffers, message.key, state.to_dict())
+        return StageResult()
+
+    ctx.agent(STAGE, INPUT, handler)
+    init_series(ctx.metrics.stm_flushes, get_args(FlushReason))
+
+    async def buffer_gauges() -> None:
+        states = [StmState.from_dict(data) for _, data in list(buffers.items()) if data]
+        ctx.metrics.stm_buffer_turns.set(sum(st.pending_turns for st in states))
+        ctx.metrics.stm_buffer_tokens.set(sum(st.tokens for st in states))
+        ctx.metrics.stm_buffer_conversations.set(sum(1 for st in states if st.pending_turns))
+
+    ctx.app.timer(interval=5.0, name="memstream.stm.gauges")(buffer_gauges)
+
+    ctx.idle_timer(TABLE, buffers, lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
+                   in_topic, lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv,
+                                                          sent_at=datetime.now(timezone.utc)))

@@ -1,0 +1,39 @@
+"""faust internals memstream relies on: an upgrade that moves one fails here, loudly."""
+
+from importlib.metadata import version
+
+import faust
+from packaging.specifiers import SpecifierSet
+
+from streams.runtime import faust_compat
+
+
+def test_installed_faust_is_in_the_tested_range():
+    assert version("faust-streaming") in SpecifierSet(faust_compat.TESTED_VERSIONS)
+
+
+def test_every_internal_memstream_reaches_into_is_there():
+    assert faust_compat.check() == []
+    app = faust.App("compat-check", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
+    assert faust_compat.check_consumer(app.consumer) == []
+    faust_compat.require(app)  # what a worker runs at start-up
+
+
+def test_a_missing_internal_is_named():
+    class Bare:
+        pass
+
+    assert faust_compat.check_consumer(Bare()) == [f"consumer.{n}" for n in faust_compat.CONSUMER_STATE]
+
+
+def test_trim_bookkeeping_drops_acked_offsets_below_the_commit():
+    class Consumer:
+        _committed_offset: dict = {}
+        _acked = {("t", 0): [3, 4, 5, 7]}
+        _acked_index = {("t", 0): {3, 4, 5, 7}}
+        _gap: dict = {}
+
+    c = Consumer()
+    faust_compat.trim_bookkeeping(c, {("t", 0): 5})
+    assert c._committed_offset == {("t", 0): 5}
+    assert c._acked[("t", 0)] == [5, 7] and c._acked_index[("t", 0)] == {5, 7}
