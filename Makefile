@@ -1,5 +1,5 @@
 # The two set-up commands of the README.
-.PHONY: demo test install
+.PHONY: demo test install check
 
 demo:  ## stream a conversation through Kafka into memory, then ask it questions
 	bash scripts/demo.sh
@@ -9,3 +9,6 @@ test:  ## every test, against a real Kafka broker, LLM server, embedder and Qdra
 
 install:
 	bash scripts/install.sh
+
+check:  ## lint, format, types and the unit tests (no services): under a minute
+	bash scripts/check.sh

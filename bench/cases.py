@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
 
+from bench.scoring import evidence_recall
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
@@ -26,8 +27,6 @@ from memstream.datasets import (
 )
 from processors.timeparse import parse_locomo_datetime
 from schemas import Turn
-
-from bench.scoring import evidence_recall
 
 TENANT = "bench"
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -112,8 +111,14 @@ def subset(questions: Sequence[BenchQuestion], n: int | None, seed: int) -> list
     return [questions[i] for i in chosen]
 
 
-def locomo_set(data: Path, *, conversations: Sequence[str] = (), categories: Sequence[int] = (1, 2, 3, 4),
-               questions: int | None = None, seed: int = 0) -> BenchSet:
+def locomo_set(
+    data: Path,
+    *,
+    conversations: Sequence[str] = (),
+    categories: Sequence[int] = (1, 2, 3, 4),
+    questions: int | None = None,
+    seed: int = 0,
+) -> BenchSet:
     """LoCoMo: each sample is a conversation; category 1–4 questions with evidence, asked the day
     after the conversation's last session. With ``questions``, only their conversations stream."""
     samples = load_locomo(data)
@@ -127,30 +132,57 @@ def locomo_set(data: Path, *, conversations: Sequence[str] = (), categories: Seq
         last = max((parse_locomo_datetime(d) for _, d, _ in sample.sessions), default=datetime.now(timezone.utc))
         for i, qa in enumerate(sample.qa):
             if qa.category in categories and qa.evidence:
-                asked.append(BenchQuestion(f"{sample.sample_id}:q{i}", sample.sample_id, qa.question,
-                                           last + timedelta(days=1), str(qa.category), str(qa.answer or ""),
-                                           tuple(qa.evidence)))
+                asked.append(
+                    BenchQuestion(
+                        f"{sample.sample_id}:q{i}",
+                        sample.sample_id,
+                        qa.question,
+                        last + timedelta(days=1),
+                        str(qa.category),
+                        str(qa.answer or ""),
+                        tuple(qa.evidence),
+                    )
+                )
     asked = subset(asked, questions, seed)
     needed = {q.conversation_id for q in asked}
     convs = {s.sample_id: list(locomo_turns(s, tenant_id=TENANT)) for s in samples if s.sample_id in needed}
     if not asked:
         raise ValueError(f"no questions of categories {list(categories)} with evidence in {data}")
-    return BenchSet("locomo", data, convs, asked, ("evidence_recall",),
-                    {str(c): f"{c} {name}" for c, name in LOCOMO_CATEGORIES.items()})
+    return BenchSet(
+        "locomo",
+        data,
+        convs,
+        asked,
+        ("evidence_recall",),
+        {str(c): f"{c} {name}" for c, name in LOCOMO_CATEGORIES.items()},
+    )
 
 
 def longmemeval_question(q: LongMemEvalQuestion) -> BenchQuestion:
     answer_sessions = set(q.answer_session_ids)
-    gold_turns = tuple(longmemeval_turn_id(sid, i)
-                       for sid, session in zip(q.haystack_session_ids, q.haystack_sessions) if sid in answer_sessions
-                       for i, t in enumerate(session) if t.get("has_answer"))
+    gold_turns = tuple(
+        longmemeval_turn_id(sid, i)
+        for sid, session in zip(q.haystack_session_ids, q.haystack_sessions)
+        if sid in answer_sessions
+        for i, t in enumerate(session)
+        if t.get("has_answer")
+    )
     gold_sessions = tuple(session_of(longmemeval_turn_id(sid, 0)) for sid in q.answer_session_ids)
     if q.question_date:
         asked_at = datetime.strptime(q.question_date, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
     else:
         asked_at = max(datetime.strptime(d, LONGMEMEVAL_DATE) for d in q.haystack_dates).replace(tzinfo=timezone.utc)
-    return BenchQuestion(q.question_id, longmemeval_conversation_id(q), q.question, asked_at, q.question_type,
-                         q.answer, gold_turns, gold_sessions, abstention=q.question_id.endswith("_abs"))
+    return BenchQuestion(
+        q.question_id,
+        longmemeval_conversation_id(q),
+        q.question,
+        asked_at,
+        q.question_type,
+        q.answer,
+        gold_turns,
+        gold_sessions,
+        abstention=q.question_id.endswith("_abs"),
+    )
 
 
 def longmemeval_set(data: Path, *, questions: int | None = None, seed: int = 0) -> BenchSet:
@@ -169,5 +201,16 @@ def full_context(turns: Sequence[Turn]) -> str:
     return "\n".join(f"{t.speaker}: {t.text}" for t in turns)
 
 
-__all__ = ["TENANT", "BenchQuestion", "BenchSet", "score", "session_of", "subset", "locomo_set", "longmemeval_set",
-           "longmemeval_question", "full_context", "LOCOMO_CATEGORIES"]
+__all__ = [
+    "TENANT",
+    "BenchQuestion",
+    "BenchSet",
+    "score",
+    "session_of",
+    "subset",
+    "locomo_set",
+    "longmemeval_set",
+    "longmemeval_question",
+    "full_context",
+    "LOCOMO_CATEGORIES",
+]

@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memstream.config import Settings
-
 from streams.runtime import REPO_ROOT
 
 bench = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks: figures on the console and in JSON")
@@ -28,8 +27,9 @@ LOCOMO_DEV = REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console)
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
 
 
 def _write_json(result: dict, out: Optional[Path]) -> None:
@@ -41,7 +41,9 @@ def _write_json(result: dict, out: Optional[Path]) -> None:
 
 @bench.command("segment")
 def segment(
-    data: Path = typer.Option(LONGMEMEVAL_DEV, help="LongMemEval JSON: each question's haystack sessions become one stream"),
+    data: Path = typer.Option(
+        LONGMEMEVAL_DEV, help="LongMemEval JSON: each question's haystack sessions become one stream"
+    ),
     questions: int = typer.Option(4, min=1, help="How many questions' haystacks to stream"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
@@ -55,10 +57,18 @@ def segment(
         task = progress.add_task("loading models", total=questions)
         embed, attention = services.embedder.embed, services.attention
         progress.update(task, description="streaming haystacks")
-        result = run_segment_bench(data, questions=questions, params=params, embed=embed,
-                                   cohesion=attention.cohesion, progress=lambda _: progress.advance(task))
-    table = Table(title=f"topic boundaries, {result['questions']} LongMemEval haystacks, "
-                        f"{result['turns']} turns, {result['gold_boundaries']} gold boundaries (±1 turn)")
+        result = run_segment_bench(
+            data,
+            questions=questions,
+            params=params,
+            embed=embed,
+            cohesion=attention.cohesion,
+            progress=lambda _: progress.advance(task),
+        )
+    table = Table(
+        title=f"topic boundaries, {result['questions']} LongMemEval haystacks, "
+        f"{result['turns']} turns, {result['gold_boundaries']} gold boundaries (±1 turn)"
+    )
     for col in ("method", "precision", "recall", "F1", "predicted"):
         table.add_column(col, justify="right" if col != "method" else "left")
     for m in METHODS:
@@ -75,14 +85,15 @@ def calibrate_heads(
 ) -> None:
     """Pick the encoder heads whose turn-to-turn attention follows embedding similarity; saves them
     beside the package for the configured embedding model."""
-    from memstream.adapters.encoder_attention import save_heads
     from bench.segment import calibrate_heads as calibrate
+    from memstream.adapters.encoder_attention import save_heads
     from streams.services import Services
 
     services = Services(Settings())
     params = replace(services.segment_params, heads=())
-    result = calibrate(data, params=params, embed=services.embedder.embed, cohesion=services.attention.cohesion,
-                       top_n=top_n)
+    result = calibrate(
+        data, params=params, embed=services.embedder.embed, cohesion=services.attention.cohesion, top_n=top_n
+    )
     save_heads(services.attention.name, result)
     console.print(f"{services.attention.name}: heads {result['heads']} from {result['gaps']} gaps of {data}")
 
@@ -92,9 +103,14 @@ def ingest(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions of each conversation"),
-    llm: bool = typer.Option(False, "--llm/--extractive", help="LLM extraction against the local LLM server, or extractive"),
-    compressor: Optional[str] = typer.Option(None, help="LLMLingua model folder (default: MEMSTREAM_COMPRESSOR_MODEL; "
-                                             "'smollm2' converts and uses the packaged SmolLM2, LLMLingua-1 mode)"),
+    llm: bool = typer.Option(
+        False, "--llm/--extractive", help="LLM extraction against the local LLM server, or extractive"
+    ),
+    compressor: Optional[str] = typer.Option(
+        None,
+        help="LLMLingua model folder (default: MEMSTREAM_COMPRESSOR_MODEL; "
+        "'smollm2' converts and uses the packaged SmolLM2, LLMLingua-1 mode)",
+    ),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Stream LoCoMo conversations through the real Kafka pipeline; count calls, tokens, memories and speed."""
@@ -106,21 +122,42 @@ def ingest(
 
         console.print("converting SmolLM2 from its GGUF (once)…")
         model = str(convert_gguf_to_hf(smollm2_gguf_path(), DEFAULT_SMOLLM2_HF_DIR))
-    options = IngestOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-                            sessions=sessions, llm=llm, compressor_model=model or None)
+    options = IngestOptions(
+        data=data,
+        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+        sessions=sessions,
+        llm=llm,
+        compressor_model=model or None,
+    )
     total = len(load_turns(options))
     # SIGTERM unwinds like Ctrl-C, so the worker, LLM server and broker this run started are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
         task = progress.add_task("starting", total=total)
-        result = run_ingest_bench(options, status=lambda text: progress.update(task, description=text),
-                                  on_sent=lambda _t: progress.advance(task))
+        result = run_ingest_bench(
+            options,
+            status=lambda text: progress.update(task, description=text),
+            on_sent=lambda _t: progress.advance(task),
+        )
     table = Table(title=f"ingest ({result['mode']}): {result['turns']} turns of {', '.join(result['conversations'])}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for key in ("flushes", "llm_calls", "prompt_tokens", "completion_tokens", "calls_per_1k_turns", "tokens_per_1k_turns",
-                "baseline_per_turn_calls", "compression_ratio", "cards", "scenes", "triggers", "ingest_turns_per_s",
-                "embed_sentences_per_s", "ingest_vs_embed"):
+    for key in (
+        "flushes",
+        "llm_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "calls_per_1k_turns",
+        "tokens_per_1k_turns",
+        "baseline_per_turn_calls",
+        "compression_ratio",
+        "cards",
+        "scenes",
+        "triggers",
+        "ingest_turns_per_s",
+        "embed_sentences_per_s",
+        "ingest_vs_embed",
+    ):
         table.add_row(key, str(result[key]))
     console.print(table)
     _write_json(result, json_out)
@@ -135,17 +172,23 @@ def scale(
 ) -> None:
     """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
     processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup."""
-    from bench.scale import ScaleOptions, load_turns as scale_turns, run_scale_bench
+    from bench.scale import ScaleOptions, run_scale_bench
+    from bench.scale import load_turns as scale_turns
 
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
     total = len(scale_turns(options))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
         task = progress.add_task("starting", total=total)
-        result = run_scale_bench(options, status=lambda text: progress.update(task, description=text, completed=0),
-                                 on_lag=lambda done, _total: progress.update(task, completed=done))
-    table = Table(title=f"scale: {result['turns']} turns ({result['conversations']} conversations, "
-                        f"{result['partitions']} partitions) through {', '.join(result['stages'])}")
+        result = run_scale_bench(
+            options,
+            status=lambda text: progress.update(task, description=text, completed=0),
+            on_lag=lambda done, _total: progress.update(task, completed=done),
+        )
+    table = Table(
+        title=f"scale: {result['turns']} turns ({result['conversations']} conversations, "
+        f"{result['partitions']} partitions) through {', '.join(result['stages'])}"
+    )
     for column in ("workers", "seconds", "turns/s", "stm flushes"):
         table.add_column(column, justify="right")
     for run in result["runs"]:
@@ -161,8 +204,12 @@ def retrieval(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
     reply_queries: int = typer.Option(100, min=1, help="Questions asked over Kafka for the reply latency"),
-    scale_cards: int = typer.Option(100_000, min=0, help="Grow the store to this many cards for the size test (0: skip)"),
-    sweep_k: str = typer.Option("5,10,20,40,60", help="Evidence K values for recall against context tokens ('' = none)"),
+    scale_cards: int = typer.Option(
+        100_000, min=0, help="Grow the store to this many cards for the size test (0: skip)"
+    ),
+    sweep_k: str = typer.Option(
+        "5,10,20,40,60", help="Evidence K values for recall against context tokens ('' = none)"
+    ),
     plot: Optional[Path] = typer.Option(None, help="PNG of the sweep (default: beside --json)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
@@ -171,10 +218,14 @@ def retrieval(
     from bench.retrieval import BASELINES, METHODS, RetrievalOptions, load_questions, run_retrieval_bench
     from memstream.datasets import load_locomo
 
-    options = RetrievalOptions(data=data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-                               reply_queries=reply_queries, scale_cards=scale_cards,
-                               sweep_k=[int(k) for k in sweep_k.split(",") if k.strip()],
-                               plot=plot or (json_out.with_suffix(".png") if json_out else None))
+    options = RetrievalOptions(
+        data=data,
+        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+        reply_queries=reply_queries,
+        scale_cards=scale_cards,
+        sweep_k=[int(k) for k in sweep_k.split(",") if k.strip()],
+        plot=plot or (json_out.with_suffix(".png") if json_out else None),
+    )
     samples = [s for s in load_locomo(data) if not options.conversations or s.sample_id in options.conversations]
     turns = sum(s.turn_count for s in samples)
     questions = len(load_questions(samples, options.categories))
@@ -190,10 +241,17 @@ def retrieval(
         def on_grow(n: int) -> None:
             progress.update(grown, visible=True, advance=n)
 
-        result = run_retrieval_bench(options, status=lambda text: progress.update(task, description=text),
-                                     on_sent=lambda _t: progress.advance(task), on_question=on_question, on_grow=on_grow)
-    table = Table(title=f"evidence recall, {result['questions']} LoCoMo questions (categories 1–4), "
-                        f"{', '.join(result['conversations'])}, extractive memories")
+        result = run_retrieval_bench(
+            options,
+            status=lambda text: progress.update(task, description=text),
+            on_sent=lambda _t: progress.advance(task),
+            on_question=on_question,
+            on_grow=on_grow,
+        )
+    table = Table(
+        title=f"evidence recall, {result['questions']} LoCoMo questions (categories 1–4), "
+        f"{', '.join(result['conversations'])}, extractive memories"
+    )
     table.add_column("method")
     for cat in result["per_category"]:
         table.add_column(f"cat {cat}", justify="right")
@@ -201,20 +259,34 @@ def retrieval(
         table.add_column(col, justify="right")
     for m in (*METHODS, *BASELINES):
         overall = result["overall"][m]
-        table.add_row(m, *(f"{result['per_category'][c][m]['evidence_recall']:.3f}" for c in result["per_category"]),
-                      f"{overall['evidence_recall']:.3f}", f"{overall['context_tokens']:.0f}",
-                      f"{overall['provenance_turns_per_evidence']:.2f}")
+        table.add_row(
+            m,
+            *(f"{result['per_category'][c][m]['evidence_recall']:.3f}" for c in result["per_category"]),
+            f"{overall['evidence_recall']:.3f}",
+            f"{overall['context_tokens']:.0f}",
+            f"{overall['provenance_turns_per_evidence']:.2f}",
+        )
     console.print(table)
     if result.get("sweep"):
         sweep = Table(title="recall against context tokens (baselines at the adaptive tokens of each question)")
         for col in ("K", "adaptive", "dense_topk", "bm25_topk", "tokens"):
             sweep.add_column(col, justify="right")
         for row in result["sweep"]:
-            sweep.add_row(str(row["k"]), *(f"{row[m]['evidence_recall']:.3f}" for m in ("adaptive", "dense_topk", "bm25_topk")),
-                          f"{row['adaptive']['context_tokens']:.0f}")
+            sweep.add_row(
+                str(row["k"]),
+                *(f"{row[m]['evidence_recall']:.3f}" for m in ("adaptive", "dense_topk", "bm25_topk")),
+                f"{row['adaptive']['context_tokens']:.0f}",
+            )
         console.print(sweep)
-    for key in ("retrieval_p50_ms", "retrieval_p99_ms", "reply_p50_ms", "retrieval_p50_ms_100k", "retrieval_p99_ms_100k",
-                "reply_p50_ms_100k", "adaptive_profiles"):
+    for key in (
+        "retrieval_p50_ms",
+        "retrieval_p99_ms",
+        "reply_p50_ms",
+        "retrieval_p50_ms_100k",
+        "retrieval_p99_ms_100k",
+        "reply_p50_ms_100k",
+        "adaptive_profiles",
+    ):
         if key in result:
             console.print(f"{key}: {result[key]}")
     _write_json(result, json_out)
@@ -222,18 +294,31 @@ def retrieval(
 
 @bench.command("consolidate")
 def consolidate(
-    sizes: str = typer.Option("10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py; '' = skip)"),
+    sizes: str = typer.Option(
+        "10000,50000", help="Card counts to consolidate (synthetic, see bench/consolidate.py; '' = skip)"
+    ),
     parallel: int = typer.Option(4, min=1, help="Update queues decided at once"),
     longmemeval: str = typer.Option(
         str(LONGMEMEVAL_DEV) if LONGMEMEVAL_DEV.exists() else "",
-        help="LongMemEval JSON for the knowledge-update measure (default: the dev set beside the repo; '' = skip)"),
-    tau: Optional[float] = typer.Option(None, help="Consolidation threshold for the knowledge-update run (default: configured)"),
+        help="LongMemEval JSON for the knowledge-update measure (default: the dev set beside the repo; '' = skip)",
+    ),
+    tau: Optional[float] = typer.Option(
+        None, help="Consolidation threshold for the knowledge-update run (default: configured)"
+    ),
     k: Optional[int] = typer.Option(None, min=1, help="Evidence items per question (default: configured)"),
-    reopen: Optional[Path] = typer.Option(None, help="Knowledge updates: reuse an earlier run's deployment folder "
-                                          "(its haystacks stay ingested; consolidation is undone and run again)"),
-    llm_people: int = typer.Option(0, min=0, max=256, help="Also decide the life stories of this many people with "
-                                   "the LLM (MEMSTREAM_LLM_BASE_URL, else the local server): cost per queue, agreement "
-                                   "with the rules (0 = skip)"),
+    reopen: Optional[Path] = typer.Option(
+        None,
+        help="Knowledge updates: reuse an earlier run's deployment folder "
+        "(its haystacks stay ingested; consolidation is undone and run again)",
+    ),
+    llm_people: int = typer.Option(
+        0,
+        min=0,
+        max=256,
+        help="Also decide the life stories of this many people with "
+        "the LLM (MEMSTREAM_LLM_BASE_URL, else the local server): cost per queue, agreement "
+        "with the rules (0 = skip)",
+    ),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N; and
@@ -252,9 +337,14 @@ def consolidate(
         for col in ("cards", "seconds", "cards/s", "candidates/queue", "decisions", "current cards"):
             table.add_column(col, justify="right")
         for run in result["runs"]:
-            table.add_row(str(run["cards"]), f"{run['seconds']:.1f}", f"{run['cards_per_s']:.0f}",
-                          f"{run['candidates_per_queue']:.2f}", ", ".join(f"{k} {v}" for k, v in sorted(run["decisions"].items())),
-                          str(run["current_cards"]))
+            table.add_row(
+                str(run["cards"]),
+                f"{run['seconds']:.1f}",
+                f"{run['cards_per_s']:.0f}",
+                f"{run['candidates_per_queue']:.2f}",
+                ", ".join(f"{k} {v}" for k, v in sorted(run["decisions"].items())),
+                str(run["current_cards"]),
+            )
         console.print(table)
         if "ratio" in result:
             console.print(f"seconds_50k / seconds_10k = {result['ratio']} (5x the cards; linear = 5)")
@@ -272,29 +362,34 @@ def _llm_decider(people: int) -> dict:
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
     from processors.consolidate import ConsolidateParams, LlmDecider
-
-    from . import runtime
+    from streams import runtime
 
     settings = Settings()
     params = ConsolidateParams(tau=settings.consolidate_tau, top_n=settings.consolidate_top_n)
     with contextlib.ExitStack() as running:
         if settings.llm_base_url:
-            llm = OpenAICompatibleLLM(settings.llm_base_url, settings.llm_model, settings.llm_api_key,
-                                      timeout_s=settings.llm_timeout_s)
+            llm = OpenAICompatibleLLM(
+                settings.llm_base_url, settings.llm_model, settings.llm_api_key, timeout_s=settings.llm_timeout_s
+            )
         else:
             console.print("starting the local LLM server (SmolLM2-135M)")
             running.enter_context(runtime.LOCAL_LLM.session(settings))
-            llm = OpenAICompatibleLLM(runtime.local_llm_url(settings), "smollm2", "local", timeout_s=settings.llm_timeout_s)
+            llm = OpenAICompatibleLLM(
+                runtime.local_llm_url(settings), "smollm2", "local", timeout_s=settings.llm_timeout_s
+            )
         runtime.apply_torch_threads(settings)
         embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
         with _progress() as progress:
             task = progress.add_task(f"LLM decisions ({llm.model})", total=6 * people)
-            run = consolidate_stories(people, LlmDecider(llm, params), embedder, params=params,
-                                      progress=lambda n: progress.advance(task, n))
+            run = consolidate_stories(
+                people, LlmDecider(llm, params), embedder, params=params, progress=lambda n: progress.advance(task, n)
+            )
     run["model"] = llm.model
-    console.print(f"LLM decider ({llm.model}): {run['queues']} queues in {run['seconds']} s, {run['llm_calls']} calls, "
-                  f"{run['tokens_per_queue']} tokens/queue, decisions {run['decisions']}, "
-                  f"agreement with the rules {run['agreement_with_rules']}")
+    console.print(
+        f"LLM decider ({llm.model}): {run['queues']} queues in {run['seconds']} s, {run['llm_calls']} calls, "
+        f"{run['tokens_per_queue']} tokens/queue, decisions {run['decisions']}, "
+        f"agreement with the rules {run['agreement_with_rules']}"
+    )
     return run
 
 
@@ -312,25 +407,44 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
             KnowledgeUpdateOptions(data=data, tau=tau, k=k, reopen=reopen),
             status=lambda text: progress.update(task, description=text),
             on_sent=lambda _turn: progress.advance(task),
-            on_question=lambda: progress.update(asked, visible=True, advance=1))
+            on_question=lambda: progress.update(asked, visible=True, advance=1),
+        )
     table = Table(title=f"LongMemEval knowledge updates: {ku['questions']} questions, tau {ku['tau']}, K {ku['k']}")
     for col in ("", "newest above stale", "newest found", "stale found"):
         table.add_column(col, justify="right")
     for when in ("before", "after"):
         row = ku[when]
-        table.add_row(f"{when} consolidation", f"{row['newest_above_stale']:.2f}", f"{row['newest_found']:.2f}",
-                      f"{row['stale_found']:.2f}")
+        table.add_row(
+            f"{when} consolidation",
+            f"{row['newest_above_stale']:.2f}",
+            f"{row['newest_found']:.2f}",
+            f"{row['stale_found']:.2f}",
+        )
     console.print(table)
-    console.print(f"versions: {ku['versions']}; consolidation {ku['consolidation_s']} s over {ku['consolidation_queues']} queues")
-    console.print(f"ingest probes: {ku['probe_alone']['tokens_per_s']} tokens/s alone, "
-                  f"{ku['probe_during']['tokens_per_s']} tokens/s while consolidating "
-                  f"(ratio {ku['ingest_during_vs_alone']}; consolidation took {ku['consolidation_wall_s']} s)")
+    console.print(
+        f"versions: {ku['versions']}; consolidation {ku['consolidation_s']} s over {ku['consolidation_queues']} queues"
+    )
+    console.print(
+        f"ingest probes: {ku['probe_alone']['tokens_per_s']} tokens/s alone, "
+        f"{ku['probe_during']['tokens_per_s']} tokens/s while consolidating "
+        f"(ratio {ku['ingest_during_vs_alone']}; consolidation took {ku['consolidation_wall_s']} s)"
+    )
     return ku
 
 
-def _e2e_options(out: Path, extract: str, consolidate: bool, llm: bool, judge_base_url: Optional[str],
-                 judge_model: Optional[str], planner: Optional[str], k: Optional[int], sweep_k: str, torch_threads: int,
-                 seed: int):
+def _e2e_options(
+    out: Path,
+    extract: str,
+    consolidate: bool,
+    llm: bool,
+    judge_base_url: Optional[str],
+    judge_model: Optional[str],
+    planner: Optional[str],
+    k: Optional[int],
+    sweep_k: str,
+    torch_threads: int,
+    seed: int,
+):
     from bench.e2e import E2EOptions
 
     if extract not in ("extractive", "llm"):
@@ -339,10 +453,20 @@ def _e2e_options(out: Path, extract: str, consolidate: bool, llm: bool, judge_ba
         raise typer.BadParameter("--planner is 'auto', 'llm' or 'rules'")
     import os
 
-    return E2EOptions(out=out, extract=extract, consolidate=consolidate, llm=llm, judge_base_url=judge_base_url,
-                      judge_model=judge_model, judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
-                      planner=planner, k=k, sweep_k=tuple(int(x) for x in sweep_k.split(",") if x.strip()),
-                      torch_threads=torch_threads, seed=seed)
+    return E2EOptions(
+        out=out,
+        extract=extract,
+        consolidate=consolidate,
+        llm=llm,
+        judge_base_url=judge_base_url,
+        judge_model=judge_model,
+        judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
+        planner=planner,
+        k=k,
+        sweep_k=tuple(int(x) for x in sweep_k.split(",") if x.strip()),
+        torch_threads=torch_threads,
+        seed=seed,
+    )
 
 
 def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
@@ -353,14 +477,17 @@ def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
         status = progress.add_task("starting", total=None)
         ingest = progress.add_task("turns ingested", total=bench_set.turns, visible=False)
         asked = progress.add_task("questions", total=len(bench_set.questions), visible=False)
+
         def on_status(text: str) -> None:
             progress.update(status, description=text)
             if not console.is_terminal:  # a log file gets a line per step (a live bar draws nothing there)
                 console.print(f"{time.strftime('%H:%M:%S')} {text}")
 
-        ui = Ui(status=on_status,
-                ingest=lambda done, total: progress.update(ingest, completed=done, total=total, visible=True),
-                asked=lambda done, total: progress.update(asked, completed=done, total=total, visible=True))
+        ui = Ui(
+            status=on_status,
+            ingest=lambda done, total: progress.update(ingest, completed=done, total=total, visible=True),
+            asked=lambda done, total: progress.update(asked, completed=done, total=total, visible=True),
+        )
         result = Runner(bench_set, options, fresh=fresh, ui=ui).run()
         progress.update(status, description="done", total=1, completed=1)
     _print_e2e(result)
@@ -371,62 +498,86 @@ def _print_e2e(result: dict) -> None:
     from bench.report import METHOD_LABELS, METHODS
 
     metrics = result["metrics"]
-    table = Table(title=f"{result['bench']}: {result['retrieval_scored']} questions scored, recall at the same "
-                        "context tokens")
+    table = Table(
+        title=f"{result['bench']}: {result['retrieval_scored']} questions scored, recall at the same context tokens"
+    )
     table.add_column("group")
     for metric in metrics:
         for m in METHODS:
             table.add_column(f"{METHOD_LABELS[m]}\n{metric.replace('_', ' ')}", justify="right")
     rows = [("overall", result["recall"]["overall"])] + [
-        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()]
+        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()
+    ]
     for name, row in rows:
-        table.add_row(name, *(f"{row[m][metric]:.3f}" if row[m][metric] is not None else "–"
-                              for metric in metrics for m in METHODS))
-    table.add_row("context tokens", *(f"{result['recall']['overall'][m]['context_tokens']:.0f}"
-                                      for _ in metrics for m in METHODS))
+        table.add_row(
+            name,
+            *(f"{row[m][metric]:.3f}" if row[m][metric] is not None else "–" for metric in metrics for m in METHODS),
+        )
+    table.add_row(
+        "context tokens", *(f"{result['recall']['overall'][m]['context_tokens']:.0f}" for _ in metrics for m in METHODS)
+    )
     console.print(table)
     cost = result["llm_cost"]
-    console.print(f"ingest {result['ingest']['turns_per_s']} turns/s; query p50 {result['latency_ms']['p50']} ms, "
-                  f"p99 {result['latency_ms']['p99']} ms; LLM calls: construction {cost['construction']['total']['calls']}, "
-                  f"query {cost['query']['total']['calls']}" + (f", judge {cost['judge']['total']['calls']}" if "judge" in cost else ""))
+    console.print(
+        f"ingest {result['ingest']['turns_per_s']} turns/s; query p50 {result['latency_ms']['p50']} ms, "
+        f"p99 {result['latency_ms']['p99']} ms; LLM calls: construction {cost['construction']['total']['calls']}, "
+        f"query {cost['query']['total']['calls']}"
+        + (f", judge {cost['judge']['total']['calls']}" if "judge" in cost else "")
+    )
     if "answers" in result:
         a = result["answers"]["overall"]
-        console.print(f"answers by {result['models']['answer']}, judged by {result['models']['judge']}: "
-                      f"accuracy {a['accuracy']} over {a['questions']} questions"
-                      + (f", F1 {a['f1']}, BLEU-1 {a['bleu1']}" if "f1" in a else ""))
+        console.print(
+            f"answers by {result['models']['answer']}, judged by {result['models']['judge']}: "
+            f"accuracy {a['accuracy']} over {a['questions']} questions"
+            + (f", F1 {a['f1']}, BLEU-1 {a['bleu1']}" if "f1" in a else "")
+        )
         control = result["answers"]["judge_control"]
-        console.print(f"judge control: {control['questions']} wrong answers accepted at a rate of "
-                      f"{control['false_accept']} (a judge worth reading accepts almost none)")
+        console.print(
+            f"judge control: {control['questions']} wrong answers accepted at a rate of "
+            f"{control['false_accept']} (a judge worth reading accepts almost none)"
+        )
 
 
 _OUT_HELP = "Output folder: results.json, report.md, plots, and the run's state (a rerun resumes it)"
-_LLM_HELP = ("Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODEL / _API_KEY, else the local "
-             "SmolLM2 server) and judge the answers")
+_LLM_HELP = (
+    "Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODEL / _API_KEY, else the local "
+    "SmolLM2 server) and judge the answers"
+)
 
 
 # Options both end-to-end commands take (typer reads these declarations; they are never mutated).
 _EXTRACT = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm")
 _CONSOLIDATE = typer.Option(True, help="Consolidate after ingestion, as at sleep time")
 _LLM = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP)
-_JUDGE_BASE_URL = typer.Option(None, help="Judge endpoint (default: the answer endpoint); key in MEMSTREAM_JUDGE_API_KEY")
+_JUDGE_BASE_URL = typer.Option(
+    None, help="Judge endpoint (default: the answer endpoint); key in MEMSTREAM_JUDGE_API_KEY"
+)
 _JUDGE_MODEL = typer.Option(None, help="Judge model (default: the answer model)")
-_PLANNER = typer.Option(None, help="Query planner for the questions: auto, llm or rules (default: configured; rules "
-                                   "with the local server)")
+_PLANNER = typer.Option(
+    None, help="Query planner for the questions: auto, llm or rules (default: configured; rules with the local server)"
+)
 _K = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)")
 _SWEEP_K = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)")
-_TORCH_THREADS = typer.Option(1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in "
-                                            "parallel, one core each)")
+_TORCH_THREADS = typer.Option(
+    1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in parallel, one core each)"
+)
 _SEED = typer.Option(0, help="Seed of the question draw")
 _FRESH = typer.Option(False, help="Start over instead of resuming what --out holds")
 
 
 @bench.command("locomo")
 def locomo(
-    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON (the dev set beside the repo, or the official locomo10.json)"),
+    data: Path = typer.Option(
+        LOCOMO_DEV, help="LoCoMo JSON (the dev set beside the repo, or the official locomo10.json)"
+    ),
     out: Path = typer.Option(Path("bench-results/locomo"), help=_OUT_HELP),
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all)"),
-    questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
-                                            "every category represented (their conversations are ingested)"),
+    questions: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="Ask only this many questions, drawn with --seed, "
+        "every category represented (their conversations are ingested)",
+    ),
     extract: str = _EXTRACT,
     consolidate: bool = _CONSOLIDATE,
     llm: bool = _LLM,
@@ -443,19 +594,33 @@ def locomo(
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
     from bench.cases import locomo_set
 
-    bench_set = locomo_set(data, conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-                           questions=questions, seed=seed)
-    _run_e2e(bench_set, _e2e_options(out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k,
-                                     torch_threads, seed), fresh)
+    bench_set = locomo_set(
+        data,
+        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+        questions=questions,
+        seed=seed,
+    )
+    _run_e2e(
+        bench_set,
+        _e2e_options(
+            out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k, torch_threads, seed
+        ),
+        fresh,
+    )
 
 
 @bench.command("longmemeval")
 def longmemeval(
-    data: Path = typer.Option(LONGMEMEVAL_DEV, help="LongMemEval JSON (the dev set beside the repo, or the official "
-                              "longmemeval_s.json)"),
+    data: Path = typer.Option(
+        LONGMEMEVAL_DEV, help="LongMemEval JSON (the dev set beside the repo, or the official longmemeval_s.json)"
+    ),
     out: Path = typer.Option(Path("bench-results/longmemeval"), help=_OUT_HELP),
-    questions: Optional[int] = typer.Option(None, min=1, help="Ask only this many questions, drawn with --seed, "
-                                            "every type represented (only their haystacks are ingested)"),
+    questions: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="Ask only this many questions, drawn with --seed, "
+        "every type represented (only their haystacks are ingested)",
+    ),
     extract: str = _EXTRACT,
     consolidate: bool = _CONSOLIDATE,
     llm: bool = _LLM,
@@ -474,5 +639,10 @@ def longmemeval(
     from bench.cases import longmemeval_set
 
     bench_set = longmemeval_set(data, questions=questions, seed=seed)
-    _run_e2e(bench_set, _e2e_options(out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k,
-                                     torch_threads, seed), fresh)
+    _run_e2e(
+        bench_set,
+        _e2e_options(
+            out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k, torch_threads, seed
+        ),
+        fresh,
+    )

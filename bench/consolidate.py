@@ -29,17 +29,25 @@ from schemas import Card, Provenance
 
 TENANT = "bench"
 CONVERSATION = "synthetic"
-GENERATOR = ("N/20 subjects x 5 attributes; card vector = attribute direction + N(0, 0.02^2) per coordinate "
-             "(cosine ~0.9 within an attribute); texts '<subject> <attribute>: value <i>', every 3rd saying "
-             "'now'; event times one hour apart")
+GENERATOR = (
+    "N/20 subjects x 5 attributes; card vector = attribute direction + N(0, 0.02^2) per coordinate "
+    "(cosine ~0.9 within an attribute); texts '<subject> <attribute>: value <i>', every 3rd saying "
+    "'now'; event times one hour apart"
+)
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 def card_point(index: int, subject: str, text: str, when: datetime, vector: Sequence[float]) -> StorePoint:
     """A state card said at ``when``, as the index stage stores it (the same payload, via card_spec)."""
-    card = Card(card_id=point_id("bench-card", TENANT, CONVERSATION, [str(index)], text), subject=subject,
-                type="state", content=text, event_time=when, provenance=Provenance(turn_ids=[f"T{index}"]),
-                valid_from=when)
+    card = Card(
+        card_id=point_id("bench-card", TENANT, CONVERSATION, [str(index)], text),
+        subject=subject,
+        type="state",
+        content=text,
+        event_time=when,
+        provenance=Provenance(turn_ids=[f"T{index}"]),
+        valid_from=when,
+    )
     spec = card_spec({"tenant_id": TENANT, "conversation_id": CONVERSATION, "write_id": "bench"}, card, "user")
     return StorePoint(spec.id, list(vector), spec.payload, spec.text)
 
@@ -69,9 +77,16 @@ class _NoEmbedder:
         raise RuntimeError("the rule decisions never merge: nothing to embed")
 
 
-def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedder | None = None,
-                     params: ConsolidateParams = ConsolidateParams(), parallel: int = 4, workdir: Path | None = None,
-                     progress: Callable[[int], None] = lambda k: None) -> dict[str, Any]:
+def consolidate_size(
+    n: int,
+    *,
+    decider: Decider | None = None,
+    embedder: Embedder | None = None,
+    params: ConsolidateParams = ConsolidateParams(),
+    parallel: int = 4,
+    workdir: Path | None = None,
+    progress: Callable[[int], None] = lambda k: None,
+) -> dict[str, Any]:
     from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 
     decider = decider or RuleDecider(params)
@@ -82,7 +97,7 @@ def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedd
             store.ensure_collections(COLLECTIONS, 384)
             cards = synthetic_cards(n)
             for i in range(0, n, 2000):
-                store.upsert(CARDS, cards[i:i + 2000])
+                store.upsert(CARDS, cards[i : i + 2000])
             t0 = time.perf_counter()
             store.optimize([CARDS])
             optimize_s = time.perf_counter() - t0
@@ -112,19 +127,62 @@ def consolidate_size(n: int, *, decider: Decider | None = None, embedder: Embedd
             current = store.count(CARDS, TENANT) - store.count(CARDS, TENANT, where=StoreFilter(equals=RETIRED))
         finally:
             store.close()
-    return {"cards": n, "seconds": round(seconds, 2), "cards_per_s": round(n / seconds, 1), "llm_calls": calls,
-            "queues": queues, "candidates_per_queue": round(candidates / max(queues, 1), 2), "decisions": decisions,
-            "cards_changed": changed, "current_cards": current, "optimize_s": round(optimize_s, 1)}
+    return {
+        "cards": n,
+        "seconds": round(seconds, 2),
+        "cards_per_s": round(n / seconds, 1),
+        "llm_calls": calls,
+        "queues": queues,
+        "candidates_per_queue": round(candidates / max(queues, 1), 2),
+        "decisions": decisions,
+        "cards_changed": changed,
+        "current_cards": current,
+        "optimize_s": round(optimize_s, 1),
+    }
 
 
-FIRST = ("Ingrid", "Tomas", "Amara", "Kenji", "Lucia", "Farid", "Greta", "Mateo", "Noor", "Pavel", "Rosa", "Sven",
-         "Yara", "Dmitri", "Elif", "Hugo")
-LAST = ("Olsen", "Nakamura", "Okafor", "Brennan", "Castillo", "Haddad", "Lindqvist", "Moreau", "Petrov", "Quinn",
-        "Rahman", "Silva", "Tanaka", "Varga", "Weber", "Zielinski")
+FIRST = (
+    "Ingrid",
+    "Tomas",
+    "Amara",
+    "Kenji",
+    "Lucia",
+    "Farid",
+    "Greta",
+    "Mateo",
+    "Noor",
+    "Pavel",
+    "Rosa",
+    "Sven",
+    "Yara",
+    "Dmitri",
+    "Elif",
+    "Hugo",
+)
+LAST = (
+    "Olsen",
+    "Nakamura",
+    "Okafor",
+    "Brennan",
+    "Castillo",
+    "Haddad",
+    "Lindqvist",
+    "Moreau",
+    "Petrov",
+    "Quinn",
+    "Rahman",
+    "Silva",
+    "Tanaka",
+    "Varga",
+    "Weber",
+    "Zielinski",
+)
 CITIES = ("Boston", "Denver", "Seattle", "Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Austin", "Dublin", "Porto")
 JOBS = ("nurse", "teacher", "plumber", "pilot", "chef", "lawyer", "baker", "architect", "dentist", "librarian")
-LIFE_STORIES = ("per person, six cards over ten weeks: a home and a job, the home said again ten days later, "
-                "a move, a new job ('now works as'), another move; full names (up to 256 people)")
+LIFE_STORIES = (
+    "per person, six cards over ten weeks: a home and a job, the home said again ten days later, "
+    "a move, a new job ('now works as'), another move; full names (up to 256 people)"
+)
 
 
 def life_stories(people: int) -> list[tuple[str, str, int]]:
@@ -133,19 +191,30 @@ def life_stories(people: int) -> list[tuple[str, str, int]]:
     if not 0 < people <= len(FIRST) * len(LAST):
         raise ValueError(f"people must be 1..{len(FIRST) * len(LAST)}")
     said = []
-    for i, (first, last) in enumerate([(f, l) for f in FIRST for l in LAST][:people]):
+    for i, (first, last) in enumerate([(f, s) for f in FIRST for s in LAST][:people]):
         name, start = f"{first} {last}", i % 5
         home, move, move2 = CITIES[i % 11], CITIES[(i + 3) % 11], CITIES[(i + 7) % 11]
         job, job2 = JOBS[i % 10], JOBS[(i + 4) % 10]
-        said += [(name, f"{name} lives in {home}.", start), (name, f"{name} works as a {job}.", start),
-                 (name, f"{name} lives in {home}.", start + 10), (name, f"{name} moved to {move}.", start + 30),
-                 (name, f"{name} now works as a {job2}.", start + 50), (name, f"{name} moved to {move2}.", start + 70)]
+        said += [
+            (name, f"{name} lives in {home}.", start),
+            (name, f"{name} works as a {job}.", start),
+            (name, f"{name} lives in {home}.", start + 10),
+            (name, f"{name} moved to {move}.", start + 30),
+            (name, f"{name} now works as a {job2}.", start + 50),
+            (name, f"{name} moved to {move2}.", start + 70),
+        ]
     return sorted(said, key=lambda s: s[2])
 
 
-def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
-                        params: ConsolidateParams = ConsolidateParams(), workdir: Path | None = None,
-                        progress: Callable[[int], None] = lambda k: None) -> dict[str, Any]:
+def consolidate_stories(
+    people: int,
+    decider: Decider,
+    embedder: Embedder,
+    *,
+    params: ConsolidateParams = ConsolidateParams(),
+    workdir: Path | None = None,
+    progress: Callable[[int], None] = lambda k: None,
+) -> dict[str, Any]:
     """Decide every card's queue over the life stories (real embeddings) with ``decider``, one queue
     at a time, nothing applied: its cost per queue, its decisions, and how often they agree with the
     rules on the same pairs."""
@@ -157,8 +226,10 @@ def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
         store = QdrantEdgeStore(Path(tmp) / "qdrant")
         try:
             store.ensure_collections(COLLECTIONS, embedder.dim)
-            points = [card_point(i, subject, text, T0 + timedelta(days=day, seconds=i), vector)
-                      for i, ((subject, text, day), vector) in enumerate(zip(stories, vectors))]
+            points = [
+                card_point(i, subject, text, T0 + timedelta(days=day, seconds=i), vector)
+                for i, ((subject, text, day), vector) in enumerate(zip(stories, vectors))
+            ]
             store.upsert(CARDS, points)
             hits = store.scroll(CARDS, TENANT, limit=len(points) + 1, with_vectors=True)
             views = {h.id: CardView.from_payload(h.id, h.payload) for h in hits}
@@ -176,8 +247,12 @@ def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
                     key = f"{d.action}/{d.decided_by}"
                     decisions[key] = decisions.get(key, 0) + 1
                     pairs += 1
-                    action = rule_decision(views[d.older_card_id], views[d.newer_card_id], d.similarity,
-                                           duplicate_similarity=params.duplicate_similarity)
+                    action = rule_decision(
+                        views[d.older_card_id],
+                        views[d.newer_card_id],
+                        d.similarity,
+                        duplicate_similarity=params.duplicate_similarity,
+                    )
                     agree += action == d.action
                 for cost in update.costs:
                     calls += cost.calls
@@ -186,11 +261,21 @@ def consolidate_stories(people: int, decider: Decider, embedder: Embedder, *,
             seconds = time.perf_counter() - t0
         finally:
             store.close()
-    return {"people": people, "cards": len(stories), "generator": LIFE_STORIES, "queues": queues,
-            "seconds": round(seconds, 1), "seconds_per_queue": round(seconds / max(queues, 1), 3),
-            "llm_calls": calls, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "tokens_per_queue": round((prompt_tokens + completion_tokens) / max(queues, 1), 1),
-            "decisions": decisions, "pairs": pairs, "agreement_with_rules": round(agree / max(pairs, 1), 3)}
+    return {
+        "people": people,
+        "cards": len(stories),
+        "generator": LIFE_STORIES,
+        "queues": queues,
+        "seconds": round(seconds, 1),
+        "seconds_per_queue": round(seconds / max(queues, 1), 3),
+        "llm_calls": calls,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "tokens_per_queue": round((prompt_tokens + completion_tokens) / max(queues, 1), 1),
+        "decisions": decisions,
+        "pairs": pairs,
+        "agreement_with_rules": round(agree / max(pairs, 1), 3),
+    }
 
 
 def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any) -> dict[str, Any]:
@@ -204,5 +289,12 @@ def run_consolidate_bench(sizes: Sequence[int] = (10_000, 50_000), **kwargs: Any
     return result
 
 
-__all__ = ["GENERATOR", "LIFE_STORIES", "synthetic_cards", "consolidate_size", "life_stories", "consolidate_stories",
-           "run_consolidate_bench"]
+__all__ = [
+    "GENERATOR",
+    "LIFE_STORIES",
+    "synthetic_cards",
+    "consolidate_size",
+    "life_stories",
+    "consolidate_stories",
+    "run_consolidate_bench",
+]

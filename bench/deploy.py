@@ -23,9 +23,17 @@ def worker_samples(port: int | str) -> Iterator[Sample]:
         yield from family.samples
 
 
-def deploy_worker(running: contextlib.ExitStack, base: Settings, workdir: Path, env: Mapping[str, str], *,
-                  llm: bool = False, status: Callable[[str], None] = lambda s: None,
-                  reopen: Path | None = None, before_start: Callable[[Deployment], None] = lambda d: None) -> Deployment:
+def deploy_worker(
+    running: contextlib.ExitStack,
+    base: Settings,
+    workdir: Path,
+    env: Mapping[str, str],
+    *,
+    llm: bool = False,
+    status: Callable[[str], None] = lambda s: None,
+    reopen: Path | None = None,
+    before_start: Callable[[Deployment], None] = lambda d: None,
+) -> Deployment:
     """Start what is not running yet and a worker in a fresh, isolated deployment under ``workdir``
     (or in the earlier deployment folder ``reopen``; ``before_start`` may touch its store first).
     Everything is stopped, in reverse, when ``running`` unwinds (only what this call started)."""

@@ -27,20 +27,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
+from bench.deploy import worker_samples
+from bench.report import source_commit, summarize_run, write_outputs
+from bench.scoring import take_nearest_budget
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, VectorStore
 from processors.index import CARDS, TURNS
 from processors.tokens import count_tokens
 from schemas import Reply
+from schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
 from streams import runtime
 from streams.client import MemoryClient
-from schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
 from streams.deployment import Deployment
-
-from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
-from bench.deploy import worker_samples
-from bench.report import source_commit, summarize_run, write_outputs
-from bench.scoring import take_nearest_budget
 
 STATE = "state.json"
 RECORDS = "questions.jsonl"
@@ -67,10 +66,20 @@ class E2EOptions:
     def fingerprint(self, bench: BenchSet) -> dict[str, Any]:
         """What a resumed run must share with the interrupted one."""
         ids = hashlib.sha256("\n".join(q.qid for q in bench.questions).encode()).hexdigest()[:16]
-        return {"bench": bench.name, "data": str(Path(bench.data).resolve()), "questions": len(bench.questions),
-                "question_ids": ids, "extract": self.extract, "consolidate": self.consolidate, "llm": self.llm,
-                "judge_model": self.judge_model, "planner": self.planner, "k": self.k,
-                "sweep_k": list(self.sweep_k), "seed": self.seed}
+        return {
+            "bench": bench.name,
+            "data": str(Path(bench.data).resolve()),
+            "questions": len(bench.questions),
+            "question_ids": ids,
+            "extract": self.extract,
+            "consolidate": self.consolidate,
+            "llm": self.llm,
+            "judge_model": self.judge_model,
+            "planner": self.planner,
+            "k": self.k,
+            "sweep_k": list(self.sweep_k),
+            "seed": self.seed,
+        }
 
 
 @dataclass
@@ -106,11 +115,14 @@ class RunState:
             state.save(out)
             return state
         state = cls(**json.loads(path.read_text()))
-        differs = sorted(k for k in fingerprint.keys() | state.fingerprint.keys()
-                         if fingerprint.get(k) != state.fingerprint.get(k))
+        differs = sorted(
+            k for k in fingerprint.keys() | state.fingerprint.keys() if fingerprint.get(k) != state.fingerprint.get(k)
+        )
         if differs:
-            raise ValueError(f"{out} holds a run with other options ({', '.join(differs)}): "
-                             "pass --fresh to start it over, or another --out")
+            raise ValueError(
+                f"{out} holds a run with other options ({', '.join(differs)}): "
+                "pass --fresh to start it over, or another --out"
+            )
         return state
 
     def save(self, out: Path) -> None:
@@ -189,17 +201,26 @@ def _llm_endpoints(running: contextlib.ExitStack, base: Settings, options: E2EOp
         from memstream.metrics import Metrics
 
         judge_model = options.judge_model or model
-        judge = MeteredLLM(OpenAICompatibleLLM(options.judge_base_url or url, judge_model, options.judge_api_key or key,
-                                               timeout_s=base.llm_timeout_s),
-                           Metrics(), "judge", retries=base.llm_retries)  # transient failures retried
+        judge = MeteredLLM(
+            OpenAICompatibleLLM(
+                options.judge_base_url or url, judge_model, options.judge_api_key or key, timeout_s=base.llm_timeout_s
+            ),
+            Metrics(),
+            "judge",
+            retries=base.llm_retries,
+        )  # transient failures retried
     return Endpoints(env, model, judge, judge_model)
 
 
 def _worker_env(options: E2EOptions, endpoints: Endpoints, *, phase: str) -> dict[str, str]:
-    env = {"MEMSTREAM_EXTRACT_MODE": options.extract, "MEMSTREAM_COMPRESSOR_MODEL": "",
-           # Consolidation runs when the bench asks for it, not when a conversation happens to idle.
-           "MEMSTREAM_SLEEP_IDLE_S": "1000000000", "MEMSTREAM_CONSOLIDATE_EVERY_S": "0",
-           "MEMSTREAM_TORCH_THREADS": str(options.torch_threads)}
+    env = {
+        "MEMSTREAM_EXTRACT_MODE": options.extract,
+        "MEMSTREAM_COMPRESSOR_MODEL": "",
+        # Consolidation runs when the bench asks for it, not when a conversation happens to idle.
+        "MEMSTREAM_SLEEP_IDLE_S": "1000000000",
+        "MEMSTREAM_CONSOLIDATE_EVERY_S": "0",
+        "MEMSTREAM_TORCH_THREADS": str(options.torch_threads),
+    }
     uses_llm = options.extract == "llm" if phase == "ingest" else options.llm
     env |= endpoints.worker_env if uses_llm else {"MEMSTREAM_LLM_BASE_URL": ""}
     if phase == "ask" and options.planner:
@@ -296,8 +317,10 @@ class Runner:
                     if conversation_id in self.state.produced:
                         continue
                     self._wait_for_room(deployment, on_lag)
-                    self.ui.status(f"producing {conversation_id} ({len(self.state.produced) + 1} of "
-                                   f"{len(self.bench.conversations)})")
+                    self.ui.status(
+                        f"producing {conversation_id} ({len(self.state.produced) + 1} of "
+                        f"{len(self.bench.conversations)})"
+                    )
                     deployment.produce(turns)
                     self.state.produced.append(conversation_id)
                     self.state.produced_turns += len(turns)
@@ -314,8 +337,10 @@ class Runner:
                 self.state.consolidation_s = round(deployment.drain(timeout_s=24 * 3600, topics=DRAIN_TOPICS) - t0, 1)
                 scrape()
                 self.state.consolidation_decisions = {
-                    k.split("|", 1)[1]: int(v) for k, v in scraped["other"].items()
-                    if k.startswith("memstream_consolidation_decisions_total|")}
+                    k.split("|", 1)[1]: int(v)
+                    for k, v in scraped["other"].items()
+                    if k.startswith("memstream_consolidation_decisions_total|")
+                }
                 self.state.consolidated = True
         finally:
             scrape()
@@ -326,8 +351,9 @@ class Runner:
             self._save()
         deployment.stop_workers()
         with deployment.store() as store:
-            self.state.store_counts = {c: store.count(c, TENANT) for c in ("cards", "scenes", "triggers", "turns",
-                                                                            "profiles")}
+            self.state.store_counts = {
+                c: store.count(c, TENANT) for c in ("cards", "scenes", "triggers", "turns", "profiles")
+            }
         self._save()
 
     @staticmethod
@@ -359,26 +385,31 @@ class Runner:
     def _check_broker(self, deployment: Deployment) -> None:
         """A resumed run needs the turns it produced: a broker that lost them would leave holes."""
         if self.state.produced_turns and deployment.message_count("turns") < self.state.produced_turns:
-            raise RuntimeError(f"the broker no longer holds the turns this run produced into {deployment.settings.topic('turns')}; "
-                               "pass --fresh to start over")
+            raise RuntimeError(
+                f"the broker no longer holds the turns this run produced into {deployment.settings.topic('turns')}; "
+                "pass --fresh to start over"
+            )
 
     # --- ask --------------------------------------------------------------------------------------
-    def _ask(self, running: contextlib.ExitStack, endpoints: Endpoints, questions: Sequence[BenchQuestion],
-             done: int) -> None:
+    def _ask(
+        self, running: contextlib.ExitStack, endpoints: Endpoints, questions: Sequence[BenchQuestion], done: int
+    ) -> None:
         deployment = self._deployment(_worker_env(self.options, endpoints, phase="ask"))
         running.callback(deployment.stop_workers)
         self.ui.status("starting a worker (all stages) for the questions")
         deployment.start_worker("ask")
         total = len(self.bench.questions)
-        self.ui.status(f"asking {len(questions)} questions over Kafka"
-                       + (f" (answers by {endpoints.answer_model}, judged by {endpoints.judge_model})"
-                          if self.options.llm else ""))
+        self.ui.status(
+            f"asking {len(questions)} questions over Kafka"
+            + (f" (answers by {endpoints.answer_model}, judged by {endpoints.judge_model})" if self.options.llm else "")
+        )
         self.ui.asked(done, total)
         asyncio.run(self._ask_all(deployment.settings, endpoints, questions, done, total))
         deployment.stop_workers()
 
-    async def _ask_all(self, settings: Settings, endpoints: Endpoints, questions: Sequence[BenchQuestion],
-                       done: int, total: int) -> None:
+    async def _ask_all(
+        self, settings: Settings, endpoints: Endpoints, questions: Sequence[BenchQuestion], done: int, total: int
+    ) -> None:
         from bench.judge import Judge
 
         judge = Judge(endpoints.judge) if endpoints.judge is not None else None
@@ -387,24 +418,42 @@ class Runner:
         async with MemoryClient(settings) as client:
             for q in questions:
                 t0 = time.perf_counter()
-                reply = await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id,
-                                         k=self.options.k, answer=self.options.llm, question_time=q.asked_at,
-                                         timeout_s=timeout)
+                reply = await client.ask(
+                    q.text,
+                    tenant_id=TENANT,
+                    conversation_id=q.conversation_id,
+                    k=self.options.k,
+                    answer=self.options.llm,
+                    question_time=q.asked_at,
+                    timeout_s=timeout,
+                )
                 record = question_record(q, reply, (time.perf_counter() - t0) * 1000.0)
                 record["commit"] = commit
                 for k in self.options.sweep_k:
-                    swept = await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, k=k,
-                                             answer=False, question_time=q.asked_at, timeout_s=timeout)
+                    swept = await client.ask(
+                        q.text,
+                        tenant_id=TENANT,
+                        conversation_id=q.conversation_id,
+                        k=k,
+                        answer=False,
+                        question_time=q.asked_at,
+                        timeout_s=timeout,
+                    )
                     turn_ids = provenance(swept)
-                    record["sweep"][str(k)] = {"context_tokens": swept.context_tokens, "turn_ids": turn_ids,
-                                               "scores": score(q, turn_ids)}
+                    record["sweep"][str(k)] = {
+                        "context_tokens": swept.context_tokens,
+                        "turn_ids": turn_ids,
+                        "scores": score(q, turn_ids),
+                    }
                 if judge is not None:
-                    record["judge"] = await asyncio.to_thread(judge_answer, judge, self.bench.name, q,
-                                                              record["answer"] or "")
+                    record["judge"] = await asyncio.to_thread(
+                        judge_answer, judge, self.bench.name, q, record["answer"] or ""
+                    )
                     wrong = control_answer(self.bench.questions, q)
                     if wrong is not None:
-                        record["judge_control"] = await asyncio.to_thread(judge_answer, judge, self.bench.name, q,
-                                                                          wrong)
+                        record["judge_control"] = await asyncio.to_thread(
+                            judge_answer, judge, self.bench.name, q, wrong
+                        )
                 append_record(self.out, record)
                 done += 1
                 self.ui.asked(done, total)
@@ -428,11 +477,20 @@ class Runner:
             rows: dict[str, dict[str, Any]] = {}
             for q in self.bench.questions:
                 record = records[q.qid]
-                budgets = {"main": record["context_tokens"],
-                           **{k: s["context_tokens"] for k, s in record["sweep"].items()}}
-                rows[q.qid] = {"full_context_tokens": full_tokens[q.conversation_id],
-                               **baseline_rows(q, baseline, embedder, budgets,
-                                               limit=max(50, 4 * max([*self.options.sweep_k, settings.evidence_k])))}
+                budgets = {
+                    "main": record["context_tokens"],
+                    **{k: s["context_tokens"] for k, s in record["sweep"].items()},
+                }
+                rows[q.qid] = {
+                    "full_context_tokens": full_tokens[q.conversation_id],
+                    **baseline_rows(
+                        q,
+                        baseline,
+                        embedder,
+                        budgets,
+                        limit=max(50, 4 * max([*self.options.sweep_k, settings.evidence_k])),
+                    ),
+                }
             cards = store.count(CARDS, TENANT)
         return {"baselines": rows, "cards": cards, "embedding_model": embedder_name(settings)}
 
@@ -440,13 +498,22 @@ class Runner:
         """The raw turns as a plain RAG system indexes them (``speaker: text``), kept in ``<out>/baseline``."""
         from bench.retrieval import baseline_store
 
-        return baseline_store(self.out / "baseline", [t for ts in self.bench.conversations.values() for t in ts],
-                              embedder)
+        return baseline_store(
+            self.out / "baseline", [t for ts in self.bench.conversations.values() for t in ts], embedder
+        )
 
-    def _result(self, records: dict[str, dict[str, Any]], evaluation: dict[str, Any],
-                endpoints: Endpoints) -> dict[str, Any]:
-        return summarize_run(self.bench, self.options, self.state, records, evaluation,
-                             answer_model=endpoints.answer_model, judge_model=endpoints.judge_model)
+    def _result(
+        self, records: dict[str, dict[str, Any]], evaluation: dict[str, Any], endpoints: Endpoints
+    ) -> dict[str, Any]:
+        return summarize_run(
+            self.bench,
+            self.options,
+            self.state,
+            records,
+            evaluation,
+            answer_model=endpoints.answer_model,
+            judge_model=endpoints.judge_model,
+        )
 
 
 def embedder_name(settings: Settings) -> str:
@@ -464,12 +531,24 @@ def provenance(reply: Reply) -> list[str]:
 
 def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[str, Any]:
     turn_ids = provenance(reply)
-    return {"qid": q.qid, "group": q.group, "abstention": q.abstention, "ok": reply.ok, "error": reply.error,
-            "latency_ms": round(latency_ms, 1), "worker_latency_ms": reply.latency_ms,
-            "profile": reply.access_profile, "evidence_items": len(reply.evidence),
-            "context_tokens": reply.context_tokens, "turn_ids": turn_ids, "scores": score(q, turn_ids),
-            "answer": reply.answer, "answer_mode": reply.answer_mode,
-            "costs": [c.model_dump(mode="json") for c in reply.costs], "sweep": {}}
+    return {
+        "qid": q.qid,
+        "group": q.group,
+        "abstention": q.abstention,
+        "ok": reply.ok,
+        "error": reply.error,
+        "latency_ms": round(latency_ms, 1),
+        "worker_latency_ms": reply.latency_ms,
+        "profile": reply.access_profile,
+        "evidence_items": len(reply.evidence),
+        "context_tokens": reply.context_tokens,
+        "turn_ids": turn_ids,
+        "scores": score(q, turn_ids),
+        "answer": reply.answer,
+        "answer_mode": reply.answer_mode,
+        "costs": [c.model_dump(mode="json") for c in reply.costs],
+        "sweep": {},
+    }
 
 
 def judge_answer(judge: Any, bench: str, q: BenchQuestion, answer: str) -> dict[str, Any]:
@@ -482,8 +561,12 @@ def judge_answer(judge: Any, bench: str, q: BenchQuestion, answer: str) -> dict[
     else:
         correct, cost = judge.longmemeval(q.group, q.qid, q.text, q.gold_answer, answer)
         extra = {}
-    return {"correct": correct, "readable": judge.unreadable == unreadable, "cost": cost.model_dump(mode="json"),
-            **extra}
+    return {
+        "correct": correct,
+        "readable": judge.unreadable == unreadable,
+        "cost": cost.model_dump(mode="json"),
+        **extra,
+    }
 
 
 CONTROLS = 20  # questions whose judge is also shown a wrong answer
@@ -510,8 +593,9 @@ def ranked_turns(hits: Sequence[Any], budget: int) -> tuple[list[str], int]:
     return [h.payload["turn_id"] for h in hits[:keep]], sum(count_tokens(t) for t in texts[:keep])
 
 
-def baseline_rows(q: BenchQuestion, store: VectorStore, embedder: Embedder, budgets: dict[str, int], *,
-                  limit: int) -> dict[str, dict[str, Any]]:
+def baseline_rows(
+    q: BenchQuestion, store: VectorStore, embedder: Embedder, budgets: dict[str, int], *, limit: int
+) -> dict[str, dict[str, Any]]:
     """Dense and BM25 top-K over the question's raw turns at each budget (memstream's tokens)."""
     scope = StoreFilter(equals={"conversation_id": q.conversation_id})
     dense = store.search(TURNS, TENANT, embedder.embed([q.text])[0], where=scope, limit=limit)
@@ -524,5 +608,17 @@ def baseline_rows(q: BenchQuestion, store: VectorStore, embedder: Embedder, budg
     return out
 
 
-__all__ = ["E2EOptions", "RunState", "Runner", "Ui", "read_records", "append_record", "question_record", "provenance",
-           "baseline_rows", "ranked_turns", "judge_answer", "BASELINES"]
+__all__ = [
+    "E2EOptions",
+    "RunState",
+    "Runner",
+    "Ui",
+    "read_records",
+    "append_record",
+    "question_record",
+    "provenance",
+    "baseline_rows",
+    "ranked_turns",
+    "judge_answer",
+    "BASELINES",
+]

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.deploy import deploy_worker, worker_samples
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
 from schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
 from streams import runtime
 from streams.deployment import Deployment
-
-from bench.deploy import deploy_worker, worker_samples
 
 TENANT = "bench"
 
@@ -71,7 +70,9 @@ def scrape_worker(port: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def _unique(messages: list[tuple[bytes | None, bytes]], parse: Callable[[bytes], Any], key: Callable[[Any], str]) -> list[Any]:
+def _unique(
+    messages: list[tuple[bytes | None, bytes]], parse: Callable[[bytes], Any], key: Callable[[Any], str]
+) -> list[Any]:
     """Redelivery can duplicate messages on a topic; count each once."""
     seen: dict[str, Any] = {}
     for _, raw in messages:
@@ -83,14 +84,18 @@ def _unique(messages: list[tuple[bytes | None, bytes]], parse: Callable[[bytes],
     return list(seen.values())
 
 
-def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = print,
-                     on_sent: Callable[[Turn], None] | None = None) -> dict[str, Any]:
+def run_ingest_bench(
+    options: IngestOptions, *, status: Callable[[str], None] = print, on_sent: Callable[[Turn], None] | None = None
+) -> dict[str, Any]:
     base = Settings()
     turns = load_turns(options)
     if not turns:
         raise ValueError("no turns to ingest")
-    env = {"MEMSTREAM_EXTRACT_MODE": "llm" if options.llm else "extractive",
-           "MEMSTREAM_COMPRESSOR_MODEL": options.compressor_model or "", "MEMSTREAM_LLM_BASE_URL": ""}
+    env = {
+        "MEMSTREAM_EXTRACT_MODE": "llm" if options.llm else "extractive",
+        "MEMSTREAM_COMPRESSOR_MODEL": options.compressor_model or "",
+        "MEMSTREAM_LLM_BASE_URL": "",
+    }
     status("measuring the raw embedding speed of the model on the same turns")
     embed_speed = raw_embedding_speed([t.text for t in turns], base)
     # Unwinds in reverse: the worker stops first, then the LLM server and the broker, if this run started them.
@@ -112,9 +117,18 @@ def run_ingest_bench(options: IngestOptions, *, status: Callable[[str], None] = 
     return result
 
 
-def _collect(deployment: Deployment, turns: list[Turn], options: IngestOptions, *, ingest_s: float,
-             produced_s: float, embed_speed: float) -> dict[str, Any]:
-    compressed = _unique(deployment.read_topic("turns.compressed"), CompressedTurn.from_bytes, lambda c: c.key + c.turn.turn_id)
+def _collect(
+    deployment: Deployment,
+    turns: list[Turn],
+    options: IngestOptions,
+    *,
+    ingest_s: float,
+    produced_s: float,
+    embed_speed: float,
+) -> dict[str, Any]:
+    compressed = _unique(
+        deployment.read_topic("turns.compressed"), CompressedTurn.from_bytes, lambda c: c.key + c.turn.turn_id
+    )
     flushes = _unique(deployment.read_topic("stm.flush"), StmFlush.from_bytes, lambda f: f.flush_id)
     writes = _unique(deployment.read_topic("cards"), MemoryWrite.from_bytes, lambda w: w.write_id)
     calls = sum(c.calls for w in writes for c in w.costs)
@@ -122,7 +136,9 @@ def _collect(deployment: Deployment, turns: list[Turn], options: IngestOptions, 
     completion = sum(c.completion_tokens for w in writes for c in w.costs)
     per_conversation: dict[str, dict[str, int]] = {}
     for w in writes:
-        entry = per_conversation.setdefault(w.conversation_id, {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "flushes": 0})
+        entry = per_conversation.setdefault(
+            w.conversation_id, {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "flushes": 0}
+        )
         entry["flushes"] += 1
         for c in w.costs:
             entry["llm_calls"] += c.calls

@@ -64,18 +64,18 @@ Reply with JSON: a short reason, then the label."""
 
 LONGMEMEVAL_RUBRICS: dict[str, str] = {
     "default": "Answer yes if the response contains the correct answer, or an equivalent of it, or all the "
-               "steps that lead to it. Answer no if it gives only part of what is asked, or something else.",
+    "steps that lead to it. Answer no if it gives only part of what is asked, or something else.",
     "temporal-reasoning": "Answer yes if the response contains the correct answer, or an equivalent of it. "
-                          "Do not penalise counts of days, weeks or months that are off by one. "
-                          "Answer no if it gives only part of what is asked, or something else.",
+    "Do not penalise counts of days, weeks or months that are off by one. "
+    "Answer no if it gives only part of what is asked, or something else.",
     "knowledge-update": "The user's information changed over time; the correct answer is the newest value. "
-                        "Answer yes if the response gives the newest value, even if it also mentions an older one. "
-                        "Answer no if it gives only an older value, or something else.",
+    "Answer yes if the response gives the newest value, even if it also mentions an older one. "
+    "Answer no if it gives only an older value, or something else.",
     "single-session-preference": "The correct answer is a rubric for a personalised response. Answer yes if the "
-                                 "response uses the user's own information as the rubric asks. It need not cover "
-                                 "every point of the rubric. Answer no if it ignores what the user told us.",
+    "response uses the user's own information as the rubric asks. It need not cover "
+    "every point of the rubric. Answer no if it ignores what the user told us.",
     "abstention": "This question cannot be answered from the conversations. Answer yes if the response says the "
-                  "information is not available or not enough. Answer no if it gives an answer.",
+    "information is not available or not enough. Answer no if it gives an answer.",
 }
 
 LONGMEMEVAL_JUDGE_SYSTEM = """You check whether a chat assistant's response answers a question about its past
@@ -94,13 +94,19 @@ def locomo_judge_user(question: str, gold: str, answer: str) -> str:
 
 def longmemeval_judge_user(question_type: str, question_id: str, question: str, gold: str, answer: str) -> str:
     label = "Rubric for the response" if question_type == "single-session-preference" else "Correct answer"
-    return (f"Rubric: {longmemeval_rubric(question_type, question_id)}\n\nQuestion: {question}\n"
-            f"{label}: {gold}\nResponse: {answer}")
+    return (
+        f"Rubric: {longmemeval_rubric(question_type, question_id)}\n\nQuestion: {question}\n"
+        f"{label}: {gold}\nResponse: {answer}"
+    )
 
 
 def _schema(field: str, values: list[str]) -> dict:
-    return {"type": "object", "additionalProperties": False, "required": ["reason", field],
-            "properties": {"reason": {"type": "string", "maxLength": 300}, field: {"type": "string", "enum": values}}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["reason", field],
+        "properties": {"reason": {"type": "string", "maxLength": 300}, field: {"type": "string", "enum": values}},
+    }
 
 
 class _Label(BaseModel):
@@ -127,26 +133,50 @@ class Judge:
 
     def locomo(self, question: str, gold: str, answer: str) -> tuple[bool, StageCost]:
         attempt = call_with_repair(
-            self.llm, [{"role": "system", "content": LOCOMO_JUDGE_SYSTEM},
-                       {"role": "user", "content": locomo_judge_user(question, gold, answer)}],
-            stage="judge", schema=_schema("label", ["CORRECT", "WRONG"]), schema_name="grade",
-            max_tokens=self.max_tokens, invalid=JudgeOutputInvalid,
-            read=lambda r: parse_output(r, _Label, JudgeOutputInvalid))
+            self.llm,
+            [
+                {"role": "system", "content": LOCOMO_JUDGE_SYSTEM},
+                {"role": "user", "content": locomo_judge_user(question, gold, answer)},
+            ],
+            stage="judge",
+            schema=_schema("label", ["CORRECT", "WRONG"]),
+            schema_name="grade",
+            max_tokens=self.max_tokens,
+            invalid=JudgeOutputInvalid,
+            read=lambda r: parse_output(r, _Label, JudgeOutputInvalid),
+        )
         self.unreadable += attempt.value is None
         return attempt.value is not None and attempt.value.label == "CORRECT", attempt.cost
 
-    def longmemeval(self, question_type: str, question_id: str, question: str, gold: str,
-                    answer: str) -> tuple[bool, StageCost]:
+    def longmemeval(
+        self, question_type: str, question_id: str, question: str, gold: str, answer: str
+    ) -> tuple[bool, StageCost]:
         attempt = call_with_repair(
-            self.llm, [{"role": "system", "content": LONGMEMEVAL_JUDGE_SYSTEM},
-                       {"role": "user", "content": longmemeval_judge_user(question_type, question_id, question, gold,
-                                                                          answer)}],
-            stage="judge", schema=_schema("verdict", ["yes", "no"]), schema_name="verdict",
-            max_tokens=self.max_tokens, invalid=JudgeOutputInvalid,
-            read=lambda r: parse_output(r, _Verdict, JudgeOutputInvalid))
+            self.llm,
+            [
+                {"role": "system", "content": LONGMEMEVAL_JUDGE_SYSTEM},
+                {"role": "user", "content": longmemeval_judge_user(question_type, question_id, question, gold, answer)},
+            ],
+            stage="judge",
+            schema=_schema("verdict", ["yes", "no"]),
+            schema_name="verdict",
+            max_tokens=self.max_tokens,
+            invalid=JudgeOutputInvalid,
+            read=lambda r: parse_output(r, _Verdict, JudgeOutputInvalid),
+        )
         self.unreadable += attempt.value is None
         return attempt.value is not None and attempt.value.verdict == "yes", attempt.cost
 
 
-__all__ = ["normalize_answer", "token_f1", "bleu1", "Judge", "LOCOMO_JUDGE_SYSTEM", "LONGMEMEVAL_JUDGE_SYSTEM",
-           "LONGMEMEVAL_RUBRICS", "longmemeval_rubric", "locomo_judge_user", "longmemeval_judge_user"]
+__all__ = [
+    "normalize_answer",
+    "token_f1",
+    "bleu1",
+    "Judge",
+    "LOCOMO_JUDGE_SYSTEM",
+    "LONGMEMEVAL_JUDGE_SYSTEM",
+    "LONGMEMEVAL_RUBRICS",
+    "longmemeval_rubric",
+    "locomo_judge_user",
+    "longmemeval_judge_user",
+]

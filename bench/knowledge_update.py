@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from bench.deploy import deploy_worker, worker_samples
 from memstream.config import Settings
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
@@ -40,11 +41,9 @@ from processors.index import CARDS
 from processors.retrieve import RETIRED
 from processors.tokens import count_tokens
 from schemas import Reply, Turn
-from streams.client import MemoryClient
 from schemas.topics import INGEST_TOPICS
+from streams.client import MemoryClient
 from streams.deployment import Deployment
-
-from bench.deploy import deploy_worker, worker_samples
 
 TENANT = "bench"
 
@@ -80,14 +79,23 @@ def update_case(q: LongMemEvalQuestion) -> UpdateCase | None:
     for questions whose answer sessions do not hold both a newest and a stale ``has_answer`` turn."""
     if q.question_type != "knowledge-update" or q.question_id.endswith("_abs"):
         return None
-    sessions = sorted((_date(d), sid, s) for d, sid, s in zip(q.haystack_dates, q.haystack_session_ids,
-                                                              q.haystack_sessions) if sid in set(q.answer_session_ids))
+    sessions = sorted(
+        (_date(d), sid, s)
+        for d, sid, s in zip(q.haystack_dates, q.haystack_session_ids, q.haystack_sessions)
+        if sid in set(q.answer_session_ids)
+    )
     marked = [{longmemeval_turn_id(sid, i) for i, t in enumerate(s) if t.get("has_answer")} for _, sid, s in sessions]
     if len(marked) < 2 or not marked[-1] or not any(marked[:-1]):
         return None
     asked_at = _date(q.question_date) if q.question_date else sessions[-1][0]
-    return UpdateCase(q.question_id, longmemeval_conversation_id(q), q.question, asked_at,
-                      frozenset(marked[-1]), frozenset(set().union(*marked[:-1])))
+    return UpdateCase(
+        q.question_id,
+        longmemeval_conversation_id(q),
+        q.question,
+        asked_at,
+        frozenset(marked[-1]),
+        frozenset(set().union(*marked[:-1])),
+    )
 
 
 def rank_values(case: UpdateCase, evidence_turns: Sequence[Iterable[str]]) -> UpdateOutcome:
@@ -104,10 +112,12 @@ def rank_values(case: UpdateCase, evidence_turns: Sequence[Iterable[str]]) -> Up
 
 def summarize_updates(outcomes: Sequence[UpdateOutcome]) -> dict[str, float]:
     n = max(len(outcomes), 1)
-    return {"newest_above_stale": round(sum(o.newest_above_stale for o in outcomes) / n, 4),
-            "newest_found": round(sum(o.newest_rank is not None for o in outcomes) / n, 4),
-            "stale_found": round(sum(o.stale_rank is not None for o in outcomes) / n, 4),
-            "questions": len(outcomes)}
+    return {
+        "newest_above_stale": round(sum(o.newest_above_stale for o in outcomes) / n, 4),
+        "newest_found": round(sum(o.newest_rank is not None for o in outcomes) / n, 4),
+        "stale_found": round(sum(o.stale_rank is not None for o in outcomes) / n, 4),
+        "questions": len(outcomes),
+    }
 
 
 @dataclass
@@ -120,13 +130,23 @@ class KnowledgeUpdateOptions:
     reopen: Path | None = None  # an earlier run's deployment folder: its haystacks are not ingested again
 
 
-async def _ask_all(settings: Settings, cases: Sequence[UpdateCase], k: int | None,
-                   on_question: Callable[[], None]) -> list[Reply]:
+async def _ask_all(
+    settings: Settings, cases: Sequence[UpdateCase], k: int | None, on_question: Callable[[], None]
+) -> list[Reply]:
     replies = []
     async with MemoryClient(settings) as client:
         for case in cases:
-            replies.append(await client.ask(case.question, tenant_id=TENANT, conversation_id=case.conversation_id,
-                                            k=k, answer=False, question_time=case.asked_at, timeout_s=120))
+            replies.append(
+                await client.ask(
+                    case.question,
+                    tenant_id=TENANT,
+                    conversation_id=case.conversation_id,
+                    k=k,
+                    answer=False,
+                    question_time=case.asked_at,
+                    timeout_s=120,
+                )
+            )
             on_question()
     return replies
 
@@ -137,7 +157,7 @@ def _outcomes(cases: Sequence[UpdateCase], replies: Sequence[Reply]) -> list[Upd
 
 def _metric_sums(port: str, names: Iterable[str]) -> dict[str, float]:
     """Sums of the worker's metrics (all label sets)."""
-    wanted, out = set(names), {}
+    wanted, out = set(names), dict[str, float]()
     for sample in worker_samples(port):
         if sample.name in wanted:
             out[sample.name] = out.get(sample.name, 0.0) + sample.value
@@ -154,26 +174,43 @@ def _ingest_rate(deployment: Deployment, turns: Sequence[Turn]) -> dict[str, flo
     deployment.produce(turns)
     seconds = deployment.drain(timeout_s=1800, topics=INGEST_TOPICS) - t0
     tokens = sum(count_tokens(t.text) for t in turns)
-    return {"turns": len(turns), "tokens": tokens, "seconds": round(seconds, 1),
-            "turns_per_s": round(len(turns) / seconds, 2), "tokens_per_s": round(tokens / seconds, 1)}
+    return {
+        "turns": len(turns),
+        "tokens": tokens,
+        "seconds": round(seconds, 1),
+        "turns_per_s": round(len(turns) / seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+    }
 
 
 def value_similarity(store: VectorStore, case: UpdateCase) -> float | None:
     """The highest cosine between a card of the newest value and a card of the stale one (same
     subject): whether the stale card can enter the newest card's update queue at a given tau."""
-    scope = StoreFilter(equals={"conversation_id": case.conversation_id},
-                        any_of={"turn_ids": sorted(case.newest | case.stale)})
+    scope = StoreFilter(
+        equals={"conversation_id": case.conversation_id}, any_of={"turn_ids": sorted(case.newest | case.stale)}
+    )
     hits = store.scroll(CARDS, TENANT, where=scope, limit=10_000, with_vectors=True)
     newest = [h for h in hits if set(h.payload.get("turn_ids", [])) & case.newest]
     stale = [h for h in hits if set(h.payload.get("turn_ids", [])) & case.stale]
-    pairs = [float(np.dot(a.vector, b.vector)) for a in newest for b in stale
-             if a.payload.get("subject") == b.payload.get("subject") and a.vector is not None and b.vector is not None]
+    pairs = [
+        float(np.dot(a.vector, b.vector))
+        for a in newest
+        for b in stale
+        if a.payload.get("subject") == b.payload.get("subject") and a.vector is not None and b.vector is not None
+    ]
     return round(max(pairs), 4) if pairs else None
 
 
 # What consolidation writes on a card; clearing them gives the card as it was indexed.
-CONSOLIDATION_FIELDS = ("retired", "retired_ts", "valid_to", "superseded_by", "successor_order", "duplicate_of",
-                        "support")
+CONSOLIDATION_FIELDS = (
+    "retired",
+    "retired_ts",
+    "valid_to",
+    "superseded_by",
+    "successor_order",
+    "duplicate_of",
+    "support",
+)
 
 
 def reset_consolidation(store: VectorStore, tenant_id: str) -> int:
@@ -194,16 +231,25 @@ def inspect_store(deployment: Deployment, cases: Sequence[UpdateCase]) -> dict[s
     with deployment.store() as store:
         cards = store.count(CARDS, TENANT)
         retired = store.count(CARDS, TENANT, where=StoreFilter(equals=RETIRED))
-        duplicates = sum(1 for h in store.scroll(CARDS, TENANT, where=StoreFilter(equals=RETIRED), limit=cards + 1)
-                         if h.payload.get("duplicate_of"))
+        duplicates = sum(
+            1
+            for h in store.scroll(CARDS, TENANT, where=StoreFilter(equals=RETIRED), limit=cards + 1)
+            if h.payload.get("duplicate_of")
+        )
         similarity = [value_similarity(store, c) for c in cases]
-    return {"versions": {"cards": cards, "retired": retired, "duplicates": duplicates, "superseded": retired - duplicates},
-            "value_similarity": similarity}
+    return {
+        "versions": {"cards": cards, "retired": retired, "duplicates": duplicates, "superseded": retired - duplicates},
+        "value_similarity": similarity,
+    }
 
 
-def run_knowledge_update_bench(options: KnowledgeUpdateOptions, *, status: Callable[[str], None] = lambda s: None,
-                               on_sent: Callable[[Any], None] | None = None,
-                               on_question: Callable[[], None] = lambda: None) -> dict[str, Any]:
+def run_knowledge_update_bench(
+    options: KnowledgeUpdateOptions,
+    *,
+    status: Callable[[str], None] = lambda s: None,
+    on_sent: Callable[[Any], None] | None = None,
+    on_question: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     questions = load_longmemeval(options.data)
     cases = [c for c in map(update_case, questions) if c is not None]
     if not cases:
@@ -213,20 +259,36 @@ def run_knowledge_update_bench(options: KnowledgeUpdateOptions, *, status: Calla
     others = [q for q in questions if q.question_type != "knowledge-update"] or questions
     if len(others) < 2:
         raise ValueError("the ingest probe needs two questions of another type than knowledge-update")
-    probes = [longmemeval_turns(q, tenant_id="probe")[:options.probe_turns] for q in others[:2]]
-    env: dict[str, str] = {"MEMSTREAM_EXTRACT_MODE": "extractive", "MEMSTREAM_LLM_BASE_URL": "",
-                           "MEMSTREAM_COMPRESSOR_MODEL": "", "MEMSTREAM_SLEEP_IDLE_S": "1000000000"}
+    probes = [longmemeval_turns(q, tenant_id="probe")[: options.probe_turns] for q in others[:2]]
+    env: dict[str, str] = {
+        "MEMSTREAM_EXTRACT_MODE": "extractive",
+        "MEMSTREAM_LLM_BASE_URL": "",
+        "MEMSTREAM_COMPRESSOR_MODEL": "",
+        "MEMSTREAM_SLEEP_IDLE_S": "1000000000",
+    }
     if options.tau is not None:
         env["MEMSTREAM_CONSOLIDATE_TAU"] = str(options.tau)
-    result: dict[str, Any] = {"data": str(options.data), "questions": len(cases), "turns": len(turns),
-                              "mode": "extractive (no compressor)"}
+    result: dict[str, Any] = {
+        "data": str(options.data),
+        "questions": len(cases),
+        "turns": len(turns),
+        "mode": "extractive (no compressor)",
+    }
+
     def reset(deployment: Deployment) -> None:
         with deployment.store() as store:
             result["cards_reset"] = reset_consolidation(store, TENANT)
 
     with contextlib.ExitStack() as running:
-        deployment = deploy_worker(running, Settings(), options.workdir, env, status=status, reopen=options.reopen,
-                                   before_start=reset if options.reopen else lambda d: None)
+        deployment = deploy_worker(
+            running,
+            Settings(),
+            options.workdir,
+            env,
+            status=status,
+            reopen=options.reopen,
+            before_start=reset if options.reopen else lambda d: None,
+        )
         settings = deployment.settings
         result |= {"tau": settings.consolidate_tau, "k": options.k or settings.evidence_k}
         if options.reopen is None:
@@ -254,19 +316,36 @@ def run_knowledge_update_bench(options: KnowledgeUpdateOptions, *, status: Calla
         deployment.stop_workers()
         result |= inspect_store(deployment, cases)
     result |= {
-        "before": summarize_updates(before), "after": summarize_updates(after),
-        "per_question": [{"question_id": c.question_id, "question": c.question,
-                          "before": [b.newest_rank, b.stale_rank], "after": [a.newest_rank, a.stale_rank]}
-                         for c, b, a in zip(cases, before, after)],
+        "before": summarize_updates(before),
+        "after": summarize_updates(after),
+        "per_question": [
+            {
+                "question_id": c.question_id,
+                "question": c.question,
+                "before": [b.newest_rank, b.stale_rank],
+                "after": [a.newest_rank, a.stale_rank],
+            }
+            for c, b, a in zip(cases, before, after)
+        ],
         "consolidation_s": round(sums.get("memstream_consolidation_seconds_sum", 0.0), 1),
         "consolidation_wall_s": round(consolidation_wall, 1),
         "consolidation_queues": int(sums.get("memstream_consolidation_queues_total", 0)),
-        "probe_alone": alone, "probe_during": during,
+        "probe_alone": alone,
+        "probe_during": during,
         "ingest_during_vs_alone": round(during["tokens_per_s"] / alone["tokens_per_s"], 3),
     }
     return result
 
 
-__all__ = ["UpdateCase", "UpdateOutcome", "update_case", "rank_values", "summarize_updates", "KnowledgeUpdateOptions",
-           "run_knowledge_update_bench", "value_similarity", "inspect_store",
-           "reset_consolidation"]
+__all__ = [
+    "UpdateCase",
+    "UpdateOutcome",
+    "update_case",
+    "rank_values",
+    "summarize_updates",
+    "KnowledgeUpdateOptions",
+    "run_knowledge_update_bench",
+    "value_similarity",
+    "inspect_store",
+    "reset_consolidation",
+]

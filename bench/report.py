@@ -14,18 +14,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from processors.tokens import count_tokens
-
 from bench.cases import BenchQuestion, BenchSet
 from bench.scoring import percentile
+from processors.tokens import count_tokens
 
 METHODS = ("memstream", "dense_topk", "bm25_topk", "full_context")
-METHOD_LABELS = {"memstream": "memstream", "dense_topk": "dense top-K turns", "bm25_topk": "BM25 top-K turns",
-                 "full_context": "full context"}
+METHOD_LABELS = {
+    "memstream": "memstream",
+    "dense_topk": "dense top-K turns",
+    "bm25_topk": "BM25 top-K turns",
+    "full_context": "full context",
+}
 
 
-def method_point(q: BenchQuestion, record: dict[str, Any], baselines: dict[str, Any], method: str,
-                 key: str = "main") -> dict[str, Any]:
+def method_point(
+    q: BenchQuestion, record: dict[str, Any], baselines: dict[str, Any], method: str, key: str = "main"
+) -> dict[str, Any]:
     """One question's scores and context tokens for one method, at the main K or a swept K."""
     if method == "memstream":
         part = record if key == "main" else record["sweep"][key]
@@ -68,21 +72,42 @@ def _machine() -> dict[str, Any]:
         memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         pass
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-            "memory_gib": memory, "processor": platform.processor() or platform.machine()}
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "memory_gib": memory,
+        "processor": platform.processor() or platform.machine(),
+    }
 
 
 def source_commit() -> str | None:
     """The short commit of this checkout, where it is a git checkout."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).resolve().parent,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, dict[str, Any]],
-                  evaluation: dict[str, Any], *, answer_model: str | None, judge_model: str | None) -> dict[str, Any]:
+def summarize_run(
+    bench: BenchSet,
+    options: Any,
+    state: Any,
+    records: dict[str, dict[str, Any]],
+    evaluation: dict[str, Any],
+    *,
+    answer_model: str | None,
+    judge_model: str | None,
+) -> dict[str, Any]:
     questions = bench.questions
     metrics = list(bench.metrics)
     base = evaluation["baselines"]
@@ -96,8 +121,10 @@ def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, 
         "overall": {m: aggregate(points(questions, m), metrics) for m in METHODS},
         "per_group": {g: {m: aggregate(points(qs, m), metrics) for m in METHODS} for g, qs in by_group.items()},
     }
-    sweep = [{"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in METHODS[:3]}}
-             for k in map(str, options.sweep_k)]
+    sweep = [
+        {"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in METHODS[:3]}}
+        for k in map(str, options.sweep_k)
+    ]
     latencies = [r["latency_ms"] for r in records.values()]
     worker_keys = sorted({k for r in records.values() for k in (r.get("worker_latency_ms") or {})})
     query_costs = _sum_costs(c for r in records.values() for c in r["costs"])
@@ -105,42 +132,80 @@ def summarize_run(bench: BenchSet, options: Any, state: Any, records: dict[str, 
     tokens = sum(count_tokens(t.text) for t in turns)
     construction = state.construction
     result: dict[str, Any] = {
-        "bench": bench.name, "data": str(bench.data), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "started_at": state.started_at, "machine": _machine(), "commit": source_commit(),
+        "bench": bench.name,
+        "data": str(bench.data),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": state.started_at,
+        "machine": _machine(),
+        "commit": source_commit(),
         "ask_commits": sorted({r["commit"] for r in records.values() if r.get("commit")}),
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()
-                    if k not in ("judge_api_key",)},
-        "models": {"embedding": evaluation["embedding_model"], "extraction": options.extract,
-                   "answer": answer_model if options.llm else None, "judge": judge_model},
-        "conversations": len(bench.conversations), "turns": len(turns), "turn_tokens": tokens,
-        "questions": len(questions), "retrieval_scored": sum(q.retrieval_scored for q in questions),
+        "options": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items() if k not in ("judge_api_key",)
+        },
+        "models": {
+            "embedding": evaluation["embedding_model"],
+            "extraction": options.extract,
+            "answer": answer_model if options.llm else None,
+            "judge": judge_model,
+        },
+        "conversations": len(bench.conversations),
+        "turns": len(turns),
+        "turn_tokens": tokens,
+        "questions": len(questions),
+        "retrieval_scored": sum(q.retrieval_scored for q in questions),
         "groups": {g: {"name": bench.group_names.get(g, g), "questions": len(qs)} for g, qs in by_group.items()},
-        "metrics": metrics, "recall": recall, "sweep": sweep,
+        "metrics": metrics,
+        "recall": recall,
+        "sweep": sweep,
         "errors": sum(not r["ok"] for r in records.values()),
         "profiles": _count(r["profile"] or "?" for r in records.values()),
-        "latency_ms": {"p50": round(percentile(latencies, 50), 1), "p99": round(percentile(latencies, 99), 1),
-                       "worker": {k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)}
-                                  for k in worker_keys
-                                  if (v := [r["worker_latency_ms"][k] for r in records.values()
-                                            if k in (r.get("worker_latency_ms") or {})])}},
-        "ingest": {"turns": len(turns), "tokens": tokens, "seconds": state.ingest_seconds,
-                   "segments": state.ingest_segments, "commits": list(state.ingest_commits),
-                   "turns_per_s": round(len(turns) / state.ingest_seconds, 2) if state.ingest_seconds else None,
-                   "tokens_per_s": round(tokens / state.ingest_seconds, 1) if state.ingest_seconds else None,
-                   "consolidation_s": state.consolidation_s if options.consolidate else None,
-                   "consolidation_decisions": state.consolidation_decisions, "store": state.store_counts},
+        "latency_ms": {
+            "p50": round(percentile(latencies, 50), 1),
+            "p99": round(percentile(latencies, 99), 1),
+            "worker": {
+                k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)}
+                for k in worker_keys
+                if (
+                    v := [
+                        r["worker_latency_ms"][k] for r in records.values() if k in (r.get("worker_latency_ms") or {})
+                    ]
+                )
+            },
+        },
+        "ingest": {
+            "turns": len(turns),
+            "tokens": tokens,
+            "seconds": state.ingest_seconds,
+            "segments": state.ingest_segments,
+            "commits": list(state.ingest_commits),
+            "turns_per_s": round(len(turns) / state.ingest_seconds, 2) if state.ingest_seconds else None,
+            "tokens_per_s": round(tokens / state.ingest_seconds, 1) if state.ingest_seconds else None,
+            "consolidation_s": state.consolidation_s if options.consolidate else None,
+            "consolidation_decisions": state.consolidation_decisions,
+            "store": state.store_counts,
+        },
         "llm_cost": {
-            "construction": {"stages": construction, "total": _totals(construction),
-                             "per_1k_turns": {k: round(v * 1000 / max(len(turns), 1), 1)
-                                              for k, v in _totals(construction).items()}},
-            "query": {"stages": query_costs, "total": _totals(query_costs),
-                      "per_question": {k: round(v / max(len(records), 1), 2) for k, v in _totals(query_costs).items()}},
+            "construction": {
+                "stages": construction,
+                "total": _totals(construction),
+                "per_1k_turns": {k: round(v * 1000 / max(len(turns), 1), 1) for k, v in _totals(construction).items()},
+            },
+            "query": {
+                "stages": query_costs,
+                "total": _totals(query_costs),
+                "per_question": {k: round(v / max(len(records), 1), 2) for k, v in _totals(query_costs).items()},
+            },
         },
     }
     if options.llm:
         result["answers"] = _accuracy(bench, questions, records)
-        result["llm_cost"]["judge"] = {"total": _totals(_sum_costs(r[part]["cost"] for r in records.values()
-                                                                   for part in ("judge", "judge_control") if part in r))}
+        result["llm_cost"]["judge"] = {
+            "total": _totals(
+                _sum_costs(
+                    r[part]["cost"] for r in records.values() for part in ("judge", "judge_control") if part in r
+                )
+            )
+        }
     return result
 
 
@@ -151,12 +216,18 @@ def _count(values: Iterable[str]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _accuracy(bench: BenchSet, questions: Sequence[BenchQuestion], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _accuracy(
+    bench: BenchSet, questions: Sequence[BenchQuestion], records: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Judge accuracy overall and per group (LongMemEval: abstention apart), F1 and BLEU-1 (LoCoMo)."""
+
     def acc(qs: Sequence[BenchQuestion]) -> dict[str, Any]:
         judged = [records[q.qid]["judge"] for q in qs if "judge" in records[q.qid]]
-        out: dict[str, Any] = {"accuracy": round(sum(j["correct"] for j in judged) / len(judged), 4) if judged else None,
-                               "questions": len(judged), "unreadable": sum(not j.get("readable", True) for j in judged)}
+        out: dict[str, Any] = {
+            "accuracy": round(sum(j["correct"] for j in judged) / len(judged), 4) if judged else None,
+            "questions": len(judged),
+            "unreadable": sum(not j.get("readable", True) for j in judged),
+        }
         if bench.name == "locomo" and judged:
             out["f1"] = round(sum(j["f1"] for j in judged) / len(judged), 4)
             out["bleu1"] = round(sum(j["bleu1"] for j in judged) / len(judged), 4)
@@ -170,13 +241,15 @@ def _accuracy(bench: BenchSet, questions: Sequence[BenchQuestion], records: dict
         out["abstention"] = acc([q for q in questions if q.abstention])
         out["all"] = acc(questions)
     # Wrong answers (another question's gold) the judge accepted: near 0 for a judge worth reading.
-    out["judge_control"] = {"questions": len(controls),
-                            "false_accept": round(sum(c["correct"] for c in controls) / len(controls), 4)
-                            if controls else None}
+    out["judge_control"] = {
+        "questions": len(controls),
+        "false_accept": round(sum(c["correct"] for c in controls) / len(controls), 4) if controls else None,
+    }
     return out
 
 
 # --- report.md ---------------------------------------------------------------------------------
+
 
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
@@ -188,11 +261,14 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def _recall_table(result: dict[str, Any]) -> list[str]:
     metrics = result["metrics"]
-    header = ["questions", *[f"{METHOD_LABELS[m]} {metric.replace('_', ' ')}" for metric in metrics
-                             for m in METHODS[:3]]]
+    header = [
+        "questions",
+        *[f"{METHOD_LABELS[m]} {metric.replace('_', ' ')}" for metric in metrics for m in METHODS[:3]],
+    ]
     lines = ["| group | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     rows = [("overall", result["recall"]["overall"])] + [
-        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()]
+        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()
+    ]
     for name, row in rows:
         cells = [str(row["memstream"][f"{metrics[0]}_questions"])]
         cells += [_fmt(row[m][metric]) for metric in metrics for m in METHODS[:3]]
@@ -203,9 +279,14 @@ def _recall_table(result: dict[str, Any]) -> list[str]:
 def _code_note(result: dict[str, Any]) -> str:
     """A run resumed across commits says which code built the memories and which asked the questions."""
     here = result["commit"]
-    parts = [(what, commits) for what, commits in (("memories built at", result["ingest"].get("commits", [])),
-                                                   ("questions asked at", result.get("ask_commits", [])))
-             if any(c != here for c in commits)]
+    parts = [
+        (what, commits)
+        for what, commits in (
+            ("memories built at", result["ingest"].get("commits", [])),
+            ("questions asked at", result.get("ask_commits", [])),
+        )
+        if any(c != here for c in commits)
+    ]
     said = "; ".join(what + " " + ", ".join(commits) for what, commits in parts)
     return f" ({said})" if said else ""
 
@@ -241,12 +322,20 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
     ]
     if r["sweep"]:
         metric = r["metrics"][0]
-        lines += ["## Recall against context budget", "",
-                  f"{metric.replace('_', ' ')} at each evidence K (baselines at memstream's tokens):", "",
-                  "| K | tokens | memstream | dense top-K | BM25 top-K |", "|---|---|---|---|---|"]
+        lines += [
+            "## Recall against context budget",
+            "",
+            f"{metric.replace('_', ' ')} at each evidence K (baselines at memstream's tokens):",
+            "",
+            "| K | tokens | memstream | dense top-K | BM25 top-K |",
+            "|---|---|---|---|---|",
+        ]
         for row in r["sweep"]:
-            lines.append(f"| {row['k']} | {_fmt(row['memstream']['context_tokens'], 1)} | "
-                         + " | ".join(_fmt(row[m][metric]) for m in METHODS[:3]) + " |")
+            lines.append(
+                f"| {row['k']} | {_fmt(row['memstream']['context_tokens'], 1)} | "
+                + " | ".join(_fmt(row[m][metric]) for m in METHODS[:3])
+                + " |"
+            )
         lines.append("")
     for name, path in plots.items():
         lines += [f"![{name}]({path})", ""]
@@ -257,25 +346,40 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
             t = cost[part]["total"]
             lines.append(f"| {part} | {t['calls']} | {t['prompt_tokens']} | {t['completion_tokens']} |")
     ingest = r["ingest"]
-    lines += ["", f"Construction per 1k turns: {cost['construction']['per_1k_turns']['calls']} calls, "
-                  f"{cost['construction']['per_1k_turns']['prompt_tokens'] + cost['construction']['per_1k_turns']['completion_tokens']:.0f} tokens. "
-                  f"Query per question: {cost['query']['per_question']['calls']} calls.", "",
-              "## Speed", "",
-              f"- ingest: {ingest['turns']} turns in {ingest['seconds']} s of worker time "
-              f"({ingest['segments']} segment(s)): **{_fmt(ingest['turns_per_s'], 2)} turns/s**, "
-              f"{_fmt(ingest['tokens_per_s'], 0)} tokens/s",
-              f"- consolidation after ingest: {_fmt(ingest['consolidation_s'], 1)} s, decisions {ingest['consolidation_decisions']}",
-              f"- store: {ingest['store']}",
-              f"- query latency over Kafka (request to reply): p50 {r['latency_ms']['p50']} ms, p99 {r['latency_ms']['p99']} ms"
-              + (f"; worker total p50 {r['latency_ms']['worker']['total_ms']['p50']} ms"
-                 if "total_ms" in r["latency_ms"]["worker"] else ""),
-              f"- access profiles chosen: {r['profiles']}; failed replies: {r['errors']}", ""]
+    lines += [
+        "",
+        f"Construction per 1k turns: {cost['construction']['per_1k_turns']['calls']} calls, "
+        f"{sum(cost['construction']['per_1k_turns'][k] for k in ('prompt_tokens', 'completion_tokens')):.0f} tokens. "
+        f"Query per question: {cost['query']['per_question']['calls']} calls.",
+        "",
+        "## Speed",
+        "",
+        f"- ingest: {ingest['turns']} turns in {ingest['seconds']} s of worker time "
+        f"({ingest['segments']} segment(s)): **{_fmt(ingest['turns_per_s'], 2)} turns/s**, "
+        f"{_fmt(ingest['tokens_per_s'], 0)} tokens/s",
+        f"- consolidation after ingest: {_fmt(ingest['consolidation_s'], 1)} s, "
+        f"decisions {ingest['consolidation_decisions']}",
+        f"- store: {ingest['store']}",
+        f"- query latency over Kafka (request to reply): p50 {r['latency_ms']['p50']} ms, "
+        f"p99 {r['latency_ms']['p99']} ms"
+        + (
+            f"; worker total p50 {r['latency_ms']['worker']['total_ms']['p50']} ms"
+            if "total_ms" in r["latency_ms"]["worker"]
+            else ""
+        ),
+        f"- access profiles chosen: {r['profiles']}; failed replies: {r['errors']}",
+        "",
+    ]
     if "answers" in r:
         a = r["answers"]
-        lines += ["## Answers (LLM judge)", "",
-                  f"Answer model `{r['models']['answer']}`, judge `{r['models']['judge']}`.", "",
-                  "| group | questions | accuracy |" + (" F1 | BLEU-1 |" if r["bench"] == "locomo" else ""),
-                  "|---|---|---|" + ("---|---|" if r["bench"] == "locomo" else "")]
+        lines += [
+            "## Answers (LLM judge)",
+            "",
+            f"Answer model `{r['models']['answer']}`, judge `{r['models']['judge']}`.",
+            "",
+            "| group | questions | accuracy |" + (" F1 | BLEU-1 |" if r["bench"] == "locomo" else ""),
+            "|---|---|---|" + ("---|---|" if r["bench"] == "locomo" else ""),
+        ]
         rows = [("overall", a["overall"])] + [(r["groups"][g]["name"], v) for g, v in a["per_group"].items()]
         if "abstention" in a:
             rows += [("abstention", a["abstention"]), ("all questions", a["all"])]
@@ -283,13 +387,18 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
             extra = f" {_fmt(v.get('f1'))} | {_fmt(v.get('bleu1'))} |" if r["bench"] == "locomo" else ""
             lines.append(f"| {name} | {v['questions']} | {_fmt(v['accuracy'])} |" + extra)
         control = a["judge_control"]
-        lines += ["", f"Judge control: {control['questions']} deliberately wrong answers (another question's gold "
-                      f"answer), accepted as correct at a rate of **{_fmt(control['false_accept'])}**. A judge worth "
-                      "reading accepts almost none.", ""]
+        lines += [
+            "",
+            f"Judge control: {control['questions']} deliberately wrong answers (another question's gold "
+            f"answer), accepted as correct at a rate of **{_fmt(control['false_accept'])}**. A judge worth "
+            "reading accepts almost none.",
+            "",
+        ]
     return "\n".join(lines)
 
 
 # --- plots -------------------------------------------------------------------------------------
+
 
 def _pyplot() -> Any:
     import matplotlib
@@ -329,7 +438,9 @@ def plot_budget(result: dict[str, Any], out: Path) -> Path:
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{result['bench']}: {result['retrieval_scored']} questions, recall against context budget", fontsize=10)
+    fig.suptitle(
+        f"{result['bench']}: {result['retrieval_scored']} questions, recall against context budget", fontsize=10
+    )
     return _save(plt, fig, out)
 
 
@@ -364,5 +475,13 @@ def write_outputs(out: Path, bench: BenchSet, result: dict[str, Any]) -> dict[st
     return result
 
 
-__all__ = ["METHODS", "method_point", "aggregate", "summarize_run", "render_report", "plot_budget", "plot_groups",
-           "write_outputs"]
+__all__ = [
+    "METHODS",
+    "method_point",
+    "aggregate",
+    "summarize_run",
+    "render_report",
+    "plot_budget",
+    "plot_groups",
+    "write_outputs",
+]

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bench.deploy import deploy_worker
 from bench.scoring import evidence_recall, percentile, take_within_budget
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
@@ -35,8 +36,6 @@ from processors.tokens import count_tokens
 from schemas import Query, Reply, Turn
 from streams import runtime
 from streams.client import MemoryClient
-
-from bench.deploy import deploy_worker
 
 TENANT = "bench"
 METHODS = ("adaptive", "lookup", "compose", "replay")
@@ -71,15 +70,24 @@ def load_questions(samples: Sequence[LocomoSample], categories: Sequence[int]) -
         last = max((parse_locomo_datetime(d) for _, d, _ in sample.sessions), default=datetime.now(timezone.utc))
         for qa in sample.qa:
             if qa.category in categories and qa.evidence:
-                out.append(Question(sample.sample_id, qa.question, qa.category, tuple(qa.evidence),
-                                    last + timedelta(days=1)))
+                out.append(
+                    Question(sample.sample_id, qa.question, qa.category, tuple(qa.evidence), last + timedelta(days=1))
+                )
     return out
 
 
 def query_for(q: Question, profile: str) -> Query:
-    return Query(tenant_id=TENANT, conversation_id=q.conversation_id, correlation_id=uuid.uuid4().hex,
-                 reply_topic="bench.replies", question=q.text, question_time=q.asked_at,
-                 profile=profile, answer=False, sent_at=datetime.now(timezone.utc))  # type: ignore[arg-type]
+    return Query(
+        tenant_id=TENANT,
+        conversation_id=q.conversation_id,
+        correlation_id=uuid.uuid4().hex,
+        reply_topic="bench.replies",
+        question=q.text,
+        question_time=q.asked_at,
+        profile=profile,
+        answer=False,
+        sent_at=datetime.now(timezone.utc),
+    )  # type: ignore[arg-type]
 
 
 @dataclass
@@ -99,11 +107,14 @@ def baseline_outcome(q: Question, hits: Sequence[Any], budget: int) -> Outcome:
     texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in hits]
     keep = take_within_budget(texts, budget, count_tokens)
     provenance = [h.payload["turn_id"] for h in hits[:keep]]
-    return Outcome(evidence_recall(q.gold, provenance), sum(count_tokens(t) for t in texts[:keep]), 1.0 if keep else 0.0)
+    return Outcome(
+        evidence_recall(q.gold, provenance), sum(count_tokens(t) for t in texts[:keep]), 1.0 if keep else 0.0
+    )
 
 
-def baseline_outcomes(q: Question, baseline: VectorStore, embedder: Embedder, budget: int, *,
-                      limit: int) -> dict[str, Outcome]:
+def baseline_outcomes(
+    q: Question, baseline: VectorStore, embedder: Embedder, budget: int, *, limit: int
+) -> dict[str, Outcome]:
     """Dense and BM25 top-K over the raw turns of the question's conversation, within ``budget`` tokens."""
     scope = StoreFilter(equals={"conversation_id": q.conversation_id})
     dense = baseline.search(TURNS, TENANT, embedder.embed([q.text])[0], where=scope, limit=limit)
@@ -113,14 +124,21 @@ def baseline_outcomes(q: Question, baseline: VectorStore, embedder: Embedder, bu
 
 def summarize(outcomes: Sequence[Outcome]) -> dict[str, float]:
     n = max(len(outcomes), 1)
-    return {"evidence_recall": round(sum(o.recall for o in outcomes) / n, 4),
-            "context_tokens": round(sum(o.context_tokens for o in outcomes) / n, 1),
-            "provenance_turns_per_evidence": round(sum(o.provenance_turns for o in outcomes) / n, 3),
-            "questions": len(outcomes)}
+    return {
+        "evidence_recall": round(sum(o.recall for o in outcomes) / n, 4),
+        "context_tokens": round(sum(o.context_tokens for o in outcomes) / n, 1),
+        "provenance_turns_per_evidence": round(sum(o.provenance_turns for o in outcomes) / n, 3),
+        "questions": len(outcomes),
+    }
 
 
-def evaluate(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questions: Sequence[Question],
-             progress: Callable[[], None] = lambda: None) -> dict[str, Any]:
+def evaluate(
+    engine: QueryEngine,
+    baseline: VectorStore,
+    embedder: Embedder,
+    questions: Sequence[Question],
+    progress: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     """Every method and baseline on every question; recall tables and in-process retrieval latency.
 
     ``baseline`` holds the raw turns as a plain RAG system indexes them (see :func:`baseline_store`)."""
@@ -142,16 +160,24 @@ def evaluate(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, que
     categories = sorted({q.category for q in questions})
     return {
         "overall": {m: summarize([o for _, o in rows]) for m, rows in results.items()},
-        "per_category": {str(c): {m: summarize([o for cat, o in rows if cat == c]) for m, rows in results.items()}
-                         for c in categories},
+        "per_category": {
+            str(c): {m: summarize([o for cat, o in rows if cat == c]) for m, rows in results.items()}
+            for c in categories
+        },
         "adaptive_profiles": profiles,
         "retrieval_p50_ms": round(percentile(latencies, 50), 2),
         "retrieval_p99_ms": round(percentile(latencies, 99), 2),
     }
 
 
-def sweep(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questions: Sequence[Question],
-          ks: Sequence[int], progress: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+def sweep(
+    engine: QueryEngine,
+    baseline: VectorStore,
+    embedder: Embedder,
+    questions: Sequence[Question],
+    ks: Sequence[int],
+    progress: Callable[[], None] = lambda: None,
+) -> list[dict[str, Any]]:
     """Recall against context tokens as K grows: adaptive, and the baselines at its tokens."""
     rows = []
     for k in ks:
@@ -159,8 +185,9 @@ def sweep(engine: QueryEngine, baseline: VectorStore, embedder: Embedder, questi
         for q in questions:
             reply = engine.run(query_for(q, "auto").model_copy(update={"k": k}))
             outcomes["adaptive"].append(reply_outcome(q, reply))
-            for name, outcome in baseline_outcomes(q, baseline, embedder, max(reply.context_tokens, 1),
-                                                   limit=max(50, 4 * k)).items():
+            for name, outcome in baseline_outcomes(
+                q, baseline, embedder, max(reply.context_tokens, 1), limit=max(50, 4 * k)
+            ).items():
                 outcomes[name].append(outcome)
             progress()
         rows.append({"k": k, **{m: summarize(o) for m, o in outcomes.items()}})
@@ -210,18 +237,40 @@ def baseline_store(path: Path, turns: Sequence[Turn], embedder: Embedder, *, bat
     if store.count(TURNS, turns[0].tenant_id if turns else "") >= len(turns):
         return store  # built by an earlier run over these turns (a resumed benchmark)
     for i in range(0, len(turns), batch):
-        chunk = turns[i:i + batch]
+        chunk = turns[i : i + batch]
         texts = [baseline_turn_text(t) for t in chunk]
         vectors = embedder.embed(texts)
-        store.upsert(TURNS, [StorePoint(point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""), v.tolist(),
-                                        {"tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
-                                         "turn_id": t.turn_id, "speaker": t.speaker, "text": t.text}, text)
-                             for t, v, text in zip(chunk, vectors, texts)])
+        store.upsert(
+            TURNS,
+            [
+                StorePoint(
+                    point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""),
+                    v.tolist(),
+                    {
+                        "tenant_id": t.tenant_id,
+                        "conversation_id": t.conversation_id,
+                        "turn_id": t.turn_id,
+                        "speaker": t.speaker,
+                        "text": t.text,
+                    },
+                    text,
+                )
+                for t, v, text in zip(chunk, vectors, texts)
+            ],
+        )
     return store
 
 
-def calibrate_triggers(store: VectorStore, embedder: Embedder, questions: Sequence[Question], params: RetrievalParams,
-                       thresholds: Sequence[float] = tuple(round(0.30 + 0.05 * i, 2) for i in range(11))) -> dict[str, Any]:
+TRIGGER_THRESHOLDS = tuple(round(0.30 + 0.05 * i, 2) for i in range(11))
+
+
+def calibrate_triggers(
+    store: VectorStore,
+    embedder: Embedder,
+    questions: Sequence[Question],
+    params: RetrievalParams,
+    thresholds: Sequence[float] = TRIGGER_THRESHOLDS,
+) -> dict[str, Any]:
     """How trustworthy a trigger's similarity is, per threshold: of the hosts it would promote, the
     share that holds a gold turn (precision), and the share of questions that gain a gold turn through
     a promotion (coverage). The threshold is chosen where their F1 peaks."""
@@ -231,14 +280,27 @@ def calibrate_triggers(store: VectorStore, embedder: Embedder, questions: Sequen
     for q in questions:
         vector = embedder.embed([q.text])[0]
         scope = StoreFilter(equals={"conversation_id": q.conversation_id})
-        hits = discriminative(store.search(TRIGGERS, TENANT, vector, where=scope, limit=params.trigger_hits),
-                              params.trigger_max_hosts)
+        hits = discriminative(
+            store.search(TRIGGERS, TENANT, vector, where=scope, limit=params.trigger_hits), params.trigger_max_hosts
+        )
         hosts = {h.payload["host_id"] for h in hits}
-        provenance = {h.id: set(h.payload.get("turn_ids", [])) for collection in (CARDS, SCENES)
-                      for h in store.scroll(collection, TENANT, where=StoreFilter(
-                          equals={"conversation_id": q.conversation_id}, any_of={"card_id" if collection == CARDS
-                                                                                 else "scene_id": list(hosts)}),
-                          limit=len(hosts) + 1)} if hosts else {}
+        provenance = (
+            {
+                h.id: set(h.payload.get("turn_ids", []))
+                for collection in (CARDS, SCENES)
+                for h in store.scroll(
+                    collection,
+                    TENANT,
+                    where=StoreFilter(
+                        equals={"conversation_id": q.conversation_id},
+                        any_of={"card_id" if collection == CARDS else "scene_id": list(hosts)},
+                    ),
+                    limit=len(hosts) + 1,
+                )
+            }
+            if hosts
+            else {}
+        )
         for t in thresholds:
             chosen = {h.payload["host_id"] for h in hits if h.score >= t}
             good = [host for host in chosen if provenance.get(host, set()) & set(q.gold)]
@@ -250,8 +312,15 @@ def calibrate_triggers(store: VectorStore, embedder: Embedder, questions: Sequen
         precision = useful[t] / promoted[t] if promoted[t] else 0.0
         coverage = helped[t] / len(questions) if questions else 0.0
         f1 = 2 * precision * coverage / (precision + coverage) if precision + coverage else 0.0
-        table.append({"threshold": t, "promoted_per_question": round(promoted[t] / max(len(questions), 1), 2),
-                      "precision": round(precision, 4), "coverage": round(coverage, 4), "f1": round(f1, 4)})
+        table.append(
+            {
+                "threshold": t,
+                "promoted_per_question": round(promoted[t] / max(len(questions), 1), 2),
+                "precision": round(precision, 4),
+                "coverage": round(coverage, 4),
+                "f1": round(f1, 4),
+            }
+        )
     best = max(table, key=lambda row: row["f1"])
     return {"table": table, "best_threshold": best["threshold"], "configured": params.trigger_threshold}
 
@@ -265,8 +334,14 @@ def retrieval_latency(engine: QueryEngine, questions: Sequence[Question]) -> lis
     return out
 
 
-def grow_store(store: VectorStore, target_cards: int, *, seed: int = 7, batch: int = 2000,
-               progress: Callable[[int], None] = lambda n: None) -> int:
+def grow_store(
+    store: VectorStore,
+    target_cards: int,
+    *,
+    seed: int = 7,
+    batch: int = 2000,
+    progress: Callable[[int], None] = lambda n: None,
+) -> int:
     """Add synthetic cards (real cards' vectors with noise, their words shuffled) up to ``target_cards``.
 
     They spread over the real conversations, so every query filters through its share of them.
@@ -280,17 +355,24 @@ def grow_store(store: VectorStore, target_cards: int, *, seed: int = 7, batch: i
     added = 0
     while added < missing:
         n = min(batch, missing - added)
-        points = []
+        points: list[StorePoint] = []
         for j in rng.integers(0, len(real), size=n):
             source = real[int(j)]
+            assert source.vector is not None  # scrolled with_vectors
             vector = np.asarray(source.vector, dtype=np.float32) + rng.normal(0, 0.04, size=len(source.vector))
             vector /= np.linalg.norm(vector)
             words = str(source.payload.get("text", "")).split()
             rng.shuffle(words)
             card_id = point_id("synthetic", TENANT, "", [], str(added + len(points)))
             text = " ".join(words)
-            payload = {**source.payload, "card_id": card_id, "text": text, "synthetic": True,
-                       "entity_triggers": [], "bridge_triggers": []}
+            payload = {
+                **source.payload,
+                "card_id": card_id,
+                "text": text,
+                "synthetic": True,
+                "entity_triggers": [],
+                "bridge_triggers": [],
+            }
             points.append(StorePoint(card_id, vector.tolist(), payload, text))
         store.upsert(CARDS, points)
         added += n
@@ -302,12 +384,24 @@ async def _reply_latency(settings: Settings, questions: Sequence[Question]) -> l
     out = []
     async with MemoryClient(settings) as client:
         for q in questions[:3]:  # warm-up: first fetches, model load in the worker
-            await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, answer=False,
-                             question_time=q.asked_at, timeout_s=120)
+            await client.ask(
+                q.text,
+                tenant_id=TENANT,
+                conversation_id=q.conversation_id,
+                answer=False,
+                question_time=q.asked_at,
+                timeout_s=120,
+            )
         for q in questions:
             t0 = time.perf_counter()
-            await client.ask(q.text, tenant_id=TENANT, conversation_id=q.conversation_id, answer=False,
-                             question_time=q.asked_at, timeout_s=60)
+            await client.ask(
+                q.text,
+                tenant_id=TENANT,
+                conversation_id=q.conversation_id,
+                answer=False,
+                question_time=q.asked_at,
+                timeout_s=60,
+            )
             out.append((time.perf_counter() - t0) * 1000.0)
     return out
 
@@ -320,9 +414,14 @@ def _spread(questions: Sequence[Question], n: int) -> list[Question]:
     return [questions[int(i * step)] for i in range(n)]
 
 
-def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], None] = lambda s: None,
-                        on_sent: Callable[[Any], None] | None = None, on_question: Callable[[], None] = lambda: None,
-                        on_grow: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
+def run_retrieval_bench(
+    options: RetrievalOptions,
+    *,
+    status: Callable[[str], None] = lambda s: None,
+    on_sent: Callable[[Any], None] | None = None,
+    on_question: Callable[[], None] = lambda: None,
+    on_grow: Callable[[int], None] = lambda n: None,
+) -> dict[str, Any]:
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
     base = Settings()
@@ -334,8 +433,13 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
     turns = [t for s in samples for t in locomo_turns(s, tenant_id=TENANT)]
     questions = load_questions(samples, options.categories)
     sampled = _spread(questions, options.reply_queries)
-    result: dict[str, Any] = {"data": str(options.data), "conversations": [s.sample_id for s in samples],
-                              "turns": len(turns), "questions": len(questions), "mode": "extractive"}
+    result: dict[str, Any] = {
+        "data": str(options.data),
+        "conversations": [s.sample_id for s in samples],
+        "turns": len(turns),
+        "questions": len(questions),
+        "mode": "extractive",
+    }
     env = {"MEMSTREAM_EXTRACT_MODE": "extractive", "MEMSTREAM_LLM_BASE_URL": "", "MEMSTREAM_COMPRESSOR_MODEL": ""}
     with contextlib.ExitStack() as running:
         deployment = deploy_worker(running, base, options.workdir, env, status=status)
@@ -351,12 +455,14 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
         deployment.stop_workers()
 
         runtime.apply_torch_threads(deployment.settings)
-        embedder = SentenceTransformerEmbedder(deployment.settings.embedding_model,
-                                               batch_size=deployment.settings.embedding_batch)
+        embedder = SentenceTransformerEmbedder(
+            deployment.settings.embedding_model, batch_size=deployment.settings.embedding_batch
+        )
         services_options = _query_options(deployment.settings)
         status("indexing the raw turns for the baselines")
-        baseline = running.enter_context(contextlib.closing(
-            baseline_store(deployment.settings.data_dir / "baseline-turns", turns, embedder)))
+        baseline = running.enter_context(
+            contextlib.closing(baseline_store(deployment.settings.data_dir / "baseline-turns", turns, embedder))
+        )
         with deployment.store() as store:
             result["cards"] = store.count(CARDS, TENANT)
             engine = QueryEngine(store, embedder, None, services_options)
@@ -366,9 +472,14 @@ def run_retrieval_bench(options: RetrievalOptions, *, status: Callable[[str], No
                 status(f"recall against context tokens, K in {list(options.sweep_k)}")
                 result["sweep"] = sweep(engine, baseline, embedder, questions, options.sweep_k, progress=on_question)
                 if options.plot:
-                    result["plot"] = str(plot_sweep(result["sweep"], options.plot,
-                                                    f"LoCoMo {', '.join(result['conversations'])}: "
-                                                    f"{len(questions)} questions, extractive memories"))
+                    result["plot"] = str(
+                        plot_sweep(
+                            result["sweep"],
+                            options.plot,
+                            f"LoCoMo {', '.join(result['conversations'])}: "
+                            f"{len(questions)} questions, extractive memories",
+                        )
+                    )
             status("calibrating the trigger threshold")
             result["trigger_calibration"] = calibrate_triggers(store, embedder, questions, services_options.retrieval)
             if options.scale_cards:
@@ -400,5 +511,13 @@ def _query_options(settings: Settings) -> QueryOptions:
     return Services(settings).query_options
 
 
-__all__ = ["RetrievalOptions", "Question", "load_questions", "evaluate", "grow_store", "run_retrieval_bench",
-           "METHODS", "BASELINES"]
+__all__ = [
+    "RetrievalOptions",
+    "Question",
+    "load_questions",
+    "evaluate",
+    "grow_store",
+    "run_retrieval_bench",
+    "METHODS",
+    "BASELINES",
+]

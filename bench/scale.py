@@ -49,12 +49,21 @@ def load_turns(options: ScaleOptions) -> list[Turn]:
     return turns
 
 
-def run_scale_bench(options: ScaleOptions, *, status: Callable[[str], None] = lambda s: None,
-                    on_lag: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
+def run_scale_bench(
+    options: ScaleOptions,
+    *,
+    status: Callable[[str], None] = lambda s: None,
+    on_lag: Callable[[int, int], None] = lambda done, total: None,
+) -> dict[str, Any]:
     base = Settings()
     turns = load_turns(options)
-    env = {"MEMSTREAM_STAGES": SCALE_STAGES, "MEMSTREAM_TORCH_THREADS": str(options.torch_threads),
-           "MEMSTREAM_COMPRESSOR_MODEL": "", "MEMSTREAM_LLM_BASE_URL": "", **options.env}
+    env = {
+        "MEMSTREAM_STAGES": SCALE_STAGES,
+        "MEMSTREAM_TORCH_THREADS": str(options.torch_threads),
+        "MEMSTREAM_COMPRESSOR_MODEL": "",
+        "MEMSTREAM_LLM_BASE_URL": "",
+        **options.env,
+    }
     runs: dict[int, dict[str, Any]] = {}
     with contextlib.ExitStack() as running:
         status("starting Kafka")
@@ -75,18 +84,28 @@ def run_scale_bench(options: ScaleOptions, *, status: Callable[[str], None] = la
             produced = deployment.produce(turns)
             finished = deployment.drain(timeout_s=3600, topics=FRONT_TOPICS, progress=progress)
             seconds = finished - started
-            runs[n] = {"workers": n, "seconds": round(seconds, 2), "turns_per_s": round(len(turns) / seconds, 2),
-                       "flushes": deployment.message_count("stm.flush"),
-                       "segments": deployment.message_count("segments")}
+            runs[n] = {
+                "workers": n,
+                "seconds": round(seconds, 2),
+                "turns_per_s": round(len(turns) / seconds, 2),
+                "flushes": deployment.message_count("stm.flush"),
+                "segments": deployment.message_count("segments"),
+            }
             deployment.stop_workers()
     one, two = runs.get(1), runs.get(2)
     result: dict[str, Any] = {
-        "stages": SCALE_STAGES.split(","), "turns": len(turns),
-        "conversations": len({t.conversation_id for t in turns}), "partitions": base.topic_partitions,
-        "torch_threads_per_worker": options.torch_threads, "runs": list(runs.values()),
+        "stages": SCALE_STAGES.split(","),
+        "turns": len(turns),
+        "conversations": len({t.conversation_id for t in turns}),
+        "partitions": base.topic_partitions,
+        "torch_threads_per_worker": options.torch_threads,
+        "runs": list(runs.values()),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
     }
     if one and two:
-        result |= {"turns_per_s_1": one["turns_per_s"], "turns_per_s_2": two["turns_per_s"],
-                   "speedup": round(two["turns_per_s"] / one["turns_per_s"], 2)}
+        result |= {
+            "turns_per_s_1": one["turns_per_s"],
+            "turns_per_s_2": two["turns_per_s"],
+            "speedup": round(two["turns_per_s"] / one["turns_per_s"], 2),
+        }
     return result

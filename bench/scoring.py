@@ -78,4 +78,3 @@ def take_nearest_budget(texts: Sequence[str], budget: int, count: Callable[[str]
         if used >= budget:
             break
     return min(best, len(texts))
-

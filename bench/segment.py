@@ -14,8 +14,8 @@ import numpy as np
 from memstream.datasets import load_locomo, load_longmemeval, locomo_turns, topic_change_stream
 from processors.compress import compress_turn
 from processors.segment import (
-    SegmenterState,
     Segmenter,
+    SegmenterState,
     SegmentParams,
     adjacent_similarities,
     select_heads,
@@ -56,9 +56,15 @@ def predicted_boundaries(segmenter: Segmenter, turns: Iterable[Any]) -> list[int
     return out
 
 
-def run_segment_bench(data: Path, *, questions: int, params: SegmentParams, embed: Callable[[Sequence[str]], np.ndarray],
-                      cohesion: Callable[[Sequence[str]], np.ndarray], progress: Callable[[str], None] | None = None
-                      ) -> dict[str, Any]:
+def run_segment_bench(
+    data: Path,
+    *,
+    questions: int,
+    params: SegmentParams,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    cohesion: Callable[[Sequence[str]], np.ndarray],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     # ``embed`` is the worker's embedder, whose cache already answers the repeats across methods.
     cohesion_c = CachedCohesion(cohesion)
     segmenters = {m: Segmenter(replace(params, method=m), embed, cohesion_c) for m in METHODS}  # type: ignore[arg-type]
@@ -80,15 +86,29 @@ def run_segment_bench(data: Path, *, questions: int, params: SegmentParams, embe
         "gold_boundaries": totals["hybrid"].gold,
         "tolerance_turns": 1,
         "f1": {m: round(s.f1, 4) for m, s in totals.items()},
-        "methods": {m: {"precision": round(s.precision, 4), "recall": round(s.recall, 4), "f1": round(s.f1, 4),
-                        "predicted": s.predicted, "matched": s.matched} for m, s in totals.items()},
+        "methods": {
+            m: {
+                "precision": round(s.precision, 4),
+                "recall": round(s.recall, 4),
+                "f1": round(s.f1, 4),
+                "predicted": s.predicted,
+                "matched": s.matched,
+            }
+            for m, s in totals.items()
+        },
         "params": {k: (list(map(list, v)) if k == "heads" else v) for k, v in asdict(params).items() if k != "method"},
         "seconds": round(time.perf_counter() - started, 1),
     }
 
 
-def calibrate_heads(locomo: Path, *, params: SegmentParams, embed: Callable[[Sequence[str]], np.ndarray],
-                    cohesion: Callable[[Sequence[str]], np.ndarray], top_n: int = 6) -> dict[str, Any]:
+def calibrate_heads(
+    locomo: Path,
+    *,
+    params: SegmentParams,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    cohesion: Callable[[Sequence[str]], np.ndarray],
+    top_n: int = 6,
+) -> dict[str, Any]:
     """Pick the attention heads whose turn cohesion follows embedding similarity (no labels used)."""
     gaps: list[np.ndarray] = []
     sims: list[np.ndarray] = []
@@ -96,11 +116,14 @@ def calibrate_heads(locomo: Path, *, params: SegmentParams, embed: Callable[[Seq
     for sample in load_locomo(locomo):
         texts = [t.text for t in locomo_turns(sample, tenant_id="calibration")]
         for start in range(0, max(1, len(texts) - 1), stride):
-            window = texts[start:start + params.window_turns]
+            window = texts[start : start + params.window_turns]
             if len(window) < 2:
                 continue
             gaps.append(cohesion(window))
             sims.append(adjacent_similarities(embed(window)))
     all_gaps, all_sims = np.concatenate(gaps), np.concatenate(sims)
-    return {"heads": [list(h) for h in select_heads(all_gaps, all_sims, top_n=top_n)],
-            "calibrated_on": Path(locomo).name, "gaps": int(len(all_sims))}
+    return {
+        "heads": [list(h) for h in select_heads(all_gaps, all_sims, top_n=top_n)],
+        "calibrated_on": Path(locomo).name,
+        "gaps": int(len(all_sims)),
+    }

@@ -13,17 +13,24 @@ from schemas.topics import Topic
 STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
 # The topics (logical names) each stage consumes: a worker group's consumer group reads these.
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "compress": (Topic.TURNS,), "segment": (Topic.TURNS_COMPRESSED,), "stm": (Topic.SEGMENTS,),
-    "extract": (Topic.STM_FLUSH,), "index": (Topic.CARDS,),
-    "consolidate": (Topic.CARDS, Topic.CONTROL, Topic.UPDATES), "query": (Topic.QUERIES,),
+    "compress": (Topic.TURNS,),
+    "segment": (Topic.TURNS_COMPRESSED,),
+    "stm": (Topic.SEGMENTS,),
+    "extract": (Topic.STM_FLUSH,),
+    "index": (Topic.CARDS,),
+    "consolidate": (Topic.CARDS, Topic.CONTROL, Topic.UPDATES),
+    "query": (Topic.QUERIES,),
 }
 # The changelog-backed state tables of each stage (faust names a table's changelog topic
 # "<consumer group>-<table>-changelog": see changelog_topics).
-STAGE_TABLES: dict[str, tuple[str, ...]] = {"segment": ("segmenter",), "stm": ("stm",), "consolidate": ("consolidation",)}
+STAGE_TABLES: dict[str, tuple[str, ...]] = {
+    "segment": ("segmenter",),
+    "stm": ("stm",),
+    "consolidate": ("consolidation",),
+}
 # Stages that open the vector store. The embedded store locks its folder to one process, so these
 # run in a single worker unless MEMSTREAM_QDRANT_URL points at a Qdrant server; the others scale freely.
 STORE_STAGES = frozenset({"index", "consolidate", "query"})
-
 
 
 def group_id(prefix: str, stages: Sequence[str]) -> str:
@@ -73,53 +80,86 @@ class Settings(BaseSettings):
 
     # --- Workers -----------------------------------------------------------------------------
     stages: str = Field("all", description="Comma-separated stages this worker runs, or 'all'")
-    data_dir: Path = Field(default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state")
+    data_dir: Path = Field(
+        default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state"
+    )
     metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
     metrics_host: str = Field("127.0.0.1", description="Address the /metrics endpoint binds (0.0.0.0 in containers)")
     log_level: str = Field("info")
-    stall_s: float = Field(30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)")
+    stall_s: float = Field(
+        30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"
+    )
 
     # --- Vector store ------------------------------------------------------------------------
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")
     qdrant_api_key: str | None = None
     qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant-<engine>)")
     qdrant_embedded: Literal["edge", "local"] = Field(
-        "edge", description="Embedded engine without a server: Qdrant Edge (HNSW, payload indexes) or qdrant-client's local mode (brute force)")
+        "edge",
+        description="Embedded engine without a server: Qdrant Edge (HNSW, payload indexes) or qdrant-client's "
+        "local mode (brute force)",
+    )
 
     # --- LLM ---------------------------------------------------------------------------------
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint; unset = no LLM (extractive mode)")
     llm_model: str = Field("gpt-4o-mini")
     llm_api_key: str = Field("not-needed")
     llm_timeout_s: float = Field(120.0)
-    llm_port: int = Field(8011, description="Port of the local LLM server started by infra/llm (memstream up --local-llm, demo)")
+    llm_port: int = Field(
+        8011, description="Port of the local LLM server started by infra/llm (memstream up --local-llm, demo)"
+    )
     llm_max_tokens: int = Field(1024)
-    llm_retries: int = Field(1, ge=0, description="Retries of an LLM call after a timeout, connection, rate-limit or server error")
+    llm_retries: int = Field(
+        1, ge=0, description="Retries of an LLM call after a timeout, connection, rate-limit or server error"
+    )
 
     # --- Models ------------------------------------------------------------------------------
-    embedding_model: str | None = Field(None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2")
+    embedding_model: str | None = Field(
+        None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2"
+    )
     embedding_batch: int = Field(64, ge=1)
-    embedding_cache: int = Field(32768, ge=0, description="Texts whose vectors a worker keeps (LRU, 1.5 KB each at "
-                                 "384-d): the index stage finds the turns the segmenter embedded, even when it "
-                                 "runs a few thousand turns behind")
-    torch_threads: int = Field(1, ge=0, description="CPU threads per worker for the models (0 = torch's default); "
-                               "one avoids oversubscription when several processes share few cores")
-    compressor_model: str | None = Field(None, description="Local LLMLingua model folder; unset = compression off (pass-through)")
+    embedding_cache: int = Field(
+        32768,
+        ge=0,
+        description="Texts whose vectors a worker keeps (LRU, 1.5 KB each at "
+        "384-d): the index stage finds the turns the segmenter embedded, even when it "
+        "runs a few thousand turns behind",
+    )
+    torch_threads: int = Field(
+        1,
+        ge=0,
+        description="CPU threads per worker for the models (0 = torch's default); "
+        "one avoids oversubscription when several processes share few cores",
+    )
+    compressor_model: str | None = Field(
+        None, description="Local LLMLingua model folder; unset = compression off (pass-through)"
+    )
     compress_rate: float = Field(0.7, gt=0.0, le=1.0)
 
     # --- Write path --------------------------------------------------------------------------
     segment_method: Literal["hybrid", "similarity", "attention"] = Field(
-        "hybrid", description="Topic boundaries from similarity within reach of attention candidates, or one signal alone")
+        "hybrid",
+        description="Topic boundaries from similarity within reach of attention candidates, or one signal alone",
+    )
     segment_threshold: float = Field(0.2, description="Start of the adaptive similarity threshold θ")
-    segment_threshold_max: float = Field(0.5, description="θ rises by 0.05 up to this until a full window has a boundary")
+    segment_threshold_max: float = Field(
+        0.5, description="θ rises by 0.05 up to this until a full window has a boundary"
+    )
     segment_window_turns: int = Field(12, ge=2, description="Sensory window: turns segmented together")
     segment_carry_turns: int = Field(3, ge=0, description="Turns kept from one window as context for the next")
-    segment_coarse_radius: int = Field(3, ge=0, description="A similarity boundary must lie this close to an attention candidate")
-    segment_heads: str | None = Field(None, description="Attention heads as 'layer:head,...'; unset = calibrated heads of the model")
+    segment_coarse_radius: int = Field(
+        3, ge=0, description="A similarity boundary must lie this close to an attention candidate"
+    )
+    segment_heads: str | None = Field(
+        None, description="Attention heads as 'layer:head,...'; unset = calibrated heads of the model"
+    )
     stm_tokens: int = Field(768, ge=16, description="STM flush budget in tokens")
     stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
     stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
     extract_mode: ExtractMode = Field("auto", description="auto = LLM when configured, else extractive")
-    extract_max_cards: int = Field(24, ge=1, description="Most cards one extraction call may return (bounds the output)")
+    extract_max_cards: int = Field(
+        24, ge=1, description="Most cards one extraction call may return (bounds the output)"
+    )
     extract_max_tokens: int = Field(2048, ge=64, description="Completion token limit of an extraction call")
 
     # --- Query path --------------------------------------------------------------------------
@@ -127,22 +167,35 @@ class Settings(BaseSettings):
     replay_window: int = Field(1, ge=0, description="Raw turns either side of a provenance turn in Replay")
     replay_max_tokens: int = Field(1200, ge=64)
     query_planner: Literal["auto", "llm", "rules"] = Field(
-        "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner")
+        "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner"
+    )
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
-    trigger_threshold: float = Field(0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)")
+    trigger_threshold: float = Field(
+        0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)"
+    )
     cascade_topics: int = Field(2, ge=1, description="Compose: topics of scenes kept whole")
-    query_timeout_s: float = Field(30.0, gt=0, description="How long a client waits for a reply; the query carries "
-                                   "the deadline and the worker cuts its LLM calls to fit")
+    query_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a client waits for a reply; the query carries "
+        "the deadline and the worker cuts its LLM calls to fit",
+    )
     answer_max_tokens: int = Field(256, ge=16, description="Completion token limit of the answer call")
 
     # --- Consolidation -----------------------------------------------------------------------
     consolidate_tau: float = Field(0.8, description="Similarity for an older card to join a new card's update queue")
     consolidate_top_n: int = Field(10, ge=1, description="Most candidates in one card's update queue")
     sleep_idle_s: float = Field(600.0, gt=0, description="Consolidate a conversation once it has been idle this long")
-    consolidate_every_s: float = Field(0.0, ge=0, description="Also consolidate every pending conversation on this schedule (0 = off)")
+    consolidate_every_s: float = Field(
+        0.0, ge=0, description="Also consolidate every pending conversation on this schedule (0 = off)"
+    )
     consolidate_parallel: int = Field(4, ge=1, description="Update queues decided at once (bounded worker pool)")
-    consolidate_yield: float = Field(3.0, ge=0, description="While the worker ingests, a run pauses this many times "
-                                                            "as long as each chunk of queues took (0 = never gives way)")
+    consolidate_yield: float = Field(
+        3.0,
+        ge=0,
+        description="While the worker ingests, a run pauses this many times "
+        "as long as each chunk of queues took (0 = never gives way)",
+    )
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

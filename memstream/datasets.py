@@ -72,17 +72,25 @@ def load_locomo(path: Path) -> list[LocomoSample]:
             sessions.append((number, conv.get(f"{key}_date_time", ""), turns))
         sessions.sort(key=lambda s: s[0])
         qa = [
-            QA(question=q["question"], answer=None if q.get("answer") is None else str(q["answer"]),
-               evidence=parse_evidence(q.get("evidence", [])), category=int(q.get("category", 0)))
+            QA(
+                question=q["question"],
+                answer=None if q.get("answer") is None else str(q["answer"]),
+                evidence=parse_evidence(q.get("evidence", [])),
+                category=int(q.get("category", 0)),
+            )
             for q in raw.get("qa", [])
         ]
-        samples.append(LocomoSample(raw.get("sample_id", "conv"), conv.get("speaker_a", "A"),
-                                    conv.get("speaker_b", "B"), sessions, qa))
+        samples.append(
+            LocomoSample(
+                raw.get("sample_id", "conv"), conv.get("speaker_a", "A"), conv.get("speaker_b", "B"), sessions, qa
+            )
+        )
     return samples
 
 
-def locomo_turns(sample: LocomoSample, *, tenant_id: str, conversation_id: str | None = None,
-                 max_sessions: int | None = None) -> Iterator[Turn]:
+def locomo_turns(
+    sample: LocomoSample, *, tenant_id: str, conversation_id: str | None = None, max_sessions: int | None = None
+) -> Iterator[Turn]:
     """The sample's turns in order; the last turn of each session is marked, times are per session."""
     conversation_id = conversation_id or sample.sample_id
     seq = 0
@@ -130,8 +138,10 @@ def load_longmemeval(path: Path) -> list[LongMemEvalQuestion]:
     data = orjson.loads(Path(path).read_bytes())
     return [
         LongMemEvalQuestion(
-            question_id=str(q["question_id"]), question_type=str(q.get("question_type", "")),
-            question=str(q.get("question", "")), answer=str(q.get("answer", "")),
+            question_id=str(q["question_id"]),
+            question_type=str(q.get("question_type", "")),
+            question=str(q.get("question", "")),
+            answer=str(q.get("answer", "")),
             answer_session_ids=[str(s) for s in q.get("answer_session_ids", [])],
             haystack_session_ids=[str(s) for s in q.get("haystack_session_ids", [])],
             haystack_dates=[str(d) for d in q.get("haystack_dates", [])],
@@ -158,8 +168,10 @@ def longmemeval_turns(question: LongMemEvalQuestion, *, tenant_id: str) -> list[
     """A question's haystack as its own conversation: sessions in time order with their dates, each
     turn ``<session>:<i>`` (its index in the session, as ``has_answer`` counts), each session's
     last turn marked. Empty turns are skipped, keeping their index."""
-    sessions = sorted(zip(question.haystack_dates, question.haystack_session_ids, question.haystack_sessions),
-                      key=lambda s: datetime.strptime(s[0], LONGMEMEVAL_DATE))
+    sessions = sorted(
+        zip(question.haystack_dates, question.haystack_session_ids, question.haystack_sessions),
+        key=lambda s: datetime.strptime(s[0], LONGMEMEVAL_DATE),
+    )
     conversation_id = longmemeval_conversation_id(question)
     turns: list[Turn] = []
     for date, session_id, session in sessions:
@@ -167,14 +179,20 @@ def longmemeval_turns(question: LongMemEvalQuestion, *, tenant_id: str) -> list[
         kept = [(i, t) for i, t in enumerate(session) if str(t.get("content", "")).strip()]
         for n, (i, t) in enumerate(kept):
             user = t.get("role") == "user"
-            turns.append(Turn(
-                tenant_id=tenant_id, conversation_id=conversation_id,
-                session_id=re.sub(r"[^A-Za-z0-9_.:@\-]", "_", session_id)[:100],
-                turn_id=longmemeval_turn_id(session_id, i), speaker="User" if user else "Assistant",
-                role="user" if user else "assistant", text=str(t["content"]),
-                event_time=start + timedelta(seconds=30 * n), metadata={"seq": len(turns)},
-                last_in_session=n == len(kept) - 1,
-            ))
+            turns.append(
+                Turn(
+                    tenant_id=tenant_id,
+                    conversation_id=conversation_id,
+                    session_id=re.sub(r"[^A-Za-z0-9_.:@\-]", "_", session_id)[:100],
+                    turn_id=longmemeval_turn_id(session_id, i),
+                    speaker="User" if user else "Assistant",
+                    role="user" if user else "assistant",
+                    text=str(t["content"]),
+                    event_time=start + timedelta(seconds=30 * n),
+                    metadata={"seq": len(turns)},
+                    last_in_session=n == len(kept) - 1,
+                )
+            )
     return turns
 
 
@@ -193,12 +211,19 @@ def topic_change_stream(question: LongMemEvalQuestion, *, tenant_id: str) -> tup
             boundaries.append(len(turns))
         for t in session:
             i = len(turns)
-            turns.append(Turn(
-                tenant_id=tenant_id, conversation_id=conversation_id, session_id="stream",
-                turn_id=f"t{i}", speaker="User" if t.get("role") == "user" else "Assistant",
-                role="user" if t.get("role") == "user" else "assistant", text=str(t["content"]),
-                event_time=start + timedelta(seconds=30 * i), metadata={"seq": i},
-            ))
+            turns.append(
+                Turn(
+                    tenant_id=tenant_id,
+                    conversation_id=conversation_id,
+                    session_id="stream",
+                    turn_id=f"t{i}",
+                    speaker="User" if t.get("role") == "user" else "Assistant",
+                    role="user" if t.get("role") == "user" else "assistant",
+                    text=str(t["content"]),
+                    event_time=start + timedelta(seconds=30 * i),
+                    metadata={"seq": i},
+                )
+            )
     if turns:
         turns[-1] = turns[-1].model_copy(update={"last_in_session": True})
     return turns, boundaries

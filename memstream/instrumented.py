@@ -17,9 +17,17 @@ class MeteredLLM:
     """An LLM as one stage uses it: each attempt is timed, failures are counted by kind, and
     transient ones (timeouts, connection, rate limits, server errors) are retried ``retries`` times."""
 
-    def __init__(self, llm: LLM, metrics: Metrics, stage: str, *, retries: int = 1,
-                 backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        llm: LLM,
+        metrics: Metrics,
+        stage: str,
+        *,
+        retries: int = 1,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._llm = llm
         self._metrics = metrics
         self.stage = stage
@@ -30,9 +38,15 @@ class MeteredLLM:
         self._clock = clock
         metrics.init_llm(stage, self.model)
 
-    def complete(self, messages: Sequence[Mapping[str, str]], *, json_schema: Mapping[str, Any] | None = None,
-                 schema_name: str = "output", max_tokens: int | None = None,
-                 timeout_s: float | None = None) -> LlmResult:
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        schema_name: str = "output",
+        max_tokens: int | None = None,
+        timeout_s: float | None = None,
+    ) -> LlmResult:
         """``timeout_s`` bounds the whole call, retries and their back-off included: a retry that
         could not finish in time is not started."""
         m = self._metrics
@@ -41,14 +55,22 @@ class MeteredLLM:
             started = time.perf_counter()
             remaining = None if deadline is None else deadline - self._clock()
             try:
-                result = self._llm.complete(messages, json_schema=json_schema, schema_name=schema_name,
-                                            max_tokens=max_tokens, timeout_s=remaining)
+                result = self._llm.complete(
+                    messages,
+                    json_schema=json_schema,
+                    schema_name=schema_name,
+                    max_tokens=max_tokens,
+                    timeout_s=remaining,
+                )
             except LLMError as exc:
                 m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
                 m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
-                backoff = self._backoff_s * 2 ** attempt
-                if (not exc.retryable or attempt == self._retries
-                        or (deadline is not None and deadline - self._clock() - backoff < MIN_ATTEMPT_S)):
+                backoff = self._backoff_s * 2**attempt
+                if (
+                    not exc.retryable
+                    or attempt == self._retries
+                    or (deadline is not None and deadline - self._clock() - backoff < MIN_ATTEMPT_S)
+                ):
                     raise
                 m.llm_retries.labels(self.stage, self.model).inc()
                 self._sleep(backoff)

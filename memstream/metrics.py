@@ -18,51 +18,207 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         # Stages
-        self.messages_in = Counter("memstream_stage_messages_in_total", "Messages consumed by a stage", ["stage"], registry=r)
-        self.messages_out = Counter("memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"], registry=r)
-        self.errors = Counter("memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r)
-        self.skipped = Counter("memstream_stage_messages_skipped_total", "Messages not handled: redelivered after the stage finished them, or handed over out of order (the partition is sought back)", ["stage", "reason"], registry=r)
-        self.dead_letters = Counter("memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["stage", "reason"], registry=r)
-        self.latency = Histogram("memstream_stage_latency_seconds", "Processing time per message", ["stage"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.messages_in = Counter(
+            "memstream_stage_messages_in_total", "Messages consumed by a stage", ["stage"], registry=r
+        )
+        self.messages_out = Counter(
+            "memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"], registry=r
+        )
+        self.errors = Counter(
+            "memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r
+        )
+        self.skipped = Counter(
+            "memstream_stage_messages_skipped_total",
+            "Messages not handled: redelivered after the stage finished them, or handed over out of order "
+            "(the partition is sought back)",
+            ["stage", "reason"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["stage", "reason"], registry=r
+        )
+        self.latency = Histogram(
+            "memstream_stage_latency_seconds",
+            "Processing time per message",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # Kafka
-        self.consumer_lag = Gauge("memstream_consumer_lag", "Messages of a partition this worker owns that its group has not committed", ["group", "topic", "partition"], registry=r)
-        self.rewinds = Counter("memstream_watchdog_rewinds_total", "Partitions sought back by the watchdog (lagging while every agent idled)", registry=r)
+        self.consumer_lag = Gauge(
+            "memstream_consumer_lag",
+            "Messages of a partition this worker owns that its group has not committed",
+            ["group", "topic", "partition"],
+            registry=r,
+        )
+        self.rewinds = Counter(
+            "memstream_watchdog_rewinds_total",
+            "Partitions sought back by the watchdog (lagging while every agent idled)",
+            registry=r,
+        )
         # Write path
-        self.turn_to_memory = Histogram("memstream_turn_to_memory_seconds", "From a turn's arrival on the turns topic to its raw turn and memories in the store", buckets=_PIPELINE_BUCKETS, registry=r)
-        self.compression_enabled = Gauge("memstream_compression_enabled", "1 when a compressor model is loaded, 0 when turns pass through", registry=r)
-        self.compress_tokens = Counter("memstream_compress_tokens_total", "Tokens before and after compression", ["direction"], registry=r)
-        self.turn_tokens = Histogram("memstream_compress_turn_tokens", "Tokens of one turn before (in) and after (out) compression", ["direction"], buckets=_TOKEN_BUCKETS, registry=r)
-        self.segment_boundaries = Counter("memstream_segment_boundaries_total", "Segments opened, by reason (first, session, hybrid, similarity, attention)", ["reason"], registry=r)
+        self.turn_to_memory = Histogram(
+            "memstream_turn_to_memory_seconds",
+            "From a turn's arrival on the turns topic to its raw turn and memories in the store",
+            buckets=_PIPELINE_BUCKETS,
+            registry=r,
+        )
+        self.compression_enabled = Gauge(
+            "memstream_compression_enabled",
+            "1 when a compressor model is loaded, 0 when turns pass through",
+            registry=r,
+        )
+        self.compress_tokens = Counter(
+            "memstream_compress_tokens_total", "Tokens before and after compression", ["direction"], registry=r
+        )
+        self.turn_tokens = Histogram(
+            "memstream_compress_turn_tokens",
+            "Tokens of one turn before (in) and after (out) compression",
+            ["direction"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.segment_boundaries = Counter(
+            "memstream_segment_boundaries_total",
+            "Segments opened, by reason (first, session, hybrid, similarity, attention)",
+            ["reason"],
+            registry=r,
+        )
         self.stm_flushes = Counter("memstream_stm_flushes_total", "STM flushes by reason", ["reason"], registry=r)
-        self.stm_duplicates = Counter("memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM", registry=r)
-        self.stm_buffer_turns = Gauge("memstream_stm_buffer_turns", "Turns waiting in the STM buffers of this worker's conversations", registry=r)
-        self.stm_buffer_tokens = Gauge("memstream_stm_buffer_tokens", "Tokens waiting in the STM buffers of this worker's conversations", registry=r)
-        self.stm_buffer_conversations = Gauge("memstream_stm_buffer_conversations", "Conversations with turns in their STM buffer on this worker", registry=r)
-        self.extract_mode = Counter("memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"], registry=r)
-        self.embedded_texts = Counter("memstream_embedded_texts_total", "Texts embedded by the model (computed) or answered by the embedding cache (cached)", ["source"], registry=r)
-        self.points_written = Counter("memstream_points_written_total", "Points upserted by collection (cards, scenes, triggers, turns, profiles)", ["collection"], registry=r)
+        self.stm_duplicates = Counter(
+            "memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM", registry=r
+        )
+        self.stm_buffer_turns = Gauge(
+            "memstream_stm_buffer_turns", "Turns waiting in the STM buffers of this worker's conversations", registry=r
+        )
+        self.stm_buffer_tokens = Gauge(
+            "memstream_stm_buffer_tokens",
+            "Tokens waiting in the STM buffers of this worker's conversations",
+            registry=r,
+        )
+        self.stm_buffer_conversations = Gauge(
+            "memstream_stm_buffer_conversations",
+            "Conversations with turns in their STM buffer on this worker",
+            registry=r,
+        )
+        self.extract_mode = Counter(
+            "memstream_extractions_total",
+            "Extractions by mode (llm, extractive, extractive_fallback)",
+            ["mode"],
+            registry=r,
+        )
+        self.embedded_texts = Counter(
+            "memstream_embedded_texts_total",
+            "Texts embedded by the model (computed) or answered by the embedding cache (cached)",
+            ["source"],
+            registry=r,
+        )
+        self.points_written = Counter(
+            "memstream_points_written_total",
+            "Points upserted by collection (cards, scenes, triggers, turns, profiles)",
+            ["collection"],
+            registry=r,
+        )
         # LLM
         self.llm_enabled = Gauge("memstream_llm_enabled", "1 when an LLM endpoint is configured", registry=r)
         self.llm_calls = Counter("memstream_llm_calls_total", "LLM calls", ["stage", "model"], registry=r)
         self.llm_tokens = Counter("memstream_llm_tokens_total", "LLM tokens", ["stage", "model", "kind"], registry=r)
-        self.llm_errors = Counter("memstream_llm_errors_total", "Failed LLM attempts by kind (timeout, connection, rate_limit, server, client, empty)", ["stage", "model", "error"], registry=r)
-        self.llm_retries = Counter("memstream_llm_retries_total", "LLM attempts retried after a transient failure", ["stage", "model"], registry=r)
-        self.llm_latency = Histogram("memstream_llm_latency_seconds", "Duration of one LLM attempt", ["stage", "model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.llm_errors = Counter(
+            "memstream_llm_errors_total",
+            "Failed LLM attempts by kind (timeout, connection, rate_limit, server, client, empty)",
+            ["stage", "model", "error"],
+            registry=r,
+        )
+        self.llm_retries = Counter(
+            "memstream_llm_retries_total",
+            "LLM attempts retried after a transient failure",
+            ["stage", "model"],
+            registry=r,
+        )
+        self.llm_latency = Histogram(
+            "memstream_llm_latency_seconds",
+            "Duration of one LLM attempt",
+            ["stage", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # Consolidation
-        self.consolidation_runs = Counter("memstream_consolidation_runs_total", "Conversation consolidations by trigger (idle, schedule, command)", ["reason"], registry=r)
-        self.consolidation_queues = Counter("memstream_consolidation_queues_total", "Update queues built (one per new card)", registry=r)
-        self.consolidation_candidates = Histogram("memstream_consolidation_queue_candidates", "Candidates in one update queue", buckets=(0, 1, 2, 3, 5, 10, 20), registry=r)
-        self.consolidation_decisions = Counter("memstream_consolidation_decisions_total", "Pair decisions by action and by who decided (llm, rules)", ["action", "decided_by"], registry=r)
-        self.consolidation_lag = Histogram("memstream_consolidation_lag_seconds", "From a card's write to its consolidation", buckets=(1, 10, 60, 300, 600, 1800, 3600, 21600, 86400), registry=r)
-        self.consolidation_seconds = Histogram("memstream_consolidation_seconds", "Duration of one conversation's consolidation", buckets=_LATENCY_BUCKETS, registry=r)
+        self.consolidation_runs = Counter(
+            "memstream_consolidation_runs_total",
+            "Conversation consolidations by trigger (idle, schedule, command)",
+            ["reason"],
+            registry=r,
+        )
+        self.consolidation_queues = Counter(
+            "memstream_consolidation_queues_total", "Update queues built (one per new card)", registry=r
+        )
+        self.consolidation_candidates = Histogram(
+            "memstream_consolidation_queue_candidates",
+            "Candidates in one update queue",
+            buckets=(0, 1, 2, 3, 5, 10, 20),
+            registry=r,
+        )
+        self.consolidation_decisions = Counter(
+            "memstream_consolidation_decisions_total",
+            "Pair decisions by action and by who decided (llm, rules)",
+            ["action", "decided_by"],
+            registry=r,
+        )
+        self.consolidation_lag = Histogram(
+            "memstream_consolidation_lag_seconds",
+            "From a card's write to its consolidation",
+            buckets=(1, 10, 60, 300, 600, 1800, 3600, 21600, 86400),
+            registry=r,
+        )
+        self.consolidation_seconds = Histogram(
+            "memstream_consolidation_seconds",
+            "Duration of one conversation's consolidation",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # Query
-        self.queries = Counter("memstream_queries_total", "Queries answered, by access profile and outcome (ok, error)", ["profile", "outcome"], registry=r)
-        self.query_latency = Histogram("memstream_query_seconds", "Time to answer one query in the worker, by access profile", ["profile"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.query_step_latency = Histogram("memstream_query_step_seconds", "Time of one step of a query (plan, retrieval steps, answer)", ["step"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.query_evidence = Histogram("memstream_query_evidence_items", "Evidence items returned by one query, by access profile", ["profile"], buckets=(0, 1, 2, 5, 10, 20, 40, 80), registry=r)
-        self.query_context_tokens = Histogram("memstream_query_context_tokens", "Tokens of the evidence returned by one query, by access profile", ["profile"], buckets=_TOKEN_BUCKETS, registry=r)
+        self.queries = Counter(
+            "memstream_queries_total",
+            "Queries answered, by access profile and outcome (ok, error)",
+            ["profile", "outcome"],
+            registry=r,
+        )
+        self.query_latency = Histogram(
+            "memstream_query_seconds",
+            "Time to answer one query in the worker, by access profile",
+            ["profile"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.query_step_latency = Histogram(
+            "memstream_query_step_seconds",
+            "Time of one step of a query (plan, retrieval steps, answer)",
+            ["step"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.query_evidence = Histogram(
+            "memstream_query_evidence_items",
+            "Evidence items returned by one query, by access profile",
+            ["profile"],
+            buckets=(0, 1, 2, 5, 10, 20, 40, 80),
+            registry=r,
+        )
+        self.query_context_tokens = Histogram(
+            "memstream_query_context_tokens",
+            "Tokens of the evidence returned by one query, by access profile",
+            ["profile"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
         # Vector store
-        self.store_latency = Histogram("memstream_store_seconds", "Vector store operations by operation and collection", ["operation", "collection"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.store_latency = Histogram(
+            "memstream_store_seconds",
+            "Vector store operations by operation and collection",
+            ["operation", "collection"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def count_llm(self, stage: str, model: str | None, calls: int, prompt_tokens: int, completion_tokens: int) -> None:
         m = model or "unknown"

@@ -7,6 +7,8 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+Vector = Sequence[float] | np.ndarray  # a dense vector: a list, or a row of an embedding matrix
+
 
 @dataclass(frozen=True)
 class LlmResult:
@@ -109,7 +111,7 @@ class VectorStore(Protocol):
         self,
         collection: str,
         tenant_id: str,
-        vector: Sequence[float],
+        vector: Vector,
         *,
         where: StoreFilter | None = None,
         limit: int = 10,

@@ -36,7 +36,7 @@ def density_clusters(vectors: np.ndarray, *, eps: float, min_samples: int = 2) -
             if labels[j] == NOISE:
                 labels[j] = cluster
                 if core[j]:
-                    frontier.extend(int(x) for x in neighbours[j] if labels[x] == NOISE)
+                    frontier.extend(int(x) for x in neighbours[j] if labels[x] == NOISE)  # type: ignore[misc]  # numpy ints
         cluster += 1
     return labels
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import re
+from datetime import datetime
 
 from memstream.ports import Compressor
 from schemas import CompressedTurn, Turn
@@ -21,8 +20,9 @@ def protected_words(turn: Turn) -> list[str]:
     return sorted(words)
 
 
-def compress_turn(turn: Turn, compressor: Compressor | None, keep_rate: float,
-                  received_at: datetime | None = None) -> CompressedTurn:
+def compress_turn(
+    turn: Turn, compressor: Compressor | None, keep_rate: float, received_at: datetime | None = None
+) -> CompressedTurn:
     """Compress one turn's text; with no compressor the text passes through unchanged."""
     tokens_in = count_tokens(turn.text)
     if compressor is None:

@@ -38,10 +38,14 @@ from .timeparse import resolve_first
 
 log = logging.getLogger(__name__)
 
-_PLAN = re.compile(r"\b(will|going to|gonna|plan(?:ning)? to|want to|hope to|next (?:week|month|year)|tomorrow)\b", re.I)
+_PLAN = re.compile(
+    r"\b(will|going to|gonna|plan(?:ning)? to|want to|hope to|next (?:week|month|year)|tomorrow)\b", re.I
+)
 _PREF = re.compile(r"\b(love|like|enjoy|prefer|favou?rite|hate|dislike|can't stand|fan of)\b", re.I)
 _STATE = re.compile(r"\b(i am|i'm|we are|we're|feel|feeling|currently|these days|still)\b", re.I)
-_EVENT = re.compile(r"\b(went|did|took|made|got|had|was|were|visited|started|finished|joined|bought|moved|met|saw|ran|painted)\b", re.I)
+_EVENT = re.compile(
+    r"\b(went|did|took|made|got|had|was|were|visited|started|finished|joined|bought|moved|met|saw|ran|painted)\b", re.I
+)
 _MIN_CARD_WORDS = 4
 
 
@@ -79,9 +83,21 @@ def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[
     return out
 
 
-def _card(flush: StmFlush, ct: CompressedTurn, content: str, *, scene_id: str, ctype: CardType,
-          subject: str, event_time: datetime | None, phrase: str | None, entity: list[str],
-          bridge: list[str], turn_ids: list[str], atomic: bool = True) -> Card:
+def _card(
+    flush: StmFlush,
+    ct: CompressedTurn,
+    content: str,
+    *,
+    scene_id: str,
+    ctype: CardType,
+    subject: str,
+    event_time: datetime | None,
+    phrase: str | None,
+    entity: list[str],
+    bridge: list[str],
+    turn_ids: list[str],
+    atomic: bool = True,
+) -> Card:
     session_ids = sorted({ct.turn.session_id})
     return Card(
         card_id=point_id("card", flush.tenant_id, flush.conversation_id, turn_ids, content),
@@ -100,8 +116,9 @@ def _card(flush: StmFlush, ct: CompressedTurn, content: str, *, scene_id: str, c
 
 
 def _scene_id(flush: StmFlush, segment: FlushSegment) -> str:
-    return point_id("scene", flush.tenant_id, flush.conversation_id,
-                    [t.turn.turn_id for t in segment.turns], segment.segment_id)
+    return point_id(
+        "scene", flush.tenant_id, flush.conversation_id, [t.turn.turn_id for t in segment.turns], segment.segment_id
+    )
 
 
 def _extractive_scene(flush: StmFlush, segment: FlushSegment) -> Scene:
@@ -160,8 +177,9 @@ class ExtractiveExtractor:
             written_at=datetime.now(timezone.utc),
         )
 
-    def _turn_cards(self, flush: StmFlush, ct: CompressedTurn, scene_id: str,
-                    profiles: dict[str, ProfileUpdate]) -> list[Card]:
+    def _turn_cards(
+        self, flush: StmFlush, ct: CompressedTurn, scene_id: str, profiles: dict[str, ProfileUpdate]
+    ) -> list[Card]:
         turn = ct.turn
         speaker = turn.speaker
         chunks = [s for s in sentences(turn.text) if len(s.split()) >= _MIN_CARD_WORDS]
@@ -174,10 +192,21 @@ class ExtractiveExtractor:
             ctype = classify(sentence, turn.role)
             entity = [n for n in names(sentence) if n != speaker]
             content = f"{speaker}: {sentence}"
-            out.append(_card(flush, ct, content, scene_id=scene_id, ctype=ctype, subject=speaker,
-                             event_time=mention.start if mention else turn.event_time,
-                             phrase=mention.phrase if mention else None,
-                             entity=[speaker, *entity], bridge=[], turn_ids=[turn.turn_id]))
+            out.append(
+                _card(
+                    flush,
+                    ct,
+                    content,
+                    scene_id=scene_id,
+                    ctype=ctype,
+                    subject=speaker,
+                    event_time=mention.start if mention else turn.event_time,
+                    phrase=mention.phrase if mention else None,
+                    entity=[speaker, *entity],
+                    bridge=[],
+                    turn_ids=[turn.turn_id],
+                )
+            )
             if ctype == "preference":
                 profiles.setdefault(speaker, ProfileUpdate(speaker=speaker))
                 profiles[speaker].preferences.append(sentence)
@@ -234,8 +263,9 @@ class LlmExtractor:
 
     mode = "llm"
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 1024, max_cards: int = 24,
-                 fallback: ExtractiveExtractor | None = None):
+    def __init__(
+        self, llm: LLM, *, max_tokens: int = 1024, max_cards: int = 24, fallback: ExtractiveExtractor | None = None
+    ):
         self.llm = llm
         self.max_tokens = max_tokens
         self.max_cards = max_cards
@@ -248,12 +278,20 @@ class LlmExtractor:
             {"role": "system", "content": prompts.EXTRACT_SYSTEM},
             {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
         ]
-        schema = prompts.extract_schema([t.turn.turn_id for t in flush.turns()], len(flush.segments),
-                                        max_cards=self.max_cards)
+        schema = prompts.extract_schema(
+            [t.turn.turn_id for t in flush.turns()], len(flush.segments), max_cards=self.max_cards
+        )
         attempt = call_with_repair(
-            self.llm, messages, stage="extract", schema=schema, schema_name="memory_extraction",
-            max_tokens=self.max_tokens, invalid=ExtractionInvalid, echo_chars=4000,
-            read=lambda result: self._write(flush, parse_output(result, _LlmOutput, ExtractionInvalid)))
+            self.llm,
+            messages,
+            stage="extract",
+            schema=schema,
+            schema_name="memory_extraction",
+            max_tokens=self.max_tokens,
+            invalid=ExtractionInvalid,
+            echo_chars=4000,
+            read=lambda result: self._write(flush, parse_output(result, _LlmOutput, ExtractionInvalid)),
+        )
         self.repairs += attempt.repaired
         if attempt.value is not None:
             return attempt.value.model_copy(update={"costs": [attempt.cost]})
@@ -275,12 +313,16 @@ class LlmExtractor:
             scene = _extractive_scene(flush, segment)
             if llm_scene is not None:
                 seg_turns = segment.turns
-                scene = scene.model_copy(update={
-                    "summary": llm_scene.summary.strip(),
-                    "participants": sorted({t.turn.speaker for t in seg_turns} | set(clean_strings(llm_scene.participants, 12))),
-                    "scene_triggers": clean_strings(llm_scene.scene_triggers, 12),
-                    "horizon_triggers": clean_strings(llm_scene.horizon_triggers, 12),
-                })
+                scene = scene.model_copy(
+                    update={
+                        "summary": llm_scene.summary.strip(),
+                        "participants": sorted(
+                            {t.turn.speaker for t in seg_turns} | set(clean_strings(llm_scene.participants, 12))
+                        ),
+                        "scene_triggers": clean_strings(llm_scene.scene_triggers, 12),
+                        "horizon_triggers": clean_strings(llm_scene.horizon_triggers, 12),
+                    }
+                )
             scenes.append(scene)
             scene_of_turn.update({t.turn.turn_id: scene.scene_id for t in segment.turns})
         cards: list[Card] = []
@@ -291,17 +333,32 @@ class LlmExtractor:
             anchor = by_id[turn_ids[0]]
             mention = resolve_first(c.time_phrase or c.content, anchor.turn.event_time)
             # The subject is a precise name, so it is always an entity trigger (as in the extractive mode).
-            cards.append(_card(flush, anchor, c.content.strip(), scene_id=scene_of_turn[turn_ids[0]], ctype=c.type,
-                               subject=c.subject.strip(),
-                               event_time=mention.start if mention else anchor.turn.event_time,
-                               phrase=mention.phrase if mention else c.time_phrase,
-                               entity=clean_strings([c.subject, *c.entity_triggers], 12), bridge=clean_strings(c.bridge_triggers, 12),
-                               turn_ids=turn_ids, atomic=c.atomic))
+            cards.append(
+                _card(
+                    flush,
+                    anchor,
+                    c.content.strip(),
+                    scene_id=scene_of_turn[turn_ids[0]],
+                    ctype=c.type,
+                    subject=c.subject.strip(),
+                    event_time=mention.start if mention else anchor.turn.event_time,
+                    phrase=mention.phrase if mention else c.time_phrase,
+                    entity=clean_strings([c.subject, *c.entity_triggers], 12),
+                    bridge=clean_strings(c.bridge_triggers, 12),
+                    turn_ids=turn_ids,
+                    atomic=c.atomic,
+                )
+            )
         if not cards:
             raise ExtractionInvalid(f"no card cites a turn id of this flush; valid ids: {', '.join(by_id)}")
         profiles = [
-            ProfileUpdate(speaker=p.speaker, traits=clean_strings(p.traits, 12), preferences=clean_strings(p.preferences, 12),
-                          relationships=clean_strings(p.relationships, 12), constraints=clean_strings(p.constraints, 12))
+            ProfileUpdate(
+                speaker=p.speaker,
+                traits=clean_strings(p.traits, 12),
+                preferences=clean_strings(p.preferences, 12),
+                relationships=clean_strings(p.relationships, 12),
+                constraints=clean_strings(p.constraints, 12),
+            )
             for p in out.profiles
             if p.speaker in {t.turn.speaker for t in turns}
         ]

@@ -35,24 +35,50 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
     base = {"tenant_id": write.tenant_id, "conversation_id": write.conversation_id, "write_id": write.write_id}
     specs: list[PointSpec] = []
     for turn in write.source_turns:
-        specs.append(PointSpec(
-            TURNS,
-            point_id("turn", write.tenant_id, write.conversation_id, [turn.turn_id], ""),
-            turn.text,  # the text the segmenter embedded: the worker's embedding cache answers it
-            {**base, "kind": "turn", "turn_id": turn.turn_id, "turn_ids": [turn.turn_id],
-             "session_id": turn.session_id, "speaker": turn.speaker, "subject": turn.speaker,
-             "role": turn.role, "text": turn.text, "image_captions": turn.image_captions, "seq": turn.seq,
-             "event_time": turn.event_time.isoformat(), "event_ts": _ts(turn.event_time)},
-        ))
+        specs.append(
+            PointSpec(
+                TURNS,
+                point_id("turn", write.tenant_id, write.conversation_id, [turn.turn_id], ""),
+                turn.text,  # the text the segmenter embedded: the worker's embedding cache answers it
+                {
+                    **base,
+                    "kind": "turn",
+                    "turn_id": turn.turn_id,
+                    "turn_ids": [turn.turn_id],
+                    "session_id": turn.session_id,
+                    "speaker": turn.speaker,
+                    "subject": turn.speaker,
+                    "role": turn.role,
+                    "text": turn.text,
+                    "image_captions": turn.image_captions,
+                    "seq": turn.seq,
+                    "event_time": turn.event_time.isoformat(),
+                    "event_ts": _ts(turn.event_time),
+                },
+            )
+        )
     for scene in write.scenes:
-        specs.append(PointSpec(
-            SCENES, scene.scene_id, scene.summary,
-            {**base, "kind": "scene", "scene_id": scene.scene_id, "topic_label": scene.topic_label,
-             "text": scene.summary, "participants": scene.participants, "turn_ids": scene.turn_ids,
-             "event_time": scene.start_time.isoformat(), "event_ts": _ts(scene.start_time),
-             "end_ts": _ts(scene.end_time), "scene_triggers": scene.scene_triggers,
-             "horizon_triggers": scene.horizon_triggers},
-        ))
+        specs.append(
+            PointSpec(
+                SCENES,
+                scene.scene_id,
+                scene.summary,
+                {
+                    **base,
+                    "kind": "scene",
+                    "scene_id": scene.scene_id,
+                    "topic_label": scene.topic_label,
+                    "text": scene.summary,
+                    "participants": scene.participants,
+                    "turn_ids": scene.turn_ids,
+                    "event_time": scene.start_time.isoformat(),
+                    "event_ts": _ts(scene.start_time),
+                    "end_ts": _ts(scene.end_time),
+                    "scene_triggers": scene.scene_triggers,
+                    "horizon_triggers": scene.horizon_triggers,
+                },
+            )
+        )
         for family, triggers in (("scene", scene.scene_triggers), ("horizon", scene.horizon_triggers)):
             specs += _triggers(write, base, scene.scene_id, "scene", family, triggers)
     roles = {t.turn_id: t.role for t in write.source_turns}
@@ -67,41 +93,65 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
     for profile in write.profile_updates:
         for field in ("traits", "preferences", "relationships", "constraints"):
             for item in getattr(profile, field):
-                specs.append(PointSpec(
-                    PROFILES,
-                    point_id("profile", write.tenant_id, write.conversation_id, [profile.speaker, field], item),
-                    f"{profile.speaker} {field}: {item}",
-                    {**base, "kind": "profile", "subject": profile.speaker, "field": field, "text": item,
-                     "turn_ids": profile.source_turn_ids},
-                ))
+                specs.append(
+                    PointSpec(
+                        PROFILES,
+                        point_id("profile", write.tenant_id, write.conversation_id, [profile.speaker, field], item),
+                        f"{profile.speaker} {field}: {item}",
+                        {
+                            **base,
+                            "kind": "profile",
+                            "subject": profile.speaker,
+                            "field": field,
+                            "text": item,
+                            "turn_ids": profile.source_turn_ids,
+                        },
+                    )
+                )
     return specs
 
 
 def card_spec(base: dict[str, Any], card: Card, role: str) -> PointSpec:
     """A card's point (``base``: tenant, conversation and the write it came from)."""
     return PointSpec(
-        CARDS, card.card_id, card.content,
-        {**base, "kind": "card", "card_id": card.card_id, "subject": card.subject, "type": card.type,
-         "text": card.content, "speaker": card.speaker, "role": role, "turn_ids": card.provenance.turn_ids,
-         "scene_id": card.provenance.scene_id, "session_ids": card.provenance.session_ids,
-         "event_time": card.event_time.isoformat() if card.event_time else None,
-         "event_ts": _ts(card.event_time), "time_phrase": card.time_phrase, "atomic": card.atomic,
-         "entity_triggers": card.entity_triggers, "bridge_triggers": card.bridge_triggers,
-         "version": card.version, "valid_from": card.valid_from.isoformat(),
-         "valid_to": card.valid_to.isoformat() if card.valid_to else None,
-         "superseded_by": card.superseded_by},
+        CARDS,
+        card.card_id,
+        card.content,
+        {
+            **base,
+            "kind": "card",
+            "card_id": card.card_id,
+            "subject": card.subject,
+            "type": card.type,
+            "text": card.content,
+            "speaker": card.speaker,
+            "role": role,
+            "turn_ids": card.provenance.turn_ids,
+            "scene_id": card.provenance.scene_id,
+            "session_ids": card.provenance.session_ids,
+            "event_time": card.event_time.isoformat() if card.event_time else None,
+            "event_ts": _ts(card.event_time),
+            "time_phrase": card.time_phrase,
+            "atomic": card.atomic,
+            "entity_triggers": card.entity_triggers,
+            "bridge_triggers": card.bridge_triggers,
+            "version": card.version,
+            "valid_from": card.valid_from.isoformat(),
+            "valid_to": card.valid_to.isoformat() if card.valid_to else None,
+            "superseded_by": card.superseded_by,
+        },
     )
 
 
-def _triggers(write: MemoryWrite, base: dict[str, Any], host_id: str, host_kind: str, family: str,
-              triggers: list[str]) -> list[PointSpec]:
+def _triggers(
+    write: MemoryWrite, base: dict[str, Any], host_id: str, host_kind: str, family: str, triggers: list[str]
+) -> list[PointSpec]:
     return [
         PointSpec(
             TRIGGERS,
             point_id("trigger", write.tenant_id, write.conversation_id, [host_id, family], trigger),
             trigger,
-            {**base, "kind": "trigger", "family": family, "host_id": host_id, "host_kind": host_kind,
-             "text": trigger},
+            {**base, "kind": "trigger", "family": family, "host_id": host_id, "host_kind": host_kind, "text": trigger},
         )
         for trigger in triggers
     ]

@@ -36,13 +36,16 @@ MAX_REWRITES = 2
 MAX_ENTITIES = 8
 
 _FIDELITY = re.compile(
-    r"\b(exact(ly)?|word[- ]for[- ]word|verbatim|quote|wording|what did (i|you) (say|write)|code|snippet)\b", re.I)
+    r"\b(exact(ly)?|word[- ]for[- ]word|verbatim|quote|wording|what did (i|you) (say|write)|code|snippet)\b", re.I
+)
 _DISTRIBUTED = re.compile(
-    r"\b(how many|all|every|list|both|each|compare|in total|times|which .* and|(kinds?|types?|sorts?) of)\b", re.I)
+    r"\b(how many|all|every|list|both|each|compare|in total|times|which .* and|(kinds?|types?|sorts?) of)\b", re.I
+)
 # "What video games does Nate play?", "Which cities has John been to?", "What are ...": a set is asked
 # for, and its members usually come from several places in the conversation.
 _PLURAL_OBJECT = re.compile(
-    r"^\W*(what|which)\s+((\w+\s+){0,2}?\w{2,}[^s\W]s\s+(has|have|does|do|did|are|were)|(are|were)\s)\b", re.I)
+    r"^\W*(what|which)\s+((\w+\s+){0,2}?\w{2,}[^s\W]s\s+(has|have|does|do|did|are|were)|(are|were)\s)\b", re.I
+)
 _AGGREGATE = re.compile(r"\b(how many|in total|count|all)\b", re.I)
 _TEMPORAL = re.compile(r"\b(when|what (date|day|year|month)|how long|before|after|first|last)\b", re.I)
 _COMPARE = re.compile(r"\b(compare|more than|less than|better|worse|difference)\b", re.I)
@@ -50,7 +53,9 @@ _SORT = re.compile(r"\b(order|earliest|latest|sort|rank)\b", re.I)
 # The time itself is what is asked: a range filter would hide the answer.
 _ASKS_TIME = re.compile(
     r"^\W*when\b|\bwhen (did|do|does|was|were|is|are|will|would|had|has|have)\b"
-    r"|\b(what|which) (date|day|year|month|time|week)\b|\bhow long ago\b", re.I)
+    r"|\b(what|which) (date|day|year|month|time|week)\b|\bhow long ago\b",
+    re.I,
+)
 
 _BOTH = re.compile(r"\b([Ww]e|us|[Oo]urs?|[Oo]urselves|[Yy]ou and (I|me)|I and you|[Mm]e and you)\b")
 _YOU = re.compile(r"\b(you|your|yours)\b", re.I)
@@ -62,18 +67,23 @@ _SAID_BY_YOU = re.compile(
     r"\byou(?:\s+had|\s+have|'d|'ve)?\s+(?:\w+ly\s+)?(recommended|suggested|told|said|mentioned|provided"
     r"|gave|given|shared|listed|explained|advised|offered|proposed|wrote|written|named|came up with)\b"
     r"|\bdid\s+you\s+(?:\w+ly\s+)?(recommend|suggest|tell|say|mention|provide|give|share|list|explain|advise"
-    r"|offer|propose|write|name|come up with)\b", re.I)
+    r"|offer|propose|write|name|come up with)\b",
+    re.I,
+)
 
 # Sentence-initial verbs that names() would take for a proper name ("Tell", "Compare Melanie").
-_LEADING = frozenset("""tell list name quote compare describe give show remind summarize summarise
-    please recall find explain count rank sort order repeat write say whose""".split())
+_LEADING = frozenset(
+    """tell list name quote compare describe give show remind summarize summarise
+    please recall find explain count rank sort order repeat write say whose""".split()
+)
 _NOT_A_NAME = _LEADING | STOPWORDS
 _WEEKDAY_NAMES = frozenset(w.capitalize() for w in WEEKDAYS)
 
 # "in May" / "last May": timeparse needs a year; a question's month without one is the latest such
 # month up to the question date. A preposition is required so that "May" the person stays a name.
 _MONTH_ONLY = re.compile(
-    rf"\b(last|this|in|during|since|before|after|until|till|by)\s+({'|'.join(MONTHS)})\b(?!\.?,?\s*\d)", re.I)
+    rf"\b(last|this|in|during|since|before|after|until|till|by)\s+({'|'.join(MONTHS)})\b(?!\.?,?\s*\d)", re.I
+)
 # timeparse reads a bare year only after "in/since/during/of"; "before 2024" needs this.
 _YEAR_QUALIFIED = re.compile(r"\b(before|after|until|till|by)\s+((?:19|20)\d{2})\b", re.I)
 _QUALIFIERS = frozenset({"since", "after", "before", "until", "till", "by"})
@@ -283,8 +293,10 @@ def _substitute(question: str, start: int, end: int, item: str, singular: bool) 
         def agree(m: re.Match[str]) -> str:
             word = _AUX_SINGULAR[m.group(1).lower()]
             return (word.capitalize() if m.group(1)[0].isupper() else word) + m.group(2)
-        text = re.sub(rf"\b(do|have|are|were)(\s+){re.escape(item)}", lambda m: agree(m) + item, text, count=1,
-                      flags=re.I)
+
+        text = re.sub(
+            rf"\b(do|have|are|were)(\s+){re.escape(item)}", lambda m: agree(m) + item, text, count=1, flags=re.I
+        )
     text = re.sub(r"\s+([?.!,])", r"\1", re.sub(r"\s{2,}", " ", text)).strip()
     return text[0].upper() + text[1:] if text else text
 
@@ -317,8 +329,11 @@ def split_rewrites(question: str, entities: list[str]) -> list[str]:
     return out[:MAX_REWRITES]
 
 
-_PAST = re.compile(r"\b(used to|did\b.*\buse to|before|previously|formerly|earlier|at first|originally|no longer|anymore|"
-                   r"in the past|back then|(where|what|who) (did|was|were) .* (live|work|have|like|prefer)\b)", re.I)
+_PAST = re.compile(
+    r"\b(used to|did\b.*\buse to|before|previously|formerly|earlier|at first|originally|no longer|anymore|"
+    r"in the past|back then|(where|what|who) (did|was|were) .* (live|work|have|like|prefer)\b)",
+    re.I,
+)
 
 
 def about_the_past(question: str, time_from: datetime | None, time_to: datetime | None) -> bool:
@@ -420,8 +435,16 @@ class LlmPlanner:
         ]
         schema = prompts.plan_schema(max_rewrites=MAX_REWRITES)
         attempt = call_with_repair(
-            self.llm, messages, stage="plan", schema=schema, schema_name="query_plan", max_tokens=self.max_tokens,
-            timeout_s=timeout_s, invalid=PlanInvalid, read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)))
+            self.llm,
+            messages,
+            stage="plan",
+            schema=schema,
+            schema_name="query_plan",
+            max_tokens=self.max_tokens,
+            timeout_s=timeout_s,
+            invalid=PlanInvalid,
+            read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)),
+        )
         self.repairs += attempt.repaired
         if attempt.value is not None:
             return attempt.value, attempt.cost
@@ -436,7 +459,9 @@ class LlmPlanner:
         time_from, time_to = (None, None) if _ASKS_TIME.search(question) else resolve_time(out.time or "", _utc(now))
         rewrites: list[str] = []
         if out.distributed:
-            rewrites = [r for r in clean_strings(out.rewrites, 10) if not _same(r, question) and _answer_free(r, qwords)]
+            rewrites = [
+                r for r in clean_strings(out.rewrites, 10) if not _same(r, question) and _answer_free(r, qwords)
+            ]
         return Plan(
             planner="llm",
             entities=[e for e in clean_strings(out.entities, MAX_ENTITIES) if _grounded(e, qwords)],

@@ -129,10 +129,7 @@ used in square brackets. If the evidence does not contain the answer, say you do
 
 def answer_user(question: str, evidence_lines: Sequence[str], operation: str, profile_text: str | None) -> str:
     profile = f"\nSpeaker profile (background only):\n{profile_text}\n" if profile_text else ""
-    return (
-        "Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\n"
-        f"Question ({operation}): {question}\nAnswer:"
-    )
+    return "Evidence:\n" + "\n".join(evidence_lines) + f"\n{profile}\nQuestion ({operation}): {question}\nAnswer:"
 
 
 # --- query planner ------------------------------------------------------------------------------
@@ -198,8 +195,13 @@ def consolidate_user(card: CardView, candidates: Sequence[tuple[str, CardView]])
         when = datetime.fromtimestamp(c.order[0], tz=timezone.utc).date().isoformat()
         return f"[{label}] {when} ({c.type}) {c.text}"
 
-    return ("New card:\n" + line("NEW", card) + "\n\nCandidates:\n" + "\n".join(line(lab, c) for lab, c in candidates)
-            + "\n\nDecide for every candidate.")
+    return (
+        "New card:\n"
+        + line("NEW", card)
+        + "\n\nCandidates:\n"
+        + "\n".join(line(lab, c) for lab, c in candidates)
+        + "\n\nDecide for every candidate."
+    )
 
 
 def consolidate_schema(labels: Sequence[str], actions: Sequence[str]) -> dict:
@@ -209,11 +211,16 @@ def consolidate_schema(labels: Sequence[str], actions: Sequence[str]) -> dict:
         "additionalProperties": False,
         "properties": {
             "decisions": {
-                "type": "array", "maxItems": len(labels),
+                "type": "array",
+                "maxItems": len(labels),
                 "items": {
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"candidate": _one_of(labels, 1)["items"], "action": {"type": "string", "enum": list(actions)},
-                                   "merged": _text(300)},
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "candidate": _one_of(labels, 1)["items"],
+                        "action": {"type": "string", "enum": list(actions)},
+                        "merged": _text(300),
+                    },
                     "required": ["candidate", "action", "merged"],
                 },
             },

@@ -43,9 +43,14 @@ def expired_reply(query: Query, now: datetime) -> Reply:
     """The reply to a query that arrived after its asker stopped waiting: an error, sent at once, so
     a backlog of abandoned questions never delays the ones still awaited."""
     late = (now - query.deadline).total_seconds() if query.deadline else 0.0
-    return Reply(tenant_id=query.tenant_id, conversation_id=query.conversation_id,
-                 correlation_id=query.correlation_id, ok=False,
-                 error=f"expired: the query reached the worker {late:.1f}s after its deadline", replied_at=now)
+    return Reply(
+        tenant_id=query.tenant_id,
+        conversation_id=query.conversation_id,
+        correlation_id=query.correlation_id,
+        ok=False,
+        error=f"expired: the query reached the worker {late:.1f}s after its deadline",
+        replied_at=now,
+    )
 
 
 def cap_to_budget(texts: Sequence[str], max_tokens: int) -> int:
@@ -69,7 +74,7 @@ def search_roles(named: tuple[str | None, ...], has_cards: Callable[[str], bool]
     question about the assistant's words does not come back empty."""
     if named == (None,):
         return named
-    present = tuple(role for role in named if has_cards(role))
+    present = tuple(role for role in named if role is not None and has_cards(role))
     if len(named) > 1:  # ambiguous: split only where the conversation has both sides
         return present if len(present) > 1 else (None,)
     return present or (None,)
@@ -78,8 +83,7 @@ def search_roles(named: tuple[str | None, ...], has_cards: Callable[[str], bool]
 def time_range(plan: Plan) -> tuple[float | None, float | None] | None:
     if plan.time_from is None and plan.time_to is None:
         return None
-    return (plan.time_from.timestamp() if plan.time_from else None,
-            plan.time_to.timestamp() if plan.time_to else None)
+    return (plan.time_from.timestamp() if plan.time_from else None, plan.time_to.timestamp() if plan.time_to else None)
 
 
 def replay_window(sources: Sequence[int], window: int) -> list[int]:
@@ -99,16 +103,24 @@ class QueryOptions:
 class QueryEngine:
     """Answers one query; every store call carries the query's tenant as a hard filter."""
 
-    def __init__(self, store: VectorStore, embedder: Embedder, llm: LLM | None, options: QueryOptions, *,
-                 planner_llm: LLM | None = None):
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder,
+        llm: LLM | None,
+        options: QueryOptions,
+        *,
+        planner_llm: LLM | None = None,
+    ):
         self.store = store
         self.embedder = embedder
         self.llm = llm  # answers
         self.options = options
         self.retriever = Retriever(store, options.retrieval)
         planner_llm = planner_llm or llm
-        self.planner: Planner = (LlmPlanner(planner_llm) if planner_llm is not None and options.planner == "llm"
-                                 else RulePlanner())
+        self.planner: Planner = (
+            LlmPlanner(planner_llm) if planner_llm is not None and options.planner == "llm" else RulePlanner()
+        )
 
     def plan(self, query: Query, now: datetime, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
         plan, cost = self.planner.plan(query.question, now, timeout_s=timeout_s)
@@ -152,10 +164,11 @@ class QueryEngine:
             latency["replay_ms"] = _ms(t0)
 
         t0 = time.perf_counter()
-        profile_hits = self.store.search(PROFILES, query.tenant_id, vectors[0],
-                                         where=scope.conversation(), limit=5)
-        profile_text = "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}"
-                                 for h in profile_hits) or None
+        profile_hits = self.store.search(PROFILES, query.tenant_id, vectors[0], where=scope.conversation(), limit=5)
+        profile_text = (
+            "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}" for h in profile_hits)
+            or None
+        )
         evidence = evidence or profile_evidence(profile_hits)
         latency["profile_ms"] = _ms(t0)
 
@@ -189,11 +202,20 @@ class QueryEngine:
         )
 
     def _roles(self, query: Query, plan: Plan) -> tuple[str | None, ...]:
-        return search_roles(roles_for(plan.participants), lambda role: bool(self.store.count(
-            CARDS, query.tenant_id, where=StoreFilter(equals={"conversation_id": query.conversation_id, "role": role}))))
+        return search_roles(
+            roles_for(plan.participants),
+            lambda role: bool(
+                self.store.count(
+                    CARDS,
+                    query.tenant_id,
+                    where=StoreFilter(equals={"conversation_id": query.conversation_id, "role": role}),
+                )
+            ),
+        )
 
-    def retrieve(self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int,
-                 latency: dict[str, float]) -> list[Candidate]:
+    def retrieve(
+        self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int, latency: dict[str, float]
+    ) -> list[Candidate]:
         """The profile's candidate pool, reranked, cut to ``k``; per-step latencies into ``latency``."""
         pool = Pool()
         r = self.retriever
@@ -218,31 +240,47 @@ class QueryEngine:
         turn_ids: list[str] = []
         for e in evidence:
             turn_ids += [t for t in e.turn_ids if t not in turn_ids]
-        sources = self.store.scroll(TURNS, scope.tenant_id, where=scope.conversation(turn_id=turn_ids),
-                                    limit=len(turn_ids) + 1)
+        sources = self.store.scroll(
+            TURNS, scope.tenant_id, where=scope.conversation(turn_id=turn_ids), limit=len(turn_ids) + 1
+        )
         wanted = replay_window([int(h.payload["seq"]) for h in sources], self.options.replay_window)
-        window = self.store.scroll(TURNS, scope.tenant_id, where=StoreFilter(
-            equals={"conversation_id": scope.conversation_id}, any_of={"seq": wanted}), limit=len(wanted) * 4 + 1)
+        window = self.store.scroll(
+            TURNS,
+            scope.tenant_id,
+            where=StoreFilter(equals={"conversation_id": scope.conversation_id}, any_of={"seq": wanted}),
+            limit=len(wanted) * 4 + 1,
+        )
         order = {tid: i for i, tid in enumerate(turn_ids)}
-        window.sort(key=lambda h: (h.payload["turn_id"] not in order, order.get(h.payload["turn_id"], 0), h.payload["seq"]))
+        window.sort(
+            key=lambda h: (h.payload["turn_id"] not in order, order.get(h.payload["turn_id"], 0), h.payload["seq"])
+        )
         texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in window]
         keep = cap_to_budget(texts, self.options.replay_max_tokens)
         return [
             Evidence(
-                evidence_id=f"R{i + 1}", kind="turn", point_id=h.id, text=texts[i],
-                subject=h.payload.get("speaker"), event_time=h.payload.get("event_time"),
-                turn_ids=[h.payload["turn_id"]], session_ids=[h.payload.get("session_id", "")],
-                score=1.0 if h.payload["turn_id"] in order else 0.5, found_by=["replay"],
+                evidence_id=f"R{i + 1}",
+                kind="turn",
+                point_id=h.id,
+                text=texts[i],
+                subject=h.payload.get("speaker"),
+                event_time=h.payload.get("event_time"),
+                turn_ids=[h.payload["turn_id"]],
+                session_ids=[h.payload.get("session_id", "")],
+                score=1.0 if h.payload["turn_id"] in order else 0.5,
+                found_by=["replay"],
             )
             for i, h in enumerate(window[:keep])
         ]
 
-    def _answer(self, question: str, plan: Plan, evidence: list[Evidence], profile_text: str | None,
-                timeout_s: float | None) -> tuple[str | None, StageCost, str | None]:
+    def _answer(
+        self, question: str, plan: Plan, evidence: list[Evidence], profile_text: str | None, timeout_s: float | None
+    ) -> tuple[str | None, StageCost, str | None]:
         """The answer and its cost, or no answer and why (evidence-only reply)."""
         assert self.llm is not None
-        lines = [f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} "
-                 f"{e.text}" for e in evidence]
+        lines = [
+            f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} {e.text}"
+            for e in evidence
+        ]
         messages = [
             {"role": "system", "content": prompts.ANSWER_SYSTEM},
             {"role": "user", "content": prompts.answer_user(question, lines, plan.operation, profile_text)},
@@ -252,19 +290,36 @@ class QueryEngine:
         except LLMError as exc:
             log.warning("answer call failed, replying with evidence only: %s", exc)
             # The call was made: it counts, its tokens unknown.
-            return None, StageCost(stage="answer", calls=1, model=self.llm.model), f"answer call failed ({exc.kind}): {exc}"[:500]
-        cost = StageCost(stage="answer", calls=1, prompt_tokens=result.prompt_tokens,
-                         completion_tokens=result.completion_tokens, model=result.model)
+            return (
+                None,
+                StageCost(stage="answer", calls=1, model=self.llm.model),
+                f"answer call failed ({exc.kind}): {exc}"[:500],
+            )
+        cost = StageCost(
+            stage="answer",
+            calls=1,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            model=result.model,
+        )
         return result.content.strip(), cost, None
 
 
 def profile_evidence(hits: Sequence[StoreHit]) -> list[Evidence]:
     """When nothing scored, the speaker profile is the evidence (it is otherwise outside the budget)."""
-    return [Evidence(evidence_id=f"P{i + 1}", kind="profile", point_id=h.id,
-                     text=f"{h.payload['subject']} {h.payload['field']}: {h.payload['text']}",
-                     subject=h.payload.get("subject"), turn_ids=list(h.payload.get("turn_ids", [])),
-                     score=round(h.score, 5), found_by=["profile"])
-            for i, h in enumerate(hits)]
+    return [
+        Evidence(
+            evidence_id=f"P{i + 1}",
+            kind="profile",
+            point_id=h.id,
+            text=f"{h.payload['subject']} {h.payload['field']}: {h.payload['text']}",
+            subject=h.payload.get("subject"),
+            turn_ids=list(h.payload.get("turn_ids", [])),
+            score=round(h.score, 5),
+            found_by=["profile"],
+        )
+        for i, h in enumerate(hits)
+    ]
 
 
 def card_evidence(evidence_id: str, c: Candidate) -> Evidence:
@@ -288,5 +343,14 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 3)
 
 
-__all__ = ["QueryEngine", "QueryOptions", "cap_to_budget",
-           "roles_for", "search_roles", "time_range", "replay_window", "card_evidence", "profile_evidence"]
+__all__ = [
+    "QueryEngine",
+    "QueryOptions",
+    "cap_to_budget",
+    "roles_for",
+    "search_roles",
+    "time_range",
+    "replay_window",
+    "card_evidence",
+    "profile_evidence",
+]

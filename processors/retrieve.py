@@ -178,18 +178,28 @@ class Retriever:
         for i, (text, vector) in enumerate(zip(texts, vectors)):
             for role in scope.roles:
                 where = scope.cards(role)
-                pool.add(f"dense:{i}:{role}", "dense", self.store.search(
-                    CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True))
-                pool.add(f"sparse:{i}:{role}", "sparse", self.store.search_text(
-                    CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True))
+                pool.add(
+                    f"dense:{i}:{role}",
+                    "dense",
+                    self.store.search(CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True),
+                )
+                pool.add(
+                    f"sparse:{i}:{role}",
+                    "sparse",
+                    self.store.search_text(CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True),
+                )
 
     def triggers(self, pool: Pool, scope: Scope, vectors: np.ndarray) -> list[str]:
         """Promote the cards whose triggers pass the threshold; return the scenes promoted likewise."""
         best: dict[tuple[str, str], float] = {}
         for vector in vectors:
-            hits = [h for h in self.store.search(TRIGGERS, scope.tenant_id, vector, where=scope.conversation(),
-                                                 limit=self.params.trigger_hits)
-                    if h.score >= self.params.trigger_threshold]
+            hits = [
+                h
+                for h in self.store.search(
+                    TRIGGERS, scope.tenant_id, vector, where=scope.conversation(), limit=self.params.trigger_hits
+                )
+                if h.score >= self.params.trigger_threshold
+            ]
             for hit in discriminative(hits, self.params.trigger_max_hosts):
                 key = (hit.payload["host_kind"], hit.payload["host_id"])
                 best[key] = max(best.get(key, 0.0), hit.score)
@@ -198,38 +208,61 @@ class Retriever:
         if card_ids:
             order = {cid: i for i, cid in enumerate(card_ids)}
             for role in scope.roles:
-                hits = self.store.scroll(CARDS, scope.tenant_id, where=scope.cards(role, card_id=card_ids),
-                                         limit=len(card_ids), with_vectors=True)
+                hits = self.store.scroll(
+                    CARDS,
+                    scope.tenant_id,
+                    where=scope.cards(role, card_id=card_ids),
+                    limit=len(card_ids),
+                    with_vectors=True,
+                )
                 pool.add(f"trigger:{role}", "trigger", sorted(hits, key=lambda h: order[h.payload["card_id"]]))
         return [host for kind, host in ordered if kind == "scene"]
 
-    def scene_items(self, pool: Pool, scope: Scope, vector: np.ndarray, scene_ids: Sequence[str],
-                    *, signal: str, limit: int) -> None:
+    def scene_items(
+        self, pool: Pool, scope: Scope, vector: np.ndarray, scene_ids: Sequence[str], *, signal: str, limit: int
+    ) -> None:
         """The items of these scenes closest to the question join the pool under ``signal``."""
         if not scene_ids:
             return
         for role in scope.roles:
-            pool.add(f"{signal}:{role}", signal, self.store.search(
-                CARDS, scope.tenant_id, vector, where=scope.cards(role, scene_id=list(scene_ids)),
-                limit=limit, with_vectors=True))
+            pool.add(
+                f"{signal}:{role}",
+                signal,
+                self.store.search(
+                    CARDS,
+                    scope.tenant_id,
+                    vector,
+                    where=scope.cards(role, scene_id=list(scene_ids)),
+                    limit=limit,
+                    with_vectors=True,
+                ),
+            )
 
     def cascade(self, pool: Pool, scope: Scope, vector: np.ndarray) -> list[str]:
         """Topic → scene → item: returns the scenes chosen; their items join the pool."""
         p = self.params
-        scenes = [h for h in self.store.search(SCENES, scope.tenant_id, vector, where=scope.conversation(),
-                                               limit=p.cascade_scenes, with_vectors=True) if h.vector is not None]
+        scenes = [
+            h
+            for h in self.store.search(
+                SCENES, scope.tenant_id, vector, where=scope.conversation(), limit=p.cascade_scenes, with_vectors=True
+            )
+            if h.vector is not None
+        ]
         if not scenes:
             return []
-        topics = rank_topics(np.asarray([h.vector for h in scenes], dtype=np.float32),
-                             [h.score for h in scenes], eps=p.cascade_eps)
-        chosen = [scenes[i] for topic in topics[:p.cascade_topics] for i in topic.members]
+        topics = rank_topics(
+            np.asarray([h.vector for h in scenes], dtype=np.float32), [h.score for h in scenes], eps=p.cascade_eps
+        )
+        chosen = [scenes[i] for topic in topics[: p.cascade_topics] for i in topic.members]
         scene_ids = [h.id for h in chosen]
-        for h in chosen[:p.cascade_topics]:  # temporal neighbours of each topic's best scene
+        for h in chosen[: p.cascade_topics]:  # temporal neighbours of each topic's best scene
             start, end = h.payload.get("event_ts"), h.payload.get("end_ts") or h.payload.get("event_ts")
-            if start is None:
+            if start is None or end is None:
                 continue
-            near = StoreFilter(equals={"conversation_id": scope.conversation_id},
-                               range_ts={"event_ts": (start - p.neighbour_s, end + p.neighbour_s)})
+            near = StoreFilter(
+                equals={"conversation_id": scope.conversation_id},
+                range_ts={"event_ts": (start - p.neighbour_s, end + p.neighbour_s)},
+            )
             for n in self.store.scroll(SCENES, scope.tenant_id, where=near, limit=8):
                 if n.id not in scene_ids:
                     scene_ids.append(n.id)
@@ -237,5 +270,15 @@ class Retriever:
         return scene_ids
 
 
-__all__ = ["RETIRED", "RetrievalParams", "Scope", "Candidate", "Pool", "Retriever", "rerank", "top_k",
-           "mentions_entity", "discriminative"]
+__all__ = [
+    "RETIRED",
+    "RetrievalParams",
+    "Scope",
+    "Candidate",
+    "Pool",
+    "Retriever",
+    "rerank",
+    "top_k",
+    "mentions_entity",
+    "discriminative",
+]

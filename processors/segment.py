@@ -81,13 +81,13 @@ def head_scores(cohesion: np.ndarray, heads: Sequence[Head]) -> np.ndarray:
     if cohesion.shape[0] == 0:
         return np.zeros(0, dtype=np.float32)
     layers = cohesion.shape[1]
-    chosen = list(heads) or [(l, h) for l in range(layers // 2, layers) for h in range(cohesion.shape[2])]
-    values = np.stack([cohesion[:, l, h] for l, h in chosen], axis=1)  # gaps, heads
+    chosen = list(heads) or [(layer, h) for layer in range(layers // 2, layers) for h in range(cohesion.shape[2])]
+    values = np.stack([cohesion[:, layer, h] for layer, h in chosen], axis=1)  # gaps, heads
     z = (values - values.mean(0)) / (values.std(0) + 1e-6)
     return z.mean(1)
 
 
-def coarse_candidates(scores: Sequence[float], params: SegmentParams) -> list[int]:
+def coarse_candidates(scores: Sequence[float] | np.ndarray, params: SegmentParams) -> list[int]:
     """Gaps at a local minimum of cohesion that lies ``coarse_z`` std under the window mean."""
     s = np.asarray(scores, dtype=np.float64)
     if len(s) < 2:
@@ -114,8 +114,7 @@ def hybrid_boundaries(fine: Sequence[int], coarse: Sequence[int], radius: int) -
     return sorted(kept)
 
 
-def window_boundaries(sims: np.ndarray, cohesion: np.ndarray | None, params: SegmentParams,
-                      *, full: bool) -> list[int]:
+def window_boundaries(sims: np.ndarray, cohesion: np.ndarray | None, params: SegmentParams, *, full: bool) -> list[int]:
     """The gaps of one window that the configured method cuts at."""
     fine = fine_boundaries(sims.tolist(), params, adaptive=full)
     if params.method == "similarity":
@@ -136,8 +135,9 @@ def select_heads(cohesion: np.ndarray, sims: np.ndarray, top_n: int = 6) -> list
     """
     flat = cohesion.reshape(len(cohesion), -1)
     sims = np.asarray(sims, dtype=np.float64)
-    corr = np.array([np.corrcoef(flat[:, j], sims)[0, 1] if flat[:, j].std() > 0 else -1.0
-                     for j in range(flat.shape[1])])
+    corr = np.array(
+        [np.corrcoef(flat[:, j], sims)[0, 1] if flat[:, j].std() > 0 else -1.0 for j in range(flat.shape[1])]
+    )
     corr = np.nan_to_num(corr, nan=-1.0)
     best = np.argsort(-corr)[:top_n]
     heads = cohesion.shape[2]
@@ -239,8 +239,9 @@ class Segmenter:
         state.head_reason = reasons[emit_n] if emit_n < n else None
         return out
 
-    def _assign(self, state: SegmenterState, items: list[CompressedTurn],
-                reasons: list[str | None]) -> list[SegmentedTurn]:
+    def _assign(
+        self, state: SegmenterState, items: list[CompressedTurn], reasons: list[str | None]
+    ) -> list[SegmentedTurn]:
         out: list[SegmentedTurn] = []
         for i, (item, reason) in enumerate(zip(items, reasons)):
             if reason is None and state.segment_id is None:
@@ -252,13 +253,15 @@ class Segmenter:
                 # The label reads the segment's turns in this emission (up to its next cut).
                 end = next((j for j in range(i + 1, len(items)) if reasons[j] is not None), len(items))
                 state.topic_label = topic_label(" ".join(t.compressed_text for t in items[i:end]))
-            out.append(SegmentedTurn(
-                tenant_id=item.tenant_id,
-                conversation_id=item.conversation_id,
-                item=item,
-                segment_id=state.segment_id,  # type: ignore[arg-type]
-                topic_label=state.topic_label,
-                boundary=reason is not None,
-                boundary_reason=reason or "none",  # type: ignore[arg-type]
-            ))
+            out.append(
+                SegmentedTurn(
+                    tenant_id=item.tenant_id,
+                    conversation_id=item.conversation_id,
+                    item=item,
+                    segment_id=state.segment_id,  # type: ignore[arg-type]
+                    topic_label=state.topic_label,
+                    boundary=reason is not None,
+                    boundary_reason=reason or "none",  # type: ignore[arg-type]
+                )
+            )
         return out

@@ -43,7 +43,9 @@ def run_needed(state: PendingState | None, requested_at: datetime, scope: Scope)
     return scope == "all" or bool(state and state["cards"])
 
 
-def broadcast_keys(pending: Iterable[tuple[str, PendingState | None]], tenant_id: str | None, scope: Scope) -> list[str]:
+def broadcast_keys(
+    pending: Iterable[tuple[str, PendingState | None]], tenant_id: str | None, scope: Scope
+) -> list[str]:
     """The conversations (``tenant/conversation`` keys) a broadcast command runs: those with cards
     waiting (scope "all": every one seen), of one tenant or all."""
     prefix = f"{tenant_id}/" if tenant_id else ""
@@ -60,8 +62,9 @@ def finish_run(state: PendingState | None, done: set[str], now: float, requested
     return state
 
 
-def cards_to_run(store: VectorStore, tenant_id: str, conversation_id: str,
-                 card_ids: Sequence[str] | None) -> list[StoreHit]:
+def cards_to_run(
+    store: VectorStore, tenant_id: str, conversation_id: str, card_ids: Sequence[str] | None
+) -> list[StoreHit]:
     """The indexed cards a run decides (None: every card of the conversation), with their vectors,
     oldest first."""
     if card_ids is None:
@@ -74,9 +77,17 @@ def cards_to_run(store: VectorStore, tenant_id: str, conversation_id: str,
     return sorted(hits, key=lambda h: CardView.from_payload(h.id, h.payload).order)
 
 
-def decide_queues(store: VectorStore, decider: Decider, tenant_id: str, conversation_id: str,
-                  hits: Sequence[StoreHit], params: ConsolidateParams, as_of: datetime,
-                  pool: Executor) -> list[ConsolidationUpdate | None]:
+def decide_queues(
+    store: VectorStore,
+    decider: Decider,
+    tenant_id: str,
+    conversation_id: str,
+    hits: Sequence[StoreHit],
+    params: ConsolidateParams,
+    as_of: datetime,
+    pool: Executor,
+) -> list[ConsolidationUpdate | None]:
     """Each card's update queue decided, in parallel on ``pool``; None where a queue was empty."""
-    return list(pool.map(
-        lambda h: consolidate_card(store, decider, tenant_id, conversation_id, h, params, as_of=as_of), hits))
+    return list(
+        pool.map(lambda h: consolidate_card(store, decider, tenant_id, conversation_id, h, params, as_of=as_of), hits)
+    )

@@ -117,8 +117,9 @@ def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPol
     return flushes
 
 
-def on_tick(state: StmState, now: float, policy: StmPolicy, *, force: bool = False,
-            conversation_idle: bool = False) -> StmFlush | None:
+def on_tick(
+    state: StmState, now: float, policy: StmPolicy, *, force: bool = False, conversation_idle: bool = False
+) -> StmFlush | None:
     """Flush an idle (or, with ``force``, any) non-empty buffer. ``conversation_idle``: the segmenter
     found the conversation idle and just handed over its last turns, so the buffer is idle too."""
     if not state.groups:

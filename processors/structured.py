@@ -53,10 +53,19 @@ class Attempt(Generic[Value]):
     repaired: bool = False
 
 
-def call_with_repair(llm: LLM, messages: Sequence[Mapping[str, str]], *, stage: str, schema: Mapping[str, Any],
-                     schema_name: str, max_tokens: int, read: Callable[[LlmResult], Value],
-                     invalid: type[Exception], echo_chars: int = 2000,
-                     timeout_s: float | None = None) -> Attempt[Value]:
+def call_with_repair(
+    llm: LLM,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    stage: str,
+    schema: Mapping[str, Any],
+    schema_name: str,
+    max_tokens: int,
+    read: Callable[[LlmResult], Value],
+    invalid: type[Exception],
+    echo_chars: int = 2000,
+    timeout_s: float | None = None,
+) -> Attempt[Value]:
     """One JSON-schema call; output ``read`` rejects (by raising ``invalid``) gets one repair call
     that shows the model its output and the reason. A failed request counts as a call (it was made;
     its tokens are unknown). ``timeout_s`` bounds both calls together: no repair without time left."""
@@ -69,14 +78,20 @@ def call_with_repair(llm: LLM, messages: Sequence[Mapping[str, str]], *, stage: 
             attempt.error = attempt.error or "no time left for the call"
             return attempt
         try:
-            result = llm.complete(history, json_schema=schema, schema_name=schema_name, max_tokens=max_tokens,
-                                  timeout_s=remaining)
+            result = llm.complete(
+                history, json_schema=schema, schema_name=schema_name, max_tokens=max_tokens, timeout_s=remaining
+            )
         except LLMError as exc:
             attempt.cost = attempt.cost + StageCost(stage=stage, calls=1)
             attempt.error = f"llm error: {exc}"
             return attempt
-        attempt.cost = attempt.cost + StageCost(stage=stage, calls=1, prompt_tokens=result.prompt_tokens,
-                                                completion_tokens=result.completion_tokens, model=result.model)
+        attempt.cost = attempt.cost + StageCost(
+            stage=stage,
+            calls=1,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            model=result.model,
+        )
         try:
             attempt.value = read(result)
             return attempt
@@ -84,6 +99,8 @@ def call_with_repair(llm: LLM, messages: Sequence[Mapping[str, str]], *, stage: 
             attempt.error = str(exc)
             if turn == 0:
                 attempt.repaired = True
-                history += [{"role": "assistant", "content": result.content[:echo_chars]},
-                            {"role": "user", "content": repair_user(attempt.error)}]
+                history += [
+                    {"role": "assistant", "content": result.content[:echo_chars]},
+                    {"role": "user", "content": repair_user(attempt.error)},
+                ]
     return attempt

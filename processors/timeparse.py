@@ -18,12 +18,36 @@ WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 MONTHS = [m.lower() for m in calendar.month_name[1:]]
 MONTH_ABBR = [m.lower() for m in calendar.month_abbr[1:]]
 NUMBER_WORDS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "couple of": 2, "a couple of": 2,
-    "few": 3, "a few": 3, "several": 3,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "couple of": 2,
+    "a couple of": 2,
+    "few": 3,
+    "a few": 3,
+    "several": 3,
 }
-UNITS = {"day": "day", "days": "day", "week": "week", "weeks": "week", "month": "month",
-         "months": "month", "year": "year", "years": "year"}
+UNITS = {
+    "day": "day",
+    "days": "day",
+    "week": "week",
+    "weeks": "week",
+    "month": "month",
+    "months": "month",
+    "year": "year",
+    "years": "year",
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +88,9 @@ def _shift(anchor: datetime, n: int, unit: str) -> tuple[datetime, Granularity]:
     return _day(anchor).replace(year=anchor.year + n, month=1, day=1), "year"
 
 
-_NUM = r"(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a\s+)?couple of|(?:a\s+)?few|several)"
+_NUM = (
+    r"(\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a\s+)?couple of|(?:a\s+)?few|several)"
+)
 _UNIT = r"(days?|weeks?|months?|years?)"
 _WD = "|".join(WEEKDAYS)
 _MON = "|".join(MONTHS + MONTH_ABBR)
@@ -74,7 +100,14 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("in_n", re.compile(rf"\bin\s+{_NUM}\s+{_UNIT}\b", re.I)),
     ("rel_unit", re.compile(r"\b(last|next|this|past|coming)\s+(week|weekend|month|year)\b", re.I)),
     ("rel_weekday", re.compile(rf"\b(last|next|this|on)\s+({_WD})\b", re.I)),
-    ("day_word", re.compile(r"\b(the day before yesterday|day before yesterday|the day after tomorrow|yesterday|today|tonight|tomorrow|this morning|this afternoon|this evening|last night)\b", re.I)),
+    (
+        "day_word",
+        re.compile(
+            r"\b(the day before yesterday|day before yesterday|the day after tomorrow|yesterday|today|tonight|"
+            r"tomorrow|this morning|this afternoon|this evening|last night)\b",
+            re.I,
+        ),
+    ),
     ("date", re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+({_MON})\.?,?\s+(\d{{4}})\b", re.I)),
     ("date_us", re.compile(rf"\b({_MON})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)),
     ("month_year", re.compile(rf"\b({_MON})\.?,?\s+(\d{{4}})\b", re.I)),
@@ -122,8 +155,14 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> tuple[datetime, G
         return base + timedelta(days=delta), "day"
     if kind == "day_word":
         word = g[0].lower()
-        offset = {"the day before yesterday": -2, "day before yesterday": -2, "yesterday": -1,
-                  "last night": -1, "the day after tomorrow": 2, "tomorrow": 1}.get(word, 0)
+        offset = {
+            "the day before yesterday": -2,
+            "day before yesterday": -2,
+            "yesterday": -1,
+            "last night": -1,
+            "the day after tomorrow": 2,
+            "tomorrow": 1,
+        }.get(word, 0)
         return _day(anchor) + timedelta(days=offset), "day"
     if kind == "date":
         day, month, year = int(g[0]), _month_index(g[1]), int(g[2])

@@ -34,7 +34,9 @@ STATEFUL_TYPES = frozenset({"state", "preference", "fact", "plan"})
 _CHANGE = re.compile(
     r"\b(now|moved|moving|no longer|not anymore|any ?more|switched|changed|quit|left|instead|became|"
     r"new (job|home|house|flat|apartment|address|role|position|name)|started (working|living)|"
-    r"relocated|divorced|married|retired)\b", re.I)
+    r"relocated|divorced|married|retired)\b",
+    re.I,
+)
 _WS = re.compile(r"\W+")
 
 
@@ -58,8 +60,14 @@ class CardView:
     def from_payload(cls, card_id: str, payload: Mapping[str, Any]) -> CardView:
         valid_from = payload.get("valid_from")
         valid_from_ts = datetime.fromisoformat(valid_from).timestamp() if valid_from else 0.0
-        return cls(card_id, str(payload.get("subject", "")), str(payload.get("type", "fact")),
-                   str(payload.get("text", "")), payload.get("event_ts"), valid_from_ts)
+        return cls(
+            card_id,
+            str(payload.get("subject", "")),
+            str(payload.get("type", "fact")),
+            str(payload.get("text", "")),
+            payload.get("event_ts"),
+            valid_from_ts,
+        )
 
 
 def oriented(a: CardView, b: CardView) -> tuple[CardView, CardView]:
@@ -96,8 +104,15 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-def patches_for(action: Action, older: CardView, newer: CardView, *, tenant_id: str, conversation_id: str,
-                merged_text: str | None = None) -> tuple[list[CardPatch], list[NewCard]]:
+def patches_for(
+    action: Action,
+    older: CardView,
+    newer: CardView,
+    *,
+    tenant_id: str,
+    conversation_id: str,
+    merged_text: str | None = None,
+) -> tuple[list[CardPatch], list[NewCard]]:
     """The patches (and, for a merge, the new card) one decision produces. Deterministic ids."""
     if older.order > newer.order:
         raise ValueError("a decision is about (older, newer): only the newer card updates the older")
@@ -105,24 +120,45 @@ def patches_for(action: Action, older: CardView, newer: CardView, *, tenant_id: 
     if action == "keep_both":
         return [], []
     if action == "supersede":
-        return [CardPatch(card_id=older.card_id, valid_to=_utc(became_true), superseded_by=newer.card_id,
-                          successor_order=newer.order)], []
+        return [
+            CardPatch(
+                card_id=older.card_id,
+                valid_to=_utc(became_true),
+                superseded_by=newer.card_id,
+                successor_order=newer.order,
+            )
+        ], []
     if action == "duplicate":
-        return [CardPatch(card_id=newer.card_id, valid_to=_utc(newer.valid_from_ts), superseded_by=older.card_id,
-                          successor_order=older.order, duplicate_of=older.card_id),
-                CardPatch(card_id=older.card_id, support=[newer.card_id])], []
+        return [
+            CardPatch(
+                card_id=newer.card_id,
+                valid_to=_utc(newer.valid_from_ts),
+                superseded_by=older.card_id,
+                successor_order=older.order,
+                duplicate_of=older.card_id,
+            ),
+            CardPatch(card_id=older.card_id, support=[newer.card_id]),
+        ], []
     if action == "merge":
         text = merged_text or f"{older.text} {newer.text}"
         merged_id = point_id("merged", tenant_id, conversation_id, [older.card_id, newer.card_id], text)
         merged = NewCard(merged_id, newer.subject, newer.type, text, newer.event_ts, (older.card_id, newer.card_id))
         order = (became_true, newer.valid_from_ts, merged_id)
-        return [CardPatch(card_id=older.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order),
-                CardPatch(card_id=newer.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order),
-                CardPatch(card_id=merged_id, lineage=[older.card_id, newer.card_id])], [merged]
+        return [
+            CardPatch(
+                card_id=older.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order
+            ),
+            CardPatch(
+                card_id=newer.card_id, valid_to=_utc(became_true), superseded_by=merged_id, successor_order=order
+            ),
+            CardPatch(card_id=merged_id, lineage=[older.card_id, newer.card_id]),
+        ], [merged]
     raise ValueError(f"unknown action {action!r}")
 
 
-def apply_patches(payload: Mapping[str, Any], patches: Iterable[CardPatch], *, run_ts: float | None = None) -> dict[str, Any]:
+def apply_patches(
+    payload: Mapping[str, Any], patches: Iterable[CardPatch], *, run_ts: float | None = None
+) -> dict[str, Any]:
     """A card's payload after these patches. Commutative and idempotent: the earliest successor
     (by time order) wins, the repeats are a set, so arrival order and redelivery do not matter.
     ``run_ts``, when the patches' consolidation run began, is kept as ``retired_ts`` (the earliest
@@ -156,5 +192,17 @@ def is_current(payload: Mapping[str, Any]) -> bool:
     return not payload.get("retired", False)
 
 
-__all__ = ["Action", "ACTIONS", "STATEFUL_TYPES", "CardView", "NewCard", "oriented", "normalized", "rule_decision",
-           "patches_for", "apply_patches", "changed_fields", "is_current"]
+__all__ = [
+    "Action",
+    "ACTIONS",
+    "STATEFUL_TYPES",
+    "CardView",
+    "NewCard",
+    "oriented",
+    "normalized",
+    "rule_decision",
+    "patches_for",
+    "apply_patches",
+    "changed_fields",
+    "is_current",
+]

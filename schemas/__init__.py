@@ -19,14 +19,40 @@ from .memory import (
     StmFlush,
 )
 from .query import Evidence, Plan, Query, Reply
-from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 from .topics import decode_compressed_message, decode_segments_message
+from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 __all__ = [
-    "SCHEMA_VERSION", "Payload", "SchemaError", "TenantScoped", "conversation_key", "utc",
-    "DeadLetter", "Card", "CardPatch", "ConsolidateCommand", "ConsolidationCandidate", "ConsolidationUpdate",
-    "FlushSegment", "PairDecision",
-    "MemoryWrite", "ProfileUpdate", "Provenance", "Scene", "SourceTurn", "StageCost", "StmFlush",
-    "Evidence", "Plan", "Query", "Reply", "CompressedTurn", "SegmentedTurn", "StmTick", "Turn",
-    "WindowTick", "decode_compressed_message", "decode_segments_message",
+    "SCHEMA_VERSION",
+    "Payload",
+    "SchemaError",
+    "TenantScoped",
+    "conversation_key",
+    "utc",
+    "DeadLetter",
+    "Card",
+    "CardPatch",
+    "ConsolidateCommand",
+    "ConsolidationCandidate",
+    "ConsolidationUpdate",
+    "FlushSegment",
+    "PairDecision",
+    "MemoryWrite",
+    "ProfileUpdate",
+    "Provenance",
+    "Scene",
+    "SourceTurn",
+    "StageCost",
+    "StmFlush",
+    "Evidence",
+    "Plan",
+    "Query",
+    "Reply",
+    "CompressedTurn",
+    "SegmentedTurn",
+    "StmTick",
+    "Turn",
+    "WindowTick",
+    "decode_compressed_message",
+    "decode_segments_message",
 ]

@@ -163,7 +163,8 @@ class CardPatch(Part):
     valid_to: UtcDatetime | None = None
     superseded_by: str | None = None
     successor_order: tuple[float, float, str] | None = Field(
-        None, description="(event time, said time, id) of the successor: the earliest one wins")
+        None, description="(event time, said time, id) of the successor: the earliest one wins"
+    )
     duplicate_of: str | None = None
     support: list[str] = Field(default_factory=list, description="Card ids that repeated this card")
     lineage: list[str] = Field(default_factory=list, description="For a merged card: the cards it combines")
@@ -185,8 +186,10 @@ class ConsolidationUpdate(TenantScoped):
     written_at: UtcDatetime | None = Field(None, description="When the card was written (for the lag metric)")
     decided_at: UtcDatetime
     as_of: UtcDatetime | None = Field(
-        None, description="When its run began (the command's time): the run's queues see the store as of then, so "
-                          "a run redone after a crash makes the same decisions whatever it had already applied")
+        None,
+        description="When its run began (the command's time): the run's queues see the store as of then, so "
+        "a run redone after a crash makes the same decisions whatever it had already applied",
+    )
 
 
 class ConsolidateCommand(Payload):
@@ -199,8 +202,10 @@ class ConsolidateCommand(Payload):
     reason: Literal["command", "idle", "schedule"] = "command"
     requested_at: UtcDatetime
     scope: Literal["pending", "all"] = Field(
-        "pending", description="pending: the cards written since the last run; all: every card of the conversation "
-                               "decided again (after changing tau or the decider)")
+        "pending",
+        description="pending: the cards written since the last run; all: every card of the conversation "
+        "decided again (after changing tau or the decider)",
+    )
 
     @model_validator(mode="after")
     def _conversation_needs_tenant(self) -> ConsolidateCommand:

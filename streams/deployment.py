@@ -25,7 +25,6 @@ from .client import MemoryClient, TurnProducer, partitions_of, request_consolida
 from .topics import ensure_topics
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,8 +36,9 @@ class Deployment:
 
     MANIFEST = "deployment.json"
 
-    def __init__(self, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None,
-                 *, prefix: str | None = None):
+    def __init__(
+        self, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None, *, prefix: str | None = None
+    ):
         prefix = prefix or f"t{uuid.uuid4().hex[:10]}"
         data_dir.mkdir(parents=True, exist_ok=True)
         # What a later run needs to pick this deployment up again (its topics, consumer group, store).
@@ -50,7 +50,7 @@ class Deployment:
             "MEMSTREAM_METRICS_PORT": str(free_port()),
             **(extra_env or {}),
         }
-        self.settings = Settings(**{k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
+        self.settings = Settings.model_validate({k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
         self.workers: list[runtime.WorkerProcess] = []
         self.stage_sets: list[tuple[str, ...]] = []  # of the workers started (each set is a consumer group)
         asyncio.run(ensure_topics(self.settings))
@@ -73,17 +73,23 @@ class Deployment:
         stage_sets = self.stage_sets or [tuple(self.settings.stage_list())]
         return reading_groups(self.settings.topic_prefix, stage_sets, topics)
 
-    def start_worker(self, name: str = "worker", *, stages: str | None = None,
-                     env: Mapping[str, str] | None = None) -> runtime.WorkerProcess:
+    def start_worker(
+        self, name: str = "worker", *, stages: str | None = None, env: Mapping[str, str] | None = None
+    ) -> runtime.WorkerProcess:
         """A worker of ``stages`` (comma-separated; default: the deployment's), with its own metrics port
         (the deployment's MEMSTREAM_METRICS_PORT for the first one running)."""
         taken = {w.metrics_port for w in self.workers}
         port = int(self.env["MEMSTREAM_METRICS_PORT"])
         port = port if port not in taken else free_port()
-        w = runtime.spawn_worker({**self.env, "MEMSTREAM_METRICS_PORT": str(port), **(env or {})},
-                                 self.settings.data_dir / "logs" / f"{name}.log", stages=stages, metrics_port=port)
-        chosen = tuple(self.settings.model_copy(update={"stages": stages}).stage_list() if stages
-                       else self.settings.stage_list())
+        w = runtime.spawn_worker(
+            {**self.env, "MEMSTREAM_METRICS_PORT": str(port), **(env or {})},
+            self.settings.data_dir / "logs" / f"{name}.log",
+            stages=stages,
+            metrics_port=port,
+        )
+        chosen = tuple(
+            self.settings.model_copy(update={"stages": stages}).stage_list() if stages else self.settings.stage_list()
+        )
         if chosen not in self.stage_sets:
             self.stage_sets.append(chosen)
         self.workers.append(w)
@@ -109,8 +115,13 @@ class Deployment:
 
         asyncio.run(go())
 
-    def drain(self, timeout_s: float = 240.0, *, topics: Iterable[str] = DRAIN_TOPICS,
-              progress: Callable[[dict[str, int]], None] | None = None) -> float:
+    def drain(
+        self,
+        timeout_s: float = 240.0,
+        *,
+        topics: Iterable[str] = DRAIN_TOPICS,
+        progress: Callable[[dict[str, int]], None] | None = None,
+    ) -> float:
         """Wait until the workers have committed everything on ``topics`` (all stages by default);
         returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile."""
         return asyncio.run(wait_drained(self.settings, self.reading(topics), timeout_s=timeout_s, progress=progress))
@@ -121,18 +132,36 @@ class Deployment:
         lag = asyncio.run(topics_lag(self.settings, self.reading(topics)))
         return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
-    def consolidate(self, *, tenant: str | None = None, conversation: str | None = None,
-                    scope: str = "pending") -> int:
-        command = ConsolidateCommand(tenant_id=tenant, conversation_id=conversation, reason="command",
-                                     requested_at=datetime.now(timezone.utc), scope=scope)  # type: ignore[arg-type]
+    def consolidate(self, *, tenant: str | None = None, conversation: str | None = None, scope: str = "pending") -> int:
+        command = ConsolidateCommand(
+            tenant_id=tenant,
+            conversation_id=conversation,
+            reason="command",
+            requested_at=datetime.now(timezone.utc),
+            scope=scope,
+        )  # type: ignore[arg-type]
         return asyncio.run(request_consolidation(self.settings, command))
 
-    def ask(self, question: str, *, tenant: str, conversation: str, profile: str = "auto", answer: bool = True,
-            timeout_s: float = 60.0) -> Reply:
+    def ask(
+        self,
+        question: str,
+        *,
+        tenant: str,
+        conversation: str,
+        profile: str = "auto",
+        answer: bool = True,
+        timeout_s: float = 60.0,
+    ) -> Reply:
         async def go() -> Reply:
             async with MemoryClient(self.settings) as client:
-                return await client.ask(question, tenant_id=tenant, conversation_id=conversation,
-                                        profile=profile, answer=answer, timeout_s=timeout_s)
+                return await client.ask(
+                    question,
+                    tenant_id=tenant,
+                    conversation_id=conversation,
+                    profile=profile,
+                    answer=answer,
+                    timeout_s=timeout_s,
+                )
 
         return asyncio.run(go())
 
@@ -146,12 +175,18 @@ class Deployment:
         finally:
             store.close()
 
-    def read_topic(self, topic: str, *, timeout_s: float = 10.0, prefixed: bool = True) -> list[tuple[bytes | None, bytes]]:
+    def read_topic(
+        self, topic: str, *, timeout_s: float = 10.0, prefixed: bool = True
+    ) -> list[tuple[bytes | None, bytes]]:
         """Every message on a topic, from the beginning."""
+
         async def go() -> list[tuple[bytes | None, bytes]]:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False,
-                                        max_partition_fetch_bytes=self.settings.max_message_bytes,
-                                        fetch_max_bytes=self.settings.max_message_bytes)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                enable_auto_commit=False,
+                max_partition_fetch_bytes=self.settings.max_message_bytes,
+                fetch_max_bytes=self.settings.max_message_bytes,
+            )
             await consumer.start()
             try:
                 name = self.settings.topic(topic) if prefixed else topic
@@ -178,6 +213,7 @@ class Deployment:
 
     def message_count(self, topic: str) -> int:
         """Messages on a topic so far: the sum of its partitions' end offsets."""
+
         async def go() -> int:
             name = self.settings.topic(topic)
             consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)

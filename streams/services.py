@@ -29,9 +29,12 @@ class Services:
     def embedder(self) -> Embedder:
         from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
-        embedder = SentenceTransformerEmbedder(self.settings.embedding_model, batch_size=self.settings.embedding_batch,
-                                               cache_size=self.settings.embedding_cache,
-                                               on_embed=self.metrics.count_embedded)
+        embedder = SentenceTransformerEmbedder(
+            self.settings.embedding_model,
+            batch_size=self.settings.embedding_batch,
+            cache_size=self.settings.embedding_cache,
+            on_embed=self.metrics.count_embedded,
+        )
         log.info("embedder loaded: %s (%d-d)", embedder.name, embedder.dim)
         return embedder
 
@@ -40,23 +43,34 @@ class Services:
         from memstream.adapters.encoder_attention import EncoderAttention
 
         attention = EncoderAttention(self.settings.embedding_model)
-        log.info("attention encoder loaded: %s (%d layers x %d heads)", attention.name, attention.layers, attention.heads)
+        log.info(
+            "attention encoder loaded: %s (%d layers x %d heads)", attention.name, attention.layers, attention.heads
+        )
         return attention
 
     @cached_property
     def query_options(self) -> QueryOptions:
         s = self.settings
-        retrieval = RetrievalParams(evidence_k=s.evidence_k, candidates=s.query_candidates,
-                                    trigger_threshold=s.trigger_threshold, cascade_topics=s.cascade_topics)
-        return QueryOptions(retrieval=retrieval, replay_window=s.replay_window, replay_max_tokens=s.replay_max_tokens,
-                            max_answer_tokens=s.answer_max_tokens, planner=s.effective_query_planner)
+        retrieval = RetrievalParams(
+            evidence_k=s.evidence_k,
+            candidates=s.query_candidates,
+            trigger_threshold=s.trigger_threshold,
+            cascade_topics=s.cascade_topics,
+        )
+        return QueryOptions(
+            retrieval=retrieval,
+            replay_window=s.replay_window,
+            replay_max_tokens=s.replay_max_tokens,
+            max_answer_tokens=s.answer_max_tokens,
+            planner=s.effective_query_planner,
+        )
 
     @cached_property
     def segment_params(self) -> SegmentParams:
         s = self.settings
         heads: tuple[tuple[int, int], ...] = ()
         if s.segment_heads:
-            heads = tuple((int(l), int(h)) for l, h in (item.split(":") for item in s.segment_heads.split(",")))
+            heads = tuple((int(layer), int(h)) for layer, h in (item.split(":") for item in s.segment_heads.split(",")))
         elif s.segment_method != "similarity":
             from memstream.adapters.encoder_attention import load_heads, model_name
             from memstream.adapters.st_embedder import default_model_path
@@ -64,12 +78,20 @@ class Services:
             name = model_name(s.embedding_model or default_model_path())
             heads = load_heads(name)
             if not heads:
-                log.warning("no calibrated attention heads for %s: averaging every upper-layer head "
-                            "(run `memstream bench calibrate-heads`)", name)
-        return SegmentParams(method=s.segment_method, window_turns=s.segment_window_turns,
-                             carry_turns=min(s.segment_carry_turns, s.segment_window_turns - 1),
-                             theta_start=s.segment_threshold, theta_max=s.segment_threshold_max,
-                             coarse_radius=s.segment_coarse_radius, heads=heads)
+                log.warning(
+                    "no calibrated attention heads for %s: averaging every upper-layer head "
+                    "(run `memstream bench calibrate-heads`)",
+                    name,
+                )
+        return SegmentParams(
+            method=s.segment_method,
+            window_turns=s.segment_window_turns,
+            carry_turns=min(s.segment_carry_turns, s.segment_window_turns - 1),
+            theta_start=s.segment_threshold,
+            theta_max=s.segment_threshold_max,
+            coarse_radius=s.segment_coarse_radius,
+            heads=heads,
+        )
 
     @cached_property
     def store(self):  # noqa: ANN201 - a VectorStore, timed per operation
@@ -90,8 +112,9 @@ class Services:
         from memstream.adapters.openai_llm import OpenAICompatibleLLM
 
         log.info("LLM: %s at %s", s.llm_model, s.llm_base_url)
-        return OpenAICompatibleLLM(s.llm_base_url, s.llm_model, s.llm_api_key,
-                                   timeout_s=s.llm_timeout_s, max_tokens=s.llm_max_tokens)
+        return OpenAICompatibleLLM(
+            s.llm_base_url, s.llm_model, s.llm_api_key, timeout_s=s.llm_timeout_s, max_tokens=s.llm_max_tokens
+        )
 
     def llm_for(self, stage: str) -> LLM | None:
         """The LLM as ``stage`` uses it: its calls timed, failures counted and transient ones retried."""

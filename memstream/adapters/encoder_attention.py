@@ -83,7 +83,7 @@ class EncoderAttention:
         gaps = np.zeros((max(k - 1, 0), self.layers, self.heads), dtype=np.float32)
         for a in range(1, k):
             lo, hi = max(0, a - 2), min(k, a + 2)
-            gaps[a - 1] = (mass[:, :, lo:a, a:hi].sum(-1).mean(-1) + mass[:, :, a:hi, lo:a].sum(-1).mean(-1))
+            gaps[a - 1] = mass[:, :, lo:a, a:hi].sum(-1).mean(-1) + mass[:, :, a:hi, lo:a].sum(-1).mean(-1)
         return gaps
 
 
@@ -92,7 +92,7 @@ def load_heads(model_name: str, path: Path = HEADS_FILE) -> tuple[tuple[int, int
     if not path.exists():
         return ()
     entry = json.loads(path.read_text()).get(model_name)
-    return tuple((int(l), int(h)) for l, h in entry["heads"]) if entry else ()
+    return tuple((int(layer), int(h)) for layer, h in entry["heads"]) if entry else ()
 
 
 def save_heads(model_name: str, calibration: dict[str, Any], path: Path = HEADS_FILE) -> None:

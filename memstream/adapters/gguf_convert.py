@@ -55,7 +55,9 @@ def convert_gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         # dequantize=True gives a plain dense model; the default keeps a GGUF quantizer attached
         # (even when it unpacks everything) and save_pretrained refuses such a model.
         model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent, gguf_file=gguf_path.name, dtype="float32",
+            gguf_path.parent,
+            gguf_file=gguf_path.name,
+            dtype="float32",
             quantization_config=GgufConfig(dequantize=True),
         )
         tokenizer.save_pretrained(tmp)

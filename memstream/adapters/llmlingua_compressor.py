@@ -59,7 +59,10 @@ class _LegacyKVModel:
             past_key_values = DynamicCache([(k, v) for k, v in past_key_values], config=self._model.config)
         out = self._model(*args, past_key_values=past_key_values, **kwargs)
         if isinstance(out.past_key_values, Cache):
-            out.past_key_values = tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+            out.past_key_values = tuple(
+                (layer.keys, layer.values)  # type: ignore[union-attr]  # attention layers
+                for layer in out.past_key_values.layers
+            )
         return out
 
 
@@ -122,7 +125,7 @@ class LLMLinguaCompressor:
             alternatives = "|".join(re.escape(w.replace("<", _LT)) for w in keep)
             for m in re.finditer(rf"\s*[^\w\s]*(?<!\w)(?:{alternatives})(?!\w)[^\w\s]*", escaped):
                 if m.start() > pos:
-                    spans.append((escaped[pos:m.start()], True))
+                    spans.append((escaped[pos : m.start()], True))
                 spans.append((m.group(), False))
                 pos = m.end()
         if pos < len(escaped):
@@ -133,7 +136,8 @@ class LLMLinguaCompressor:
         if sentinel:
             spans.append(("\n", False))
         markup = "".join(
-            f"<llmlingua, rate={keep_rate:.4f}>{s}</llmlingua>" if compressible
+            f"<llmlingua, rate={keep_rate:.4f}>{s}</llmlingua>"
+            if compressible
             else f"<llmlingua, compress=False>{s}</llmlingua>"
             for s, compressible in spans
         )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
 import json
+from typing import Any, Mapping, Sequence
 
 import openai
 

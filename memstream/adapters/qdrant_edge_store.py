@@ -35,9 +35,16 @@ import numpy as np
 import qdrant_edge as qe
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.adapters.qdrant_store import (COLLECTION_PREFIX, _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS,
-                                             _KEYWORD_FIELDS, _dense, _settable)
-from memstream.ports import StoreFilter, StoreHit, StorePoint
+from memstream.adapters.qdrant_store import (
+    _BOOL_FIELDS,
+    _FLOAT_FIELDS,
+    _INT_FIELDS,
+    _KEYWORD_FIELDS,
+    COLLECTION_PREFIX,
+    _dense,
+    _settable,
+)
+from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +93,11 @@ class QdrantEdgeStore:
     def _config(self, dim: int, *, sparse: bool) -> qe.EdgeConfig:
         # sparse=False leaves the sparse vectors unspecified: load() then inherits the stored ones.
         bm25 = {BM25_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None
-        return qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
-                             sparse_vectors=bm25, max_search_threads=self._max_search_threads)
+        return qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
+            sparse_vectors=bm25,
+            max_search_threads=self._max_search_threads,
+        )
 
     def _saved_config(self, full: str) -> dict:
         return json.loads((self.path / full / _CONFIG_FILE).read_text())
@@ -141,14 +151,18 @@ class QdrantEdgeStore:
                 if full not in self._lexical:  # a shard created before BM25 support: add the vector
                     shard.update(qe.UpdateOperation.create_sparse_vector(BM25_VECTOR, modifier=qe.Modifier.Idf))
                     self._lexical.add(full)
-                    log.info("added the %s sparse vector to %s; its older points are not lexically "
-                             "searchable until upserted again with text", BM25_VECTOR, full)
+                    log.info(
+                        "added the %s sparse vector to %s; its older points are not lexically "
+                        "searchable until upserted again with text",
+                        BM25_VECTOR,
+                        full,
+                    )
                 self._ready.add(full)
 
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not points:
             return
-        structs = [qe.Point(p.id, self._vector(p), dict(p.payload)) for p in points]
+        structs = [qe.Point(p.id, self._vector(p), dict(p.payload)) for p in points]  # type: ignore[arg-type]  # stubs too narrow
         with self._lock:
             self._require(collection).update(qe.UpdateOperation.upsert_points(structs))
 
@@ -160,50 +174,95 @@ class QdrantEdgeStore:
                 return {"": dense, BM25_VECTOR: qe.SparseVector(indices, values)}
         return dense  # no bm25 vector: the point is simply not lexically searchable
 
-    def search(self, collection: str, tenant_id: str, vector: Sequence[float], *,
-               where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
-        return self._query(collection, tenant_id, qe.Query.Nearest(list(map(float, vector))), where, limit,
-                           with_vectors)
+    def search(
+        self,
+        collection: str,
+        tenant_id: str,
+        vector: Vector,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
+        return self._query(
+            collection, tenant_id, qe.Query.Nearest(list(map(float, vector))), where, limit, with_vectors
+        )
 
-    def search_text(self, collection: str, tenant_id: str, text: str, *,
-                    where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
+    def search_text(
+        self,
+        collection: str,
+        tenant_id: str,
+        text: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
         with self._lock:
             self._require(collection)  # opened, so _lexical knows whether it has the sparse vector
             full = self._name(collection)
             if full not in self._lexical:
-                raise ValueError(f"{full} predates BM25 support: call ensure_collections to add its "
-                                 f"{BM25_VECTOR} sparse vector, then re-upsert the points with text")
+                raise ValueError(
+                    f"{full} predates BM25 support: call ensure_collections to add its "
+                    f"{BM25_VECTOR} sparse vector, then re-upsert the points with text"
+                )
         indices, values = self._bm25.query(text)
         query = qe.Query.Nearest(qe.SparseVector(indices, values), using=BM25_VECTOR)
         return self._query(collection, tenant_id, query, where, limit, with_vectors)  # no terms: Edge answers []
 
-    def _query(self, collection: str, tenant_id: str, query: qe.Query, where: StoreFilter | None,
-               limit: int, with_vectors: bool) -> list[StoreHit]:
+    def _query(
+        self,
+        collection: str,
+        tenant_id: str,
+        query: qe.Query,
+        where: StoreFilter | None,
+        limit: int,
+        with_vectors: bool,
+    ) -> list[StoreHit]:
         if limit < 1:  # as qdrant-client does; Edge would silently answer nothing
             raise ValueError(f"limit value {limit} is invalid. Must be 1 or larger.")
         request = qe.QueryRequest(
-            limit=limit, query=query, filter=_filter(tenant_id, where),
-            with_payload=True, with_vector=[""] if with_vectors else False,  # the dense vector only
+            limit=limit,
+            query=query,
+            filter=_filter(tenant_id, where),
+            with_payload=True,
+            with_vector=[""] if with_vectors else False,  # the dense vector only
         )
         with self._lock:
             points = self._require(collection).query(request)
-        return [StoreHit(str(p.id), float(p.score), p.payload or {}, _dense(p.vector) if with_vectors else None)
-                for p in points]
+        return [
+            StoreHit(str(p.id), float(p.score), p.payload or {}, _dense(p.vector) if with_vectors else None)
+            for p in points
+        ]
 
-    def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
-               limit: int = 1000, with_vectors: bool = False) -> list[StoreHit]:
+    def scroll(
+        self,
+        collection: str,
+        tenant_id: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 1000,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
         flt = _filter(tenant_id, where)
         out: list[StoreHit] = []
         offset = None
         with self._lock:
             shard = self._require(collection)
             while len(out) < limit:
-                points, offset = shard.scroll(qe.ScrollRequest(
-                    offset=offset, limit=min(256, limit - len(out)), filter=flt,
-                    with_payload=True, with_vector=[""] if with_vectors else False,
-                ))
-                out += [StoreHit(str(p.id), 1.0, p.payload or {}, _dense(p.vector) if with_vectors else None)
-                        for p in points]
+                points, offset = shard.scroll(
+                    qe.ScrollRequest(
+                        offset=offset,
+                        limit=min(256, limit - len(out)),
+                        filter=flt,
+                        with_payload=True,
+                        with_vector=[""] if with_vectors else False,
+                    )
+                )
+                out += [
+                    StoreHit(str(p.id), 1.0, p.payload or {}, _dense(p.vector) if with_vectors else None)
+                    for p in points
+                ]
                 if offset is None:
                     break
         return out
@@ -283,7 +342,7 @@ class QdrantEdgeStore:
 def _match_value(value: str | int | bool) -> qe.MatchValue:
     # The bindings try str, then int, then bool: a Python bool would be read as 0/1 and then
     # match integers, not booleans. numpy.bool_ is not an int, so it reaches the bool variant.
-    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
+    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)  # type: ignore[arg-type]  # see above
 
 
 def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | None = None) -> qe.Filter:
@@ -295,7 +354,7 @@ def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | N
         for key, value in where.equals.items():
             must.append(qe.FieldCondition(key, match=_match_value(value)))
         for key, values in where.any_of.items():
-            must.append(qe.FieldCondition(key, match=qe.MatchAny(list(values))))
+            must.append(qe.FieldCondition(key, match=qe.MatchAny(list(values))))  # type: ignore[arg-type]  # one type a key
         for key in where.is_null:
             # Qdrant's IsNull: the key is present with a null value (or an array holding a null);
             # a missing key does NOT match - the same in qdrant-client local mode and on a server.
@@ -304,8 +363,12 @@ def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | N
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
     if has_id is not None:
         must.append(qe.HasIdCondition({has_id}))  # a set: the bindings refuse a list
-    must_not = [qe.FieldCondition(key, match=_match_value(value))
-                for key, value in (where.not_equals.items() if where is not None else ())]
-    must_not += [qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi))
-                 for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())]
-    return qe.Filter(must=must, must_not=must_not or None)
+    must_not = [
+        qe.FieldCondition(key, match=_match_value(value))
+        for key, value in (where.not_equals.items() if where is not None else ())
+    ]
+    must_not += [
+        qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi))
+        for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())
+    ]
+    return qe.Filter(must=must, must_not=must_not or None)  # type: ignore[arg-type]  # list invariance

@@ -26,13 +26,24 @@ from typing import Any, Mapping, Sequence
 from qdrant_client import QdrantClient, models
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.ports import StoreFilter, StoreHit, StorePoint
+from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
 log = logging.getLogger(__name__)
 
 COLLECTION_PREFIX = "memstream_"
-_KEYWORD_FIELDS = ("tenant_id", "conversation_id", "subject", "type", "role", "turn_id", "turn_ids", "card_id",
-                   "scene_id", "host_id", "session_id")
+_KEYWORD_FIELDS = (
+    "tenant_id",
+    "conversation_id",
+    "subject",
+    "type",
+    "role",
+    "turn_id",
+    "turn_ids",
+    "card_id",
+    "scene_id",
+    "host_id",
+    "session_id",
+)
 _FLOAT_FIELDS = ("event_ts", "retired_ts", "created_ts")  # consolidation runs see the store as of their start
 _INT_FIELDS = ("seq",)
 _BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
@@ -69,14 +80,18 @@ class QdrantStore:
                     continue
                 if not self._client.collection_exists(full):
                     self._client.create_collection(
-                        full, vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
+                        full,
+                        vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
                         sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
                     )
                     if not self.embedded:  # payload indexes only exist on a server
                         self._create_indexes(full)
                 elif not self._has_bm25(full):
-                    log.warning("%s predates BM25 support: texts are not indexed and search_text fails; "
-                                "recreate the collection to search it lexically", full)
+                    log.warning(
+                        "%s predates BM25 support: texts are not indexed and search_text fails; "
+                        "recreate the collection to search it lexically",
+                        full,
+                    )
                 self._ready.add(full)
 
     def _has_bm25(self, full: str) -> bool:
@@ -103,8 +118,9 @@ class QdrantStore:
         full = self._name(collection)
         with self._lock:
             lexical = any(p.text for p in points) and self._has_bm25(full)
-            structs = [models.PointStruct(id=p.id, vector=self._vector(p, lexical), payload=dict(p.payload))
-                       for p in points]
+            structs = [
+                models.PointStruct(id=p.id, vector=self._vector(p, lexical), payload=dict(p.payload)) for p in points
+            ]
             self._client.upsert(full, points=structs, wait=True)
 
     def _vector(self, p: StorePoint, lexical: bool) -> list[float] | dict[str, Any]:
@@ -115,41 +131,78 @@ class QdrantStore:
                 return {"": dense, BM25_VECTOR: models.SparseVector(indices=indices, values=values)}
         return dense  # no bm25 vector: the point is simply not lexically searchable
 
-    def search(self, collection: str, tenant_id: str, vector: Sequence[float], *,
-               where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
+    def search(
+        self,
+        collection: str,
+        tenant_id: str,
+        vector: Vector,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
         with self._lock:
             result = self._client.query_points(
-                self._name(collection), query=list(map(float, vector)), query_filter=_filter(tenant_id, where),
-                limit=limit, with_payload=True, with_vectors=with_vectors,
+                self._name(collection),
+                query=list(map(float, vector)),
+                query_filter=_filter(tenant_id, where),
+                limit=limit,
+                with_payload=True,
+                with_vectors=with_vectors,
             )
         return [_hit(p, float(p.score), with_vectors) for p in result.points]
 
-    def search_text(self, collection: str, tenant_id: str, text: str, *,
-                    where: StoreFilter | None = None, limit: int = 10, with_vectors: bool = False) -> list[StoreHit]:
+    def search_text(
+        self,
+        collection: str,
+        tenant_id: str,
+        text: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
         flt = _filter(tenant_id, where)
         indices, values = self._bm25.query(text)
         full = self._name(collection)
         with self._lock:
             if not self._has_bm25(full):
-                raise ValueError(f"{full} predates BM25 support (no {BM25_VECTOR} sparse vector): "
-                                 "recreate it to search it lexically")
+                raise ValueError(
+                    f"{full} predates BM25 support (no {BM25_VECTOR} sparse vector): recreate it to search it lexically"
+                )
             if not indices:  # stopwords or punctuation only: nothing can match
                 return []
             result = self._client.query_points(
-                full, query=models.SparseVector(indices=indices, values=values), using=BM25_VECTOR,
-                query_filter=flt, limit=limit, with_payload=True, with_vectors=with_vectors,
+                full,
+                query=models.SparseVector(indices=indices, values=values),
+                using=BM25_VECTOR,
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+                with_vectors=with_vectors,
             )
         return [_hit(p, float(p.score), with_vectors) for p in result.points]
 
-    def scroll(self, collection: str, tenant_id: str, *, where: StoreFilter | None = None,
-               limit: int = 1000, with_vectors: bool = False) -> list[StoreHit]:
+    def scroll(
+        self,
+        collection: str,
+        tenant_id: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 1000,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
         out: list[StoreHit] = []
         offset = None
         with self._lock:
             while len(out) < limit:
                 points, offset = self._client.scroll(
-                    self._name(collection), scroll_filter=_filter(tenant_id, where),
-                    limit=min(256, limit - len(out)), offset=offset, with_payload=True, with_vectors=with_vectors,
+                    self._name(collection),
+                    scroll_filter=_filter(tenant_id, where),
+                    limit=min(256, limit - len(out)),
+                    offset=offset,
+                    with_payload=True,
+                    with_vectors=with_vectors,
                 )
                 out += [_hit(p, 1.0, with_vectors) for p in points]
                 if offset is None:
@@ -173,8 +226,7 @@ class QdrantStore:
                 return False
             if any(v is None for v in fields.values()):
                 # set_payload would drop a None key; overwrite the merged payload to store a JSON null
-                points, _ = self._client.scroll(full, scroll_filter=flt, limit=1, with_payload=True,
-                                                with_vectors=False)
+                points, _ = self._client.scroll(full, scroll_filter=flt, limit=1, with_payload=True, with_vectors=False)
                 if not points:
                     return False
                 merged = {**(points[0].payload or {}), **fields}
@@ -223,8 +275,12 @@ def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = N
             must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
     if has_id is not None:
         must.append(models.HasIdCondition(has_id=[has_id]))
-    must_not: list[models.Condition] = [models.FieldCondition(key=key, match=models.MatchValue(value=value))
-                                        for key, value in (where.not_equals.items() if where is not None else ())]
-    must_not += [models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi))
-                 for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())]
+    must_not: list[models.Condition] = [
+        models.FieldCondition(key=key, match=models.MatchValue(value=value))
+        for key, value in (where.not_equals.items() if where is not None else ())
+    ]
+    must_not += [
+        models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi))
+        for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())
+    ]
     return models.Filter(must=must, must_not=must_not or None)

@@ -19,8 +19,15 @@ def default_model_path() -> str:
 
 
 class SentenceTransformerEmbedder:
-    def __init__(self, model_path: str | None = None, *, batch_size: int = 64, device: str = "cpu",
-                 cache_size: int = 4096, on_embed: Callable[[int, int], None] | None = None):
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        batch_size: int = 64,
+        device: str = "cpu",
+        cache_size: int = 4096,
+        on_embed: Callable[[int, int], None] | None = None,
+    ):
         """``on_embed(computed, from_cache)`` is called after every ``embed`` (metrics)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -81,6 +88,11 @@ class SentenceTransformerEmbedder:
 
     def embed_uncached(self, texts: Sequence[str]) -> np.ndarray:
         """The raw model speed (benchmarks): no cache on the way."""
-        vectors = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False)
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
         return np.asarray(vectors, dtype=np.float32)

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Sequence
 
 import faust
-from faust.types import EventT
+from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
 from memstream.metrics import Metrics
@@ -79,8 +79,14 @@ class StageContext:
         """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``."""
         if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
             raise ValueError(f"stage {stage} reads {topic_name}, which STAGE_INPUTS does not list")
-        source = self.app.topic(self.s.topic(topic_name), key_type=bytes, value_type=bytes, key_serializer="raw",
-                                value_serializer="raw", partitions=self.s.topic_partitions)
+        source = self.app.topic(
+            self.s.topic(topic_name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=self.s.topic_partitions,
+        )
         self.commits.subscribe(stage, self.s.topic(topic_name))
         self.metrics.init_stage(stage)
 
@@ -133,12 +139,18 @@ class StageContext:
                 return
             except Exception as exc:  # noqa: BLE001 - anything else: retry, then dead-letter
                 self.metrics.errors.labels(stage).inc()
-                log.exception("%s failed on %s[%s]@%s (attempt %d)", stage, event.message.topic,
-                              event.message.partition, event.message.offset, attempt + 1)
+                log.exception(
+                    "%s failed on %s[%s]@%s (attempt %d)",
+                    stage,
+                    event.message.topic,
+                    event.message.partition,
+                    event.message.offset,
+                    attempt + 1,
+                )
                 if attempt == self.s.processing_retries:
                     await self.dead_letter(stage, event, raw, f"processing failed: {exc}", exc)
                     return
-                await asyncio.sleep(min(2.0 ** attempt * 0.2, 5.0))
+                await asyncio.sleep(min(2.0**attempt * 0.2, 5.0))
 
     async def send(self, topic: str, key: bytes, value: bytes) -> Awaitable[Any]:
         """Publish now; returns the delivery future.
@@ -147,8 +159,9 @@ class StageContext:
         offset commits -- a wait on it from inside the handler would never end.
         """
         if topic not in self._topics:
-            self._topics[topic] = self.app.topic(topic, key_type=bytes, value_type=bytes,
-                                                 key_serializer="raw", value_serializer="raw")
+            self._topics[topic] = self.app.topic(
+                topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            )
         return await self._topics[topic].send(key=key, value=value, force=True)
 
     async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
@@ -164,10 +177,16 @@ class StageContext:
         msg = event.message
         key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else (str(msg.key) if msg.key else None)
         letter = DeadLetter(
-            stage=stage, reason=reason[:2000], error_type=type(exc).__name__, topic=msg.topic,
-            partition=msg.partition, offset=msg.offset, key=key,
+            stage=stage,
+            reason=reason[:2000],
+            error_type=type(exc).__name__,
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=key,
             tenant_id=key.split("/", 1)[0] if key and "/" in key else None,
-            original_b64=DeadLetter.encode(raw), original_size=len(raw),
+            original_b64=DeadLetter.encode(raw),
+            original_size=len(raw),
             failed_at=datetime.now(timezone.utc),
         )
         short = reason.split(":", 1)[0][:60]
@@ -175,8 +194,14 @@ class StageContext:
         log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
         await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
 
-    def idle_timer(self, name: str, table: faust.TableT, idle: Callable[[dict[str, Any]], bool], topic: str,
-                   tick: Callable[[str, str], Payload]) -> None:
+    def idle_timer(
+        self,
+        name: str,
+        table: TableT,
+        idle: Callable[[dict[str, Any]], bool],
+        topic: str,
+        tick: Callable[[str, str], Payload],
+    ) -> None:
         """Every ``stm_tick_s``, send a tick to the partition of each conversation whose state in
         ``table`` is idle: the stage then acts on it inside stream processing, where it may write
         the table."""
@@ -193,7 +218,7 @@ class StageContext:
 
         self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{name}.idle")(look)
 
-    async def save_state(self, table: faust.TableT, key: str, value: Any) -> None:
+    async def save_state(self, table: TableT, key: str, value: Any) -> None:
         """Set a table entry and wait until its changelog record is on the broker.
 
         ``table[key] = value`` only queues the record, and faust's flush before a commit gives up
@@ -201,7 +226,7 @@ class StageContext:
         (a turn lost on restart). The handler finishes, and its offset may commit, after this returns."""
         await faust_compat.write_table(table, key, value)
 
-    def table(self, stage: str, name: str) -> faust.TableT:
+    def table(self, stage: str, name: str) -> TableT:
         """A changelog-backed table of ``stage`` (declared in STAGE_TABLES, so its changelog topic is
         created before the worker subscribes); faust names it ``<app id>-<name>-changelog``.
 

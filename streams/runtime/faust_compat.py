@@ -43,11 +43,14 @@ def require(app: Any) -> None:
     """Fail at start-up when this faust lacks something memstream's delivery guarantees rest on."""
     missing = check() + check_consumer(app.consumer)
     if missing:
-        raise RuntimeError(f"faust-streaming changed: {', '.join(missing)} not found; memstream was tested "
-                           f"with faust-streaming{TESTED_VERSIONS}")
+        raise RuntimeError(
+            f"faust-streaming changed: {', '.join(missing)} not found; memstream was tested "
+            f"with faust-streaming{TESTED_VERSIONS}"
+        )
 
 
 # --- commits -------------------------------------------------------------------------------------
+
 
 def replace_commit(app: Any, commit: Callable[..., Awaitable[bool]]) -> None:
     """faust's periodic and rebalance commits call ``consumer.commit``: route them to ``commit``."""
@@ -82,6 +85,7 @@ async def seek(consumer: Any, positions: Mapping[Any, int]) -> None:
 
 # --- tables --------------------------------------------------------------------------------------
 
+
 async def write_table(table: Any, key: str, value: Any) -> None:
     """Set a table entry and wait until its changelog record is on the broker.
 
@@ -94,6 +98,7 @@ async def write_table(table: Any, key: str, value: Any) -> None:
 
 
 # --- diagnostics ---------------------------------------------------------------------------------
+
 
 def consumer_state(consumer: Any) -> str:
     """The consumer's view of every assigned partition (SIGUSR2): is one stuck, and where?"""

@@ -168,15 +168,16 @@ class SafeCommits:
     async def rewind(self, tps: Iterable[tuple[str, int]]) -> list[Partition]:
         """Seek partitions back to the first offset a stage reading them has not finished: for one
         that lags while nothing arrives (faust dropped its last messages). Returns those sought."""
-        tps = [Partition(topic, partition) for topic, partition in tps if self.tracker.reads(topic)]
-        unknown = [tp for tp in tps if not self.tracker.has_position(tp)]
+        wanted = [Partition(topic, partition) for topic, partition in tps if self.tracker.reads(topic)]
+        unknown = [tp for tp in wanted if not self.tracker.has_position(tp)]
         if unknown:
             await self._learn_positions(unknown)
-        targets = {}
-        for tp in tps:
+        targets: dict[TopicPartition, int] = {}
+        for tp in wanted:
             nexts = [self.tracker.next_for(stage, *tp) for stage in self.tracker.stages(tp.topic)]
-            if None not in nexts and nexts:
-                targets[TopicPartition(*tp)] = min(nexts)
+            known = [n for n in nexts if n is not None]
+            if known and len(known) == len(nexts):
+                targets[TopicPartition(*tp)] = min(known)
         if targets:
             await faust_compat.seek(self.app.consumer, targets)
         return [Partition(tp.topic, tp.partition) for tp in targets]
@@ -201,8 +202,11 @@ class SafeCommits:
 
     def _assigned_without_position(self) -> list[Partition]:
         """Assigned partitions of the topics read here whose position is unknown: read in one go."""
-        return [Partition(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
-                if self.tracker.reads(tp.topic) and not self.tracker.has_position(tp)]
+        return [
+            Partition(tp.topic, tp.partition)
+            for tp in self.app.consumer.assignment()
+            if self.tracker.reads(tp.topic) and not self.tracker.has_position(tp)
+        ]
 
     async def _learn_positions(self, tps: list[Partition]) -> None:
         for tp, position in (await self._read_positions(list(dict.fromkeys(tps)))).items():
@@ -235,4 +239,3 @@ class SafeCommits:
             self.tracker.committed(by_tp)
             faust_compat.trim_bookkeeping(consumer, by_tp)
             return True
-

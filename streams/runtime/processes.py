@@ -29,15 +29,16 @@ def configure_logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     for noisy in ("aiokafka", "faust", "mode", "httpx", "sentence_transformers"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level) if level.lower() != "debug" else logging.INFO)
+        logging.getLogger(noisy).setLevel(
+            max(logging.WARNING, logging.getLogger().level) if level.lower() != "debug" else logging.INFO
+        )
 
 
 def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     path = INFRA / name
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run memstream from a source checkout (pip install -e .)")
-    return subprocess.run(["bash", str(path), *args], env={**os.environ, **(env or {})}, text=True,
-                          capture_output=True)
+    return subprocess.run(["bash", str(path), *args], env={**os.environ, **(env or {})}, text=True, capture_output=True)
 
 
 def _run_infra(name: str, *args: str, settings: Settings) -> str:
@@ -101,9 +102,14 @@ def local_llm_env(settings: Settings) -> dict[str, str]:
     short cards (its output must fit its token limit), questions are planned by the rules (its
     plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence), and
     answers are short (it rambles to whatever limit it is given)."""
-    return {"MEMSTREAM_LLM_BASE_URL": local_llm_url(settings), "MEMSTREAM_LLM_MODEL": "smollm2",
-            "MEMSTREAM_EXTRACT_MAX_CARDS": "6", "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024",
-            "MEMSTREAM_QUERY_PLANNER": "rules", "MEMSTREAM_ANSWER_MAX_TOKENS": "128"}
+    return {
+        "MEMSTREAM_LLM_BASE_URL": local_llm_url(settings),
+        "MEMSTREAM_LLM_MODEL": "smollm2",
+        "MEMSTREAM_EXTRACT_MAX_CARDS": "6",
+        "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024",
+        "MEMSTREAM_QUERY_PLANNER": "rules",
+        "MEMSTREAM_ANSWER_MAX_TOKENS": "128",
+    }
 
 
 def local_llm_available() -> bool:
@@ -153,8 +159,9 @@ class WorkerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-def spawn_worker(env: Mapping[str, str], log_path: Path, *, stages: str | None = None,
-                 metrics_port: int | None = None) -> WorkerProcess:
+def spawn_worker(
+    env: Mapping[str, str], log_path: Path, *, stages: str | None = None, metrics_port: int | None = None
+) -> WorkerProcess:
     """Start ``memstream worker`` with ``env`` (MEMSTREAM_* settings); output goes to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env}
@@ -162,8 +169,14 @@ def spawn_worker(env: Mapping[str, str], log_path: Path, *, stages: str | None =
         full_env["MEMSTREAM_STAGES"] = stages
     fh = log_path.open("ab")
     start = fh.tell()
-    process = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker"], env=full_env, stdout=fh,
-                               stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "worker"],
+        env=full_env,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        cwd=str(REPO_ROOT),
+        start_new_session=True,
+    )
     fh.close()
     return WorkerProcess(process, log_path, start, metrics_port)
 

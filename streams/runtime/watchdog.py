@@ -33,8 +33,11 @@ def watchdog(ctx: StageContext) -> None:
         if ctx.in_flight or ctx.handled != state["last_handled"]:
             state["last_handled"], state["stuck_since"], state["rewound"] = ctx.handled, None, False
             return
-        tps = [TopicPartition(tp.topic, tp.partition) for tp in ctx.app.consumer.assignment()
-               if tp.topic.startswith(own_prefix)]
+        tps = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in ctx.app.consumer.assignment()
+            if tp.topic.startswith(own_prefix)
+        ]
         lag = await partition_lag(ctx.s, ctx.app.conf.id, tps)
         lagging = {f"{tp.topic}[{tp.partition}]": n for tp, n in lag.items() if n}
         if not lagging:
@@ -50,12 +53,17 @@ def watchdog(ctx: StageContext) -> None:
             log.warning("partitions lag while every agent idles (%s): sought back %d of them", lagging, len(sought))
             return
         if now - state["stuck_since"] >= stall_s:
-            log.error("partitions lag while every agent idles for %.0fs (%s): exiting for a restart "
-                      "(exit code %d)", now - state["stuck_since"], lagging, EXIT_STALLED)
+            log.error(
+                "partitions lag while every agent idles for %.0fs (%s): exiting for a restart (exit code %d)",
+                now - state["stuck_since"],
+                lagging,
+                EXIT_STALLED,
+            )
             logging.shutdown()
             os._exit(EXIT_STALLED)
 
     ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(check)
+
 
 def lag_gauges(ctx: StageContext, interval_s: float = 5.0) -> None:
     """``memstream_consumer_lag`` of every partition this worker owns; series of partitions it
@@ -78,5 +86,6 @@ def lag_gauges(ctx: StageContext, interval_s: float = 5.0) -> None:
         shown.update(current)
 
     ctx.app.timer(interval=interval_s, name="memstream.lag")(update)
+
 
 # --- shared handling -------------------------------------------------------------------

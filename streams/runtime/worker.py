@@ -42,17 +42,17 @@ def run_worker(settings: Settings) -> None:
 
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
-        await app.tables.recovery.completed.wait()
+        await app.tables.recovery.completed.wait()  # type: ignore[attr-defined]  # TableManagerT omits it
         # Installed now so it replaces mode's own handler, which would open a debugger prompt.
         running = asyncio.get_running_loop()
         running.add_signal_handler(signal.SIGUSR2, lambda: log.warning(faust_compat.consumer_state(app.consumer)))
-        log.info("memstream worker ready: %d partitions assigned, tables recovered",
-                 len(app.consumer.assignment()))
+        log.info("memstream worker ready: %d partitions assigned, tables recovered", len(app.consumer.assignment()))
 
     app.task(announce_ready)
 
-    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False,
-                          override_logging=False)
+    worker = faust.Worker(
+        app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False, override_logging=False
+    )
     try:
         worker.execute_from_commandline()
     finally:

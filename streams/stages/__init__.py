@@ -11,7 +11,12 @@ from memstream.config import STAGES
 from . import compress, consolidate, extract, index, query, segment, stm
 
 REGISTRY: dict[str, ModuleType] = {
-    "compress": compress, "segment": segment, "stm": stm, "extract": extract, "index": index,
-    "consolidate": consolidate, "query": query,
+    "compress": compress,
+    "segment": segment,
+    "stm": stm,
+    "extract": extract,
+    "index": index,
+    "consolidate": consolidate,
+    "query": query,
 }
 assert tuple(REGISTRY) == STAGES, "every stage of memstream.config.STAGES has its module, in order"

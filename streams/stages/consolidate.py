@@ -12,8 +12,15 @@ from datetime import datetime, timezone
 from typing import Any, get_args
 
 from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update
-from processors.sleep import (broadcast_keys, cards_to_run, decide_queues, finish_run, is_asleep, mark_pending,
-                              run_needed)
+from processors.sleep import (
+    broadcast_keys,
+    cards_to_run,
+    decide_queues,
+    finish_run,
+    is_asleep,
+    mark_pending,
+    run_needed,
+)
 from schemas import ConsolidateCommand, ConsolidationUpdate, MemoryWrite
 from schemas.memory import ConsolidationAction
 from schemas.topics import Topic
@@ -37,8 +44,12 @@ def register(ctx: StageContext) -> None:
     llm = services.llm_for("consolidate")
     decider: Decider = LlmDecider(llm, params) if llm is not None else RuleDecider(params)
     pool = ThreadPoolExecutor(max_workers=s.consolidate_parallel, thread_name_prefix="consolidate")
-    log.info("consolidation: %s decisions, idle after %.0fs, schedule %s", type(decider).__name__,
-             s.sleep_idle_s, f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off")
+    log.info(
+        "consolidation: %s decisions, idle after %.0fs, schedule %s",
+        type(decider).__name__,
+        s.sleep_idle_s,
+        f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off",
+    )
 
     async def on_write(record: Record) -> StageResult:
         write = MemoryWrite.from_bytes(record.value)
@@ -71,25 +82,52 @@ def register(ctx: StageContext) -> None:
             # partition (and table changelog) that owns it. Each copy of the broadcast fans out
             # again; run_needed runs each once.
             keys = broadcast_keys(list(pending.items()), command.tenant_id, command.scope)
-            return StageResult([Out(control, k, ConsolidateCommand(
-                tenant_id=k.split("/", 1)[0], conversation_id=k.split("/", 1)[1], reason=command.reason,
-                requested_at=command.requested_at, scope=command.scope)) for k in keys])
+            return StageResult(
+                [
+                    Out(
+                        control,
+                        k,
+                        ConsolidateCommand(
+                            tenant_id=k.split("/", 1)[0],
+                            conversation_id=k.split("/", 1)[1],
+                            reason=command.reason,
+                            requested_at=command.requested_at,
+                            scope=command.scope,
+                        ),
+                    )
+                    for k in keys
+                ]
+            )
         key = f"{command.tenant_id}/{command.conversation_id}"
         state = pending.get(key)
         if not run_needed(state, command.requested_at, command.scope):
             return StageResult()
         started = time.perf_counter()
-        tenant, conversation = command.tenant_id, command.conversation_id
-        hits = await asyncio.to_thread(cards_to_run, services.store, tenant, conversation,
-                                       None if command.scope == "all" else state["cards"])
+        tenant, conversation = command.tenant_id or "", command.conversation_id
+        hits = await asyncio.to_thread(
+            cards_to_run,
+            services.store,
+            tenant,
+            conversation,
+            None if command.scope == "all" or state is None else state["cards"],
+        )
         log.info("consolidating %s: %d queues", key, len(hits))
         # Outcomes go out a chunk at a time (memory stays flat, the store is updated as the run goes).
         # A crash mid-run redelivers the command: the run is redone as of the same time, and the
         # updates already out are replays (idempotent).
         for i in range(0, len(hits), RUN_CHUNK):
             chunk_started = time.perf_counter()
-            outcomes = await asyncio.to_thread(decide_queues, services.store, decider, tenant, conversation,
-                                               hits[i:i + RUN_CHUNK], params, command.requested_at, pool)
+            outcomes = await asyncio.to_thread(
+                decide_queues,
+                services.store,
+                decider,
+                tenant,
+                conversation,
+                hits[i : i + RUN_CHUNK],
+                params,
+                command.requested_at,
+                pool,
+            )
             await ctx.produce("consolidate.run", observe(outcomes, command.scope == "pending"))
             log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
             if s.consolidate_yield and ctx.busy_ingesting():
@@ -117,17 +155,31 @@ def register(ctx: StageContext) -> None:
     def asleep(data: dict[str, Any]) -> bool:
         return is_asleep(data, time.time(), s.sleep_idle_s)
 
-    ctx.idle_timer(TABLE, pending, asleep, control,
-                   lambda tenant, conv: ConsolidateCommand(tenant_id=tenant, conversation_id=conv, reason="idle",
-                                                           requested_at=datetime.now(timezone.utc)))
+    ctx.idle_timer(
+        TABLE,
+        pending,
+        asleep,
+        control,
+        lambda tenant, conv: ConsolidateCommand(
+            tenant_id=tenant, conversation_id=conv, reason="idle", requested_at=datetime.now(timezone.utc)
+        ),
+    )
     if s.consolidate_every_s > 0:
+
         async def scheduled() -> None:
             # Each worker schedules the conversations its own partitions hold, keyed to them.
             for key, data in list(pending.items()):
                 if data and data["cards"]:
                     tenant, conv = key.split("/", 1)
-                    await ctx.send(control, key.encode(), ConsolidateCommand(
-                        tenant_id=tenant, conversation_id=conv, reason="schedule",
-                        requested_at=datetime.now(timezone.utc)).to_bytes())
+                    await ctx.send(
+                        control,
+                        key.encode(),
+                        ConsolidateCommand(
+                            tenant_id=tenant,
+                            conversation_id=conv,
+                            reason="schedule",
+                            requested_at=datetime.now(timezone.utc),
+                        ).to_bytes(),
+                    )
 
         ctx.app.timer(interval=s.consolidate_every_s, name="memstream.consolidation.schedule")(scheduled)

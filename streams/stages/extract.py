@@ -24,8 +24,11 @@ def register(ctx: StageContext) -> None:
     s, services, metrics = ctx.s, ctx.services, ctx.metrics
     llm = services.llm_for("extract")
     mode = s.effective_extract_mode
-    extractor = (LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
-                 if mode == "llm" and llm else ExtractiveExtractor())
+    extractor = (
+        LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
+        if mode == "llm" and llm
+        else ExtractiveExtractor()
+    )
     log.info("extraction mode: %s", extractor.mode)
     out_topic = s.topic(OUTPUTS[0])
 

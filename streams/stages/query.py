@@ -26,8 +26,13 @@ OUTPUTS: tuple[str, ...] = ()  # replies go to each query's own reply topic
 
 def register(ctx: StageContext) -> None:
     services, metrics = ctx.services, ctx.metrics
-    engine = QueryEngine(services.store, services.embedder, services.llm_for("answer"), services.query_options,
-                         planner_llm=services.llm_for("plan"))
+    engine = QueryEngine(
+        services.store,
+        services.embedder,
+        services.llm_for("answer"),
+        services.query_options,
+        planner_llm=services.llm_for("plan"),
+    )
 
     async def handler(record: Record) -> StageResult:
         try:
@@ -44,9 +49,14 @@ def register(ctx: StageContext) -> None:
             reply = await asyncio.to_thread(engine.run, query)
         except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
             log.exception("query %s failed", query.correlation_id)
-            reply = Reply(tenant_id=query.tenant_id, conversation_id=query.conversation_id,
-                          correlation_id=query.correlation_id, ok=False, error=f"{type(exc).__name__}: {exc}",
-                          replied_at=datetime.now(timezone.utc))
+            reply = Reply(
+                tenant_id=query.tenant_id,
+                conversation_id=query.conversation_id,
+                correlation_id=query.correlation_id,
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+                replied_at=datetime.now(timezone.utc),
+            )
         for cost in reply.costs:
             metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
         observe_query(metrics, reply)
@@ -60,9 +70,14 @@ async def reply_invalid(ctx: StageContext, raw: bytes, exc: SchemaError) -> None
     client fails at once instead of timing out."""
     try:
         data = orjson.loads(raw)
-        reply = Reply(tenant_id=data["tenant_id"], conversation_id=data["conversation_id"],
-                      correlation_id=data["correlation_id"], ok=False, error=f"invalid query: {exc}",
-                      replied_at=datetime.now(timezone.utc))
+        reply = Reply(
+            tenant_id=data["tenant_id"],
+            conversation_id=data["conversation_id"],
+            correlation_id=data["correlation_id"],
+            ok=False,
+            error=f"invalid query: {exc}",
+            replied_at=datetime.now(timezone.utc),
+        )
         topic = data["reply_topic"]
         if not isinstance(topic, str) or not re.fullmatch(TOPIC_PATTERN, topic):
             return

@@ -28,10 +28,16 @@ def register(ctx: StageContext) -> None:
     out_topic = s.topic(OUTPUTS[0])
     in_topic = s.topic(INPUT)
     params = services.segment_params
-    segmenter = Segmenter(params, services.embedder.embed,
-                          services.attention.cohesion if params.uses_attention else None)
-    log.info("segmentation: %s, window %d turns (carry %d), heads %s", params.method, params.window_turns,
-             params.carry_turns, list(params.heads) or "upper layers")
+    segmenter = Segmenter(
+        params, services.embedder.embed, services.attention.cohesion if params.uses_attention else None
+    )
+    log.info(
+        "segmentation: %s, window %d turns (carry %d), heads %s",
+        params.method,
+        params.window_turns,
+        params.carry_turns,
+        list(params.heads) or "upper layers",
+    )
 
     async def handler(record: Record) -> StageResult:
         message = decode_compressed_message(record.value)
@@ -44,8 +50,12 @@ def register(ctx: StageContext) -> None:
                 return StageResult()  # a turn arrived after the tick was sent
             outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
             # The STM buffered these just now; tell it the conversation is idle.
-            tick = StmTick(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
-                           sent_at=datetime.now(timezone.utc), conversation_idle=True)
+            tick = StmTick(
+                tenant_id=message.tenant_id,
+                conversation_id=message.conversation_id,
+                sent_at=datetime.now(timezone.utc),
+                conversation_idle=True,
+            )
             outs.append(Out(out_topic, message.key, tick))
         else:
             outs = [Out(out_topic, seg.key, seg) for seg in segmenter.add(state, message, time.time())]
@@ -58,11 +68,17 @@ def register(ctx: StageContext) -> None:
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)
-    init_series(ctx.metrics.segment_boundaries,
-                [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"])
+    init_series(
+        ctx.metrics.segment_boundaries,
+        [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"],
+    )
     init_series(ctx.metrics.embedded_texts, ("computed", "cached"))
 
     # An idle window drains through its own partition: the tick goes to the stage's input topic.
-    ctx.idle_timer(TABLE, states, lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
-                   in_topic, lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv,
-                                                             sent_at=datetime.now(timezone.utc)))
+    ctx.idle_timer(
+        TABLE,
+        states,
+        lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
+        in_topic,
+        lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
+    )

@@ -57,6 +57,10 @@ def register(ctx: StageContext) -> None:
 
     ctx.app.timer(interval=5.0, name="memstream.stm.gauges")(buffer_gauges)
 
-    ctx.idle_timer(TABLE, buffers, lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
-                   in_topic, lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv,
-                                                          sent_at=datetime.now(timezone.utc)))
+    ctx.idle_timer(
+        TABLE,
+        buffers,
+        lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
+        in_topic,
+        lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
+    )

@@ -7,8 +7,13 @@ import torch
 from memstream.adapters.encoder_attention import EncoderAttention, load_heads
 from processors.segment import head_scores
 
-TEXTS = ["I adopted a puppy last week.", "She is a golden retriever and loves the park.",
-         "Our puppy chewed my shoes!", "Anyway, the tax return is due on Friday.", "I still need the forms."]
+TEXTS = [
+    "I adopted a puppy last week.",
+    "She is a golden retriever and loves the park.",
+    "Our puppy chewed my shoes!",
+    "Anyway, the tax return is due on Friday.",
+    "I still need the forms.",
+]
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,22 @@ from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf
 from processors.compress import compress_turn, protected_words
 from tests.factories import turn
 
-
 TURNS = [
-    ("Melanie", "Hey Caroline, since we last chatted on 20 May 2023 I've had a lot happening. I ran a charity race for "
-                "mental health last Saturday at 9:30am and 214 people joined, which was really rewarding for me."),
-    ("Caroline", "Thanks, Melanie! The adoption agency in Boston finally called me back, and the interview is on "
-                 "June 3rd at 10:15. I'm truly grateful for all the support I've got from friends and mentors."),
-    ("Jon", "Yeah, I lost my job at the bank on January 19, 2023, so I'm opening a dance studio on Elm Street "
-            "with Gina. We need about $12,000 to cover the rent for the first 6 months, so it's pretty scary."),
+    (
+        "Melanie",
+        "Hey Caroline, since we last chatted on 20 May 2023 I've had a lot happening. I ran a charity race for "
+        "mental health last Saturday at 9:30am and 214 people joined, which was really rewarding for me.",
+    ),
+    (
+        "Caroline",
+        "Thanks, Melanie! The adoption agency in Boston finally called me back, and the interview is on "
+        "June 3rd at 10:15. I'm truly grateful for all the support I've got from friends and mentors.",
+    ),
+    (
+        "Jon",
+        "Yeah, I lost my job at the bank on January 19, 2023, so I'm opening a dance studio on Elm Street "
+        "with Gina. We need about $12,000 to cover the rent for the first 6 months, so it's pretty scary.",
+    ),
     ("Gina", "Wow, that agency looks great! What made you pick it? I remember you said Oliver loved the visit 🌟"),
 ]
 
@@ -104,16 +112,30 @@ def tiny_llmlingua2(tmp_path_factory):
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator([t for _, t in TURNS] * 3,
-                            trainers.WordPieceTrainer(vocab_size=400, special_tokens=special))
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+    tok.train_from_iterator(
+        [t for _, t in TURNS] * 3, trainers.WordPieceTrainer(vocab_size=400, special_tokens=special)
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     fast.save_pretrained(folder)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=fast.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, num_labels=2)
+    config = BertConfig(
+        vocab_size=fast.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=2,
+    )
     BertForTokenClassification(config).save_pretrained(folder)
     return LLMLinguaCompressor(folder)
 

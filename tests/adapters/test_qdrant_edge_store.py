@@ -45,14 +45,54 @@ def store(kind, tmp_path):  # noqa: ANN001
 
 # id, tenant, vector, payload (tenant_id is added)
 ROWS = [
-    (1, "t1", unit(1, 0, 0, 0), {"conversation_id": "c1", "subject": "Maria", "turn_ids": ["D1:1", "D1:2"],
-                                  "event_ts": 100.0, "seq": 1, "atomic": True, "superseded_by": None}),
-    (2, "t1", unit(0, 1, 0, 0), {"conversation_id": "c1", "subject": "Tom", "turn_ids": ["D1:3"],
-                                  "event_ts": 200.0, "seq": 2, "atomic": False, "superseded_by": pid(9)}),
-    (3, "t1", unit(0, 0, 1, 0), {"conversation_id": "c2", "subject": "Maria", "turn_ids": ["D2:1"],
-                                  "event_ts": 300.0, "seq": 3, "atomic": 1}),  # no superseded_by key; int 1
-    (4, "t2", unit(1, 0, 0, 0), {"conversation_id": "c1", "subject": "Maria", "turn_ids": ["D1:1"],
-                                  "event_ts": 100.0, "seq": 1, "atomic": True, "superseded_by": None}),
+    (
+        1,
+        "t1",
+        unit(1, 0, 0, 0),
+        {
+            "conversation_id": "c1",
+            "subject": "Maria",
+            "turn_ids": ["D1:1", "D1:2"],
+            "event_ts": 100.0,
+            "seq": 1,
+            "atomic": True,
+            "superseded_by": None,
+        },
+    ),
+    (
+        2,
+        "t1",
+        unit(0, 1, 0, 0),
+        {
+            "conversation_id": "c1",
+            "subject": "Tom",
+            "turn_ids": ["D1:3"],
+            "event_ts": 200.0,
+            "seq": 2,
+            "atomic": False,
+            "superseded_by": pid(9),
+        },
+    ),
+    (
+        3,
+        "t1",
+        unit(0, 0, 1, 0),
+        {"conversation_id": "c2", "subject": "Maria", "turn_ids": ["D2:1"], "event_ts": 300.0, "seq": 3, "atomic": 1},
+    ),  # no superseded_by key; int 1
+    (
+        4,
+        "t2",
+        unit(1, 0, 0, 0),
+        {
+            "conversation_id": "c1",
+            "subject": "Maria",
+            "turn_ids": ["D1:1"],
+            "event_ts": 100.0,
+            "seq": 1,
+            "atomic": True,
+            "superseded_by": None,
+        },
+    ),
 ]
 
 
@@ -86,32 +126,35 @@ def test_another_tenants_points_are_never_returned(store):
     assert store.count(COLL, "t1") == 3 and store.count(COLL, "t2") == 1 and store.count(COLL, "t3") == 0
 
 
-@pytest.mark.parametrize("where, expected", [
-    (StoreFilter(equals={"conversation_id": "c1"}), [1, 2]),
-    (StoreFilter(equals={"conversation_id": "c1", "subject": "Maria"}), [1]),
-    (StoreFilter(equals={"seq": 3}), [3]),
-    # a boolean matches booleans only, not the integer 1 (Edge needs a workaround for this)
-    (StoreFilter(equals={"atomic": True}), [1]),
-    (StoreFilter(equals={"atomic": False}), [2]),
-    (StoreFilter(equals={"atomic": 1}), [3]),
-    (StoreFilter(any_of={"turn_ids": ["D1:2", "D2:1", "nope"]}), [1, 3]),  # any element of a list field
-    (StoreFilter(any_of={"seq": [2, 3]}), [2, 3]),
-    (StoreFilter(any_of={"subject": []}), []),
-    # explicit null only: point 3 has no superseded_by key and does NOT match (Qdrant IsNull)
-    (StoreFilter(is_null=["superseded_by"]), [1]),
-    (StoreFilter(range_ts={"event_ts": (150.0, 300.0)}), [2, 3]),  # bounds inclusive
-    (StoreFilter(range_ts={"event_ts": (None, 200.0)}), [1, 2]),
-    (StoreFilter(range_ts={"event_ts": (200.0, None)}), [2, 3]),
-    (StoreFilter(equals={"subject": "Maria"}, range_ts={"event_ts": (150.0, None)}), [3]),
-    # excluded values: a missing key passes (point 3 has no superseded_by), a bool excludes only bools
-    (StoreFilter(not_equals={"superseded_by": pid(9)}), [1, 3]),
-    (StoreFilter(not_equals={"atomic": True}), [2, 3]),
-    (StoreFilter(equals={"subject": "Maria"}, not_equals={"conversation_id": "c2"}), [1]),
-    # excluded ranges (bounds inclusive); a point without the key passes
-    (StoreFilter(not_range_ts={"event_ts": (None, 200.0)}), [3]),
-    (StoreFilter(not_range_ts={"event_ts": (150.0, None), "seq": (None, 1.0)}), []),
-    (StoreFilter(not_range_ts={"retired_ts": (None, 1e12)}), [1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "where, expected",
+    [
+        (StoreFilter(equals={"conversation_id": "c1"}), [1, 2]),
+        (StoreFilter(equals={"conversation_id": "c1", "subject": "Maria"}), [1]),
+        (StoreFilter(equals={"seq": 3}), [3]),
+        # a boolean matches booleans only, not the integer 1 (Edge needs a workaround for this)
+        (StoreFilter(equals={"atomic": True}), [1]),
+        (StoreFilter(equals={"atomic": False}), [2]),
+        (StoreFilter(equals={"atomic": 1}), [3]),
+        (StoreFilter(any_of={"turn_ids": ["D1:2", "D2:1", "nope"]}), [1, 3]),  # any element of a list field
+        (StoreFilter(any_of={"seq": [2, 3]}), [2, 3]),
+        (StoreFilter(any_of={"subject": []}), []),
+        # explicit null only: point 3 has no superseded_by key and does NOT match (Qdrant IsNull)
+        (StoreFilter(is_null=["superseded_by"]), [1]),
+        (StoreFilter(range_ts={"event_ts": (150.0, 300.0)}), [2, 3]),  # bounds inclusive
+        (StoreFilter(range_ts={"event_ts": (None, 200.0)}), [1, 2]),
+        (StoreFilter(range_ts={"event_ts": (200.0, None)}), [2, 3]),
+        (StoreFilter(equals={"subject": "Maria"}, range_ts={"event_ts": (150.0, None)}), [3]),
+        # excluded values: a missing key passes (point 3 has no superseded_by), a bool excludes only bools
+        (StoreFilter(not_equals={"superseded_by": pid(9)}), [1, 3]),
+        (StoreFilter(not_equals={"atomic": True}), [2, 3]),
+        (StoreFilter(equals={"subject": "Maria"}, not_equals={"conversation_id": "c2"}), [1]),
+        # excluded ranges (bounds inclusive); a point without the key passes
+        (StoreFilter(not_range_ts={"event_ts": (None, 200.0)}), [3]),
+        (StoreFilter(not_range_ts={"event_ts": (150.0, None), "seq": (None, 1.0)}), []),
+        (StoreFilter(not_range_ts={"retired_ts": (None, 1e12)}), [1, 2, 3]),
+    ],
+)
 def test_each_filter_kind(store, where, expected):
     fill(store)
     want = [pid(i) for i in expected]
@@ -208,8 +251,7 @@ DOCS = [  # id, tenant, conversation, text
 
 
 def fill_docs(store, coll: str = COLL) -> None:  # noqa: ANN001
-    store.upsert(coll, [StorePoint(pid(i), X, {"tenant_id": t, "conversation_id": c}, text)
-                        for i, t, c, text in DOCS])
+    store.upsert(coll, [StorePoint(pid(i), X, {"tenant_id": t, "conversation_id": c}, text) for i, t, c, text in DOCS])
     # a dense-only neighbour of W: the dense search finds it first, BM25 never sees it
     store.upsert(coll, [StorePoint(pid(17), W, {"tenant_id": "t1", "conversation_id": "c1", "note": "zeppelin"})])
 
@@ -267,11 +309,14 @@ def test_search_text_keeps_to_the_tenant_and_the_filter(store):
 
 
 def test_points_without_text_are_not_lexically_found(store):
-    store.upsert(COLL, [
-        StorePoint(pid(1), X, {"tenant_id": "t1", "text": "walrus"}),  # the words only in the payload
-        StorePoint(pid(2), X, {"tenant_id": "t1"}, "the and of"),  # nothing left after the stopwords
-        StorePoint(pid(3), X, {"tenant_id": "t1"}, "walrus"),
-    ])
+    store.upsert(
+        COLL,
+        [
+            StorePoint(pid(1), X, {"tenant_id": "t1", "text": "walrus"}),  # the words only in the payload
+            StorePoint(pid(2), X, {"tenant_id": "t1"}, "the and of"),  # nothing left after the stopwords
+            StorePoint(pid(3), X, {"tenant_id": "t1"}, "walrus"),
+        ],
+    )
     assert [h.id for h in store.search_text(COLL, "t1", "walrus the")] == [pid(3)]
     assert store.count(COLL, "t1") == 3 and ids(store.search(COLL, "t1", X)) == [pid(1), pid(2), pid(3)]
 
@@ -292,8 +337,10 @@ def test_reupserting_an_id_replaces_its_text(store):
 def test_with_vectors_returns_the_stored_dense_vector(store):
     fill(store)  # dense-only points
     fill_docs(store)  # points with the bm25 sparse vector too
-    for hits in (store.search(COLL, "t1", unit(0, 1, 0, 0), limit=20, with_vectors=True),
-                 store.scroll(COLL, "t1", with_vectors=True)):
+    for hits in (
+        store.search(COLL, "t1", unit(0, 1, 0, 0), limit=20, with_vectors=True),
+        store.scroll(COLL, "t1", with_vectors=True),
+    ):
         assert len(hits) == 9
         stored = {pid(i): vec for i, _, vec, _ in ROWS} | {pid(i): X for i, *_ in DOCS} | {pid(17): W}
         for h in hits:

@@ -20,10 +20,23 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 def _bench(name: str = "locomo") -> BenchSet:
-    turns = [Turn(tenant_id="bench", conversation_id="c", session_id="s1", turn_id=f"D1:{i}", speaker="Ann",
-                  role="user", text=f"turn number {i}", event_time=T0) for i in range(1, 5)]
-    questions = [BenchQuestion("c:q0", "c", "Where?", T0, "1", "Paris", ("D1:1",)),
-                 BenchQuestion("c:q1", "c", "When?", T0, "2", "May", ("D1:2", "D1:3"))]
+    turns = [
+        Turn(
+            tenant_id="bench",
+            conversation_id="c",
+            session_id="s1",
+            turn_id=f"D1:{i}",
+            speaker="Ann",
+            role="user",
+            text=f"turn number {i}",
+            event_time=T0,
+        )
+        for i in range(1, 5)
+    ]
+    questions = [
+        BenchQuestion("c:q0", "c", "Where?", T0, "1", "Paris", ("D1:1",)),
+        BenchQuestion("c:q1", "c", "When?", T0, "2", "May", ("D1:2", "D1:3")),
+    ]
     return BenchSet(name, Path("data.json"), {"c": turns}, questions, ("evidence_recall",))
 
 
@@ -78,42 +91,79 @@ def test_baselines_come_closest_to_the_budget_with_at_least_one_turn() -> None:
 
 def _records() -> dict[str, dict]:
     def rec(qid: str, group: str, scores: float, tokens: int, correct: bool) -> dict:
-        return {"qid": qid, "group": group, "ok": True, "latency_ms": 40.0, "worker_latency_ms": {"total_ms": 20.0},
-                "profile": "lookup", "context_tokens": tokens, "scores": {"evidence_recall": scores},
-                "costs": [{"stage": "answer", "calls": 1, "prompt_tokens": 100, "completion_tokens": 9}],
-                "sweep": {"5": {"context_tokens": tokens // 2, "scores": {"evidence_recall": scores / 2}}},
-                "answer": "x", "judge": {"correct": correct, "readable": True, "f1": 0.5, "bleu1": 0.25,
-                                         "cost": {"stage": "judge", "calls": 1, "prompt_tokens": 50,
-                                                  "completion_tokens": 3}}}
+        return {
+            "qid": qid,
+            "group": group,
+            "ok": True,
+            "latency_ms": 40.0,
+            "worker_latency_ms": {"total_ms": 20.0},
+            "profile": "lookup",
+            "context_tokens": tokens,
+            "scores": {"evidence_recall": scores},
+            "costs": [{"stage": "answer", "calls": 1, "prompt_tokens": 100, "completion_tokens": 9}],
+            "sweep": {"5": {"context_tokens": tokens // 2, "scores": {"evidence_recall": scores / 2}}},
+            "answer": "x",
+            "judge": {
+                "correct": correct,
+                "readable": True,
+                "f1": 0.5,
+                "bleu1": 0.25,
+                "cost": {"stage": "judge", "calls": 1, "prompt_tokens": 50, "completion_tokens": 3},
+            },
+        }
 
     records = {"c:q0": rec("c:q0", "1", 1.0, 100, True), "c:q1": rec("c:q1", "2", 0.5, 60, False)}
-    records["c:q0"]["judge_control"] = {"correct": True, "readable": True, "f1": 0.0, "bleu1": 0.0,
-                                        "cost": {"stage": "judge", "calls": 1}}
+    records["c:q0"]["judge_control"] = {
+        "correct": True,
+        "readable": True,
+        "f1": 0.0,
+        "bleu1": 0.0,
+        "cost": {"stage": "judge", "calls": 1},
+    }
     return records
 
 
 def _evaluation() -> dict:
     def base(recall: float) -> dict:
-        return {"main": {"context_tokens": 80, "scores": {"evidence_recall": recall}},
-                "5": {"context_tokens": 40, "scores": {"evidence_recall": recall / 2}}}
+        return {
+            "main": {"context_tokens": 80, "scores": {"evidence_recall": recall}},
+            "5": {"context_tokens": 40, "scores": {"evidence_recall": recall / 2}},
+        }
 
-    return {"embedding_model": "m", "cards": 3, "baselines": {
-        qid: {"full_context_tokens": 1000, "dense_topk": base(0.5), "bm25_topk": base(0.0)} for qid in ("c:q0", "c:q1")}}
+    return {
+        "embedding_model": "m",
+        "cards": 3,
+        "baselines": {
+            qid: {"full_context_tokens": 1000, "dense_topk": base(0.5), "bm25_topk": base(0.0)}
+            for qid in ("c:q0", "c:q1")
+        },
+    }
 
 
 def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Path) -> None:
     bench = _bench()
     options = E2EOptions(out=tmp_path, llm=True, sweep_k=(5,))
-    state = SimpleNamespace(construction={"extract": {"calls": 4, "prompt_tokens": 400, "completion_tokens": 40}},
-                            started_at="t", ingest_seconds=2.0, ingest_segments=2, ingest_commits=["0ld"],
-                            consolidation_s=1.0, consolidation_decisions={}, store_counts={"cards": 3})
+    state = SimpleNamespace(
+        construction={"extract": {"calls": 4, "prompt_tokens": 400, "completion_tokens": 40}},
+        started_at="t",
+        ingest_seconds=2.0,
+        ingest_segments=2,
+        ingest_commits=["0ld"],
+        consolidation_s=1.0,
+        consolidation_decisions={},
+        store_counts={"cards": 3},
+    )
     result = summarize_run(bench, options, state, _records(), _evaluation(), answer_model="a", judge_model="j")
     result["commit"] = "n3w"  # the questions asked with other code than the memories were built with
     overall = result["recall"]["overall"]
     assert overall["memstream"]["evidence_recall"] == 0.75 and overall["memstream"]["context_tokens"] == 80
     assert overall["dense_topk"]["evidence_recall"] == 0.5 and overall["bm25_topk"]["evidence_recall"] == 0.0
-    assert overall["full_context"] == {"evidence_recall": 1.0, "evidence_recall_questions": 2, "context_tokens": 1000,
-                                       "questions": 2}
+    assert overall["full_context"] == {
+        "evidence_recall": 1.0,
+        "evidence_recall_questions": 2,
+        "context_tokens": 1000,
+        "questions": 2,
+    }
     assert result["recall"]["per_group"]["2"]["memstream"]["evidence_recall"] == 0.5
     assert result["sweep"][0]["memstream"]["evidence_recall"] == 0.375
     assert result["ingest"]["turns_per_s"] == 2.0  # 4 turns in 2 s over both segments
@@ -137,8 +187,9 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
 
 
 def test_judge_controls_spread_over_the_run_with_a_different_gold_answer() -> None:
-    questions = [BenchQuestion(f"q{i}", "c", "?", T0, "1", "same" if i < 30 else f"gold {i}", ("D1:1",))
-                 for i in range(60)]
+    questions = [
+        BenchQuestion(f"q{i}", "c", "?", T0, "1", "same" if i < 30 else f"gold {i}", ("D1:1",)) for i in range(60)
+    ]
     controls = {q.qid: control_answer(questions, q) for q in questions}
     chosen = [qid for qid, wrong in controls.items() if wrong is not None]
     assert len(chosen) == 20 and chosen[:2] == ["q0", "q3"]
@@ -148,16 +199,18 @@ def test_judge_controls_spread_over_the_run_with_a_different_gold_answer() -> No
 
 
 def test_metrics_a_question_lacks_do_not_count_against_it() -> None:
-    points = [{"scores": {"session_recall": 1.0, "turn_recall": 0.0}, "context_tokens": 10},
-              {"scores": {"session_recall": 0.5}, "context_tokens": 30},
-              {"scores": {}, "context_tokens": 20}]  # abstention: tokens count, recall does not
+    points = [
+        {"scores": {"session_recall": 1.0, "turn_recall": 0.0}, "context_tokens": 10},
+        {"scores": {"session_recall": 0.5}, "context_tokens": 30},
+        {"scores": {}, "context_tokens": 20},
+    ]  # abstention: tokens count, recall does not
     out = aggregate(points, ["session_recall", "turn_recall"])
     assert out["session_recall"] == 0.75 and out["turn_recall"] == 0.0 and out["turn_recall_questions"] == 1
     assert out["context_tokens"] == 20.0
     record = {"scores": {"session_recall": 0.0}}
-    assert method_point(BenchQuestion("q", "c", "?", T0, "t", "a", ()), record,
-                        {"full_context_tokens": 99}, "full_context") == {"scores": {"session_recall": 1.0},
-                                                                         "context_tokens": 99}
+    assert method_point(
+        BenchQuestion("q", "c", "?", T0, "t", "a", ()), record, {"full_context_tokens": 99}, "full_context"
+    ) == {"scores": {"session_recall": 1.0}, "context_tokens": 99}
 
 
 def test_workers_get_the_llm_only_in_the_phase_that_uses_it(tmp_path: Path) -> None:

@@ -7,18 +7,27 @@ from memstream.datasets import LongMemEvalQuestion, longmemeval_turns
 def question(qtype: str = "knowledge-update", qid: str = "q1") -> LongMemEvalQuestion:
     # Sessions listed out of time order, as haystacks can be; the newest value is in "ans_2".
     return LongMemEvalQuestion(
-        question_id=qid, question_type=qtype, question="What is my current high score?", answer="132",
+        question_id=qid,
+        question_type=qtype,
+        question="What is my current high score?",
+        answer="132",
         answer_session_ids=["ans_1", "ans_2"],
         haystack_session_ids=["ans_2", "other", "ans_1"],
         haystack_dates=["2023/05/25 (Thu) 22:16", "2023/05/24 (Wed) 10:00", "2023/05/23 (Tue) 03:08"],
         haystack_sessions=[
-            [{"role": "user", "content": "Talking games."}, {"role": "assistant", "content": "Sure."},
-             {"role": "user", "content": "I just scored 132 points!", "has_answer": True}],
+            [
+                {"role": "user", "content": "Talking games."},
+                {"role": "assistant", "content": "Sure."},
+                {"role": "user", "content": "I just scored 132 points!", "has_answer": True},
+            ],
             [{"role": "user", "content": "Unrelated."}, {"role": "assistant", "content": ""}],
-            [{"role": "user", "content": "My best is 124 points.", "has_answer": True},
-             {"role": "assistant", "content": "Nice."}],
+            [
+                {"role": "user", "content": "My best is 124 points.", "has_answer": True},
+                {"role": "assistant", "content": "Nice."},
+            ],
         ],
-        question_date="2023/06/10 (Sat) 16:46")
+        question_date="2023/06/10 (Sat) 16:46",
+    )
 
 
 def test_haystack_streams_in_time_order_with_turn_ids_that_name_session_and_index():
@@ -44,7 +53,9 @@ def test_newest_counts_only_when_ranked_above_the_stale_value():
     assert not rank_values(case, [["ans_1:0"], ["ans_2:2"]]).newest_above_stale
     assert not rank_values(case, [["ans_1:0", "ans_2:2"]]).newest_above_stale  # one item holding both: not above
     assert not rank_values(case, [["ans_1:0"]]).newest_above_stale
-    summary = summarize_updates([UpdateOutcome(0, 1), UpdateOutcome(2, 0), UpdateOutcome(None, 0), UpdateOutcome(1, None)])
+    summary = summarize_updates(
+        [UpdateOutcome(0, 1), UpdateOutcome(2, 0), UpdateOutcome(None, 0), UpdateOutcome(1, None)]
+    )
     assert summary == {"newest_above_stale": 0.5, "newest_found": 0.75, "stale_found": 0.75, "questions": 4}
 
 
@@ -58,12 +69,26 @@ def test_resetting_consolidation_gives_the_cards_as_indexed(tmp_path):
     store.ensure_collections([CARDS], 2)
     ids = [f"00000000-0000-0000-0000-00000000000{i}" for i in range(3)]
     base = {"tenant_id": "t", "conversation_id": "c", "valid_to": None, "superseded_by": None}
-    store.upsert(CARDS, [
-        StorePoint(ids[0], [1, 0], {**base, "support": [ids[1]]}),
-        StorePoint(ids[1], [1, 0], {**base, "retired": True, "retired_ts": 5.0, "valid_to": "2024-01-01T00:00:00+00:00",
-                                    "superseded_by": ids[0], "duplicate_of": ids[0], "successor_order": [1, 1, ids[0]]}),
-        StorePoint(ids[2], [0, 1], {**base, "valid_to": "2025-01-01T00:00:00+00:00"}),  # written with its validity
-    ])
+    store.upsert(
+        CARDS,
+        [
+            StorePoint(ids[0], [1, 0], {**base, "support": [ids[1]]}),
+            StorePoint(
+                ids[1],
+                [1, 0],
+                {
+                    **base,
+                    "retired": True,
+                    "retired_ts": 5.0,
+                    "valid_to": "2024-01-01T00:00:00+00:00",
+                    "superseded_by": ids[0],
+                    "duplicate_of": ids[0],
+                    "successor_order": [1, 1, ids[0]],
+                },
+            ),
+            StorePoint(ids[2], [0, 1], {**base, "valid_to": "2025-01-01T00:00:00+00:00"}),  # written with its validity
+        ],
+    )
     assert reset_consolidation(store, "t") == 2
     cards = {h.id: h.payload for h in store.scroll(CARDS, "t")}
     assert not cards[ids[0]].get("support") and not cards[ids[1]].get("retired")

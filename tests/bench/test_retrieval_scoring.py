@@ -27,17 +27,25 @@ def test_nearest_rank_percentiles():
 def test_a_baseline_returns_what_fits_the_same_tokens_and_at_least_one_item():
     assert take_within_budget(["aa", "bb", "cc"], 4, len) == 2
     assert take_within_budget(["aaaaaa"], 4, len) == 1
-    hits = [StoreHit(f"h{i}", 1.0, {"speaker": "Ann", "text": "went to Paris", "turn_id": tid})
-            for i, tid in enumerate(["D1:1", "D5:5", "D2:3"])]
+    hits = [
+        StoreHit(f"h{i}", 1.0, {"speaker": "Ann", "text": "went to Paris", "turn_id": tid})
+        for i, tid in enumerate(["D1:1", "D5:5", "D2:3"])
+    ]
     small = baseline_outcome(Q, hits, budget=6)  # "Ann: went to Paris" is 5 tokens: one fits
     assert small.recall == 0.5 and small.context_tokens <= 6
     assert baseline_outcome(Q, hits, budget=1000).recall == 1.0
 
 
 def test_the_sweep_is_plotted_as_a_png(tmp_path: Path):
-    rows = [{"k": k, **{m: summarize([baseline_outcome(Q, [], 10)]) | {"context_tokens": 10.0 * k,
-                                                                          "evidence_recall": r}
-                        for m, r in (("adaptive", 0.1 * k), ("dense_topk", 0.05 * k), ("bm25_topk", 0.06 * k))}}
-            for k in (1, 2, 4)]
+    rows = [
+        {
+            "k": k,
+            **{
+                m: summarize([baseline_outcome(Q, [], 10)]) | {"context_tokens": 10.0 * k, "evidence_recall": r}
+                for m, r in (("adaptive", 0.1 * k), ("dense_topk", 0.05 * k), ("bm25_topk", 0.06 * k))
+            },
+        }
+        for k in (1, 2, 4)
+    ]
     out = plot_sweep(rows, tmp_path / "sweep.png", "test")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

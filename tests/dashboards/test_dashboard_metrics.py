@@ -25,8 +25,11 @@ def test_every_panel_metric_is_in_the_catalogue():
 
 
 def test_histogram_series_fold_into_their_family():
-    q = PanelQuery("d", "p", "histogram_quantile(0.5, sum by (le) (rate(memstream_store_seconds_bucket[1m])))"
-                             " + memstream_llm_calls_total")
+    q = PanelQuery(
+        "d",
+        "p",
+        "histogram_quantile(0.5, sum by (le) (rate(memstream_store_seconds_bucket[1m]))) + memstream_llm_calls_total",
+    )
     assert q.metrics() == {"memstream_store_seconds", "memstream_llm_calls_total"}
     assert "[1m]" in PanelQuery("d", "p", "rate(memstream_x_total[$__rate_interval])").promql
 

@@ -167,8 +167,13 @@ WELL_FORMED = {
             "gridPos": {"h": 8, "w": 6, "x": 18, "y": 1},
             "id": 3,
             "targets": [
-                {"datasource": _ds(), "expr": "topk(5, memstream_stage_latency_seconds)", "format": "table",
-                 "instant": True, "refId": "A"}
+                {
+                    "datasource": _ds(),
+                    "expr": "topk(5, memstream_stage_latency_seconds)",
+                    "format": "table",
+                    "instant": True,
+                    "refId": "A",
+                }
             ],
             "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True}}}],
             "title": "Slowest stages",
@@ -200,8 +205,11 @@ WELL_FORMED = {
                 "includeAll": True,
                 "multi": True,
                 "name": "stage",
-                "query": {"qryType": 1, "query": "label_values(memstream_stage_messages_in_total, stage)",
-                          "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+                "query": {
+                    "qryType": 1,
+                    "query": "label_values(memstream_stage_messages_in_total, stage)",
+                    "refId": "PrometheusVariableQueryEditor-VariableQuery",
+                },
                 "refresh": 2,
                 "sort": 1,
                 "type": "query",
@@ -234,6 +242,7 @@ def _set(path, value):
         for key in parents:
             d = d[key]
         d[last] = value
+
     return mutate
 
 
@@ -243,6 +252,7 @@ def _drop(path):
         for key in parents:
             d = d[key]
         del d[last]
+
     return mutate
 
 
@@ -259,13 +269,17 @@ def _drop(path):
         pytest.param(_set(["schemaVersion"], "39"), "schemaVersion", id="schemaVersion-string"),
         pytest.param(_set(["title"], 42), "title", id="title-not-a-string"),
         pytest.param(_set(["tags"], "memstream"), "tags", id="tags-not-a-list"),
-        pytest.param(_set(["templating", "list", 0, "type"], "prom"), "templating/list/0/type",
-                     id="unknown-variable-type"),
+        pytest.param(
+            _set(["templating", "list", 0, "type"], "prom"), "templating/list/0/type", id="unknown-variable-type"
+        ),
         pytest.param(_drop(["templating", "list", 0, "name"]), "templating/list/0", id="variable-without-name"),
         pytest.param(_drop(["time", "to"]), "time", id="time-without-to"),
         pytest.param(_set(["graphTooltip"], 7), "graphTooltip", id="graphTooltip-out-of-enum"),
-        pytest.param(_set(["panels", 1, "fieldConfig", "defaults", "thresholds", "mode"], "relative-ish"),
-                     "panels/1/fieldConfig/defaults/thresholds/mode", id="thresholds-mode-out-of-enum"),
+        pytest.param(
+            _set(["panels", 1, "fieldConfig", "defaults", "thresholds", "mode"], "relative-ish"),
+            "panels/1/fieldConfig/defaults/thresholds/mode",
+            id="thresholds-mode-out-of-enum",
+        ),
     ],
 )
 def test_broken_dashboard_is_rejected(validator, mutate, where):

@@ -24,8 +24,13 @@ def test_every_worker_variable_is_a_setting():
     for name, service in WORKERS.items():
         unknown = set(service["environment"]) - fields
         assert not unknown, f"{name}: {unknown} are not memstream settings"
-        Settings(**{k.removeprefix("MEMSTREAM_").lower(): v for k, v in service["environment"].items()
-                    if not str(v).startswith("${")})
+        Settings(
+            **{
+                k.removeprefix("MEMSTREAM_").lower(): v
+                for k, v in service["environment"].items()
+                if not str(v).startswith("${")
+            }
+        )
 
 
 def test_store_stages_scale_only_with_a_qdrant_server():

@@ -54,12 +54,16 @@ class Pipeline(Deployment):
     """A deployment with short STM idle times, so idle flushes happen within a test."""
 
     def __init__(self, base: Settings, data_dir: Path, extra_env: dict[str, str]):
-        super().__init__(base, data_dir, {
-            "MEMSTREAM_STM_IDLE_S": "3",
-            "MEMSTREAM_STM_TICK_S": "1",
-            "MEMSTREAM_LOG_LEVEL": os.environ.get("MEMSTREAM_TEST_WORKER_LOG_LEVEL", "info"),
-            **extra_env,
-        })
+        super().__init__(
+            base,
+            data_dir,
+            {
+                "MEMSTREAM_STM_IDLE_S": "3",
+                "MEMSTREAM_STM_TICK_S": "1",
+                "MEMSTREAM_LOG_LEVEL": os.environ.get("MEMSTREAM_TEST_WORKER_LOG_LEVEL", "info"),
+                **extra_env,
+            },
+        )
 
 
 @pytest.fixture

@@ -24,8 +24,13 @@ DEMO_LONGMEMEVAL = REPO_ROOT / "memstream" / "data" / "demo_longmemeval.json"
 
 
 def bench(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "streams.cli", "bench", *args], cwd=str(REPO_ROOT),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "bench", *args],
+        cwd=str(REPO_ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen, timeout_s: float = 900) -> str:
@@ -97,8 +102,7 @@ def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kaf
 
 def test_longmemeval_bench_answers_and_judges_with_the_local_llm(local_llm: dict, tmp_path: Path) -> None:
     out = tmp_path / "longmemeval"
-    output = finish(bench("longmemeval", "--data", str(DEMO_LONGMEMEVAL), "--out", str(out), "--llm",
-                          "--sweep-k", "5"))
+    output = finish(bench("longmemeval", "--data", str(DEMO_LONGMEMEVAL), "--out", str(out), "--llm", "--sweep-k", "5"))
     result = json.loads((out / "results.json").read_text())
     assert result["questions"] == 3 and result["retrieval_scored"] == 2
     assert result["models"]["answer"] == "smollm2" and result["models"]["judge"] == "smollm2"
@@ -118,8 +122,20 @@ def test_longmemeval_bench_answers_and_judges_with_the_local_llm(local_llm: dict
 
 def test_locomo_bench_scores_answers_with_f1_and_bleu(local_llm: dict, tmp_path: Path) -> None:
     out = tmp_path / "locomo-llm"
-    finish(bench("locomo", "--data", str(demo_conversation_path()), "--out", str(out), "--llm", "--questions", "2",
-                 "--sweep-k", ""))
+    finish(
+        bench(
+            "locomo",
+            "--data",
+            str(demo_conversation_path()),
+            "--out",
+            str(out),
+            "--llm",
+            "--questions",
+            "2",
+            "--sweep-k",
+            "",
+        )
+    )
     result = json.loads((out / "results.json").read_text())
     answers = result["answers"]["overall"]
     assert answers["questions"] == 2 and 0 <= answers["f1"] <= 1 and 0 <= answers["bleu1"] <= 1

@@ -22,13 +22,43 @@ CONV = "maria"
 def write(tenant: str, day: int, texts: list[str]) -> MemoryWrite:
     """One session's memory write: a card per text, said by Maria on that day."""
     when = T0 + timedelta(days=day)
-    turns = [SourceTurn(turn_id=f"D{day}:{i + 1}", session_id=f"S{day}", speaker="Maria", role="user", text=text,
-                        event_time=when + timedelta(minutes=i), seq=day * 100 + i) for i, text in enumerate(texts)]
-    cards = [Card(card_id=point_id("card", tenant, CONV, [t.turn_id], t.text), subject="Maria", type="state",
-                  content=t.text, event_time=t.event_time, provenance=Provenance(turn_ids=[t.turn_id], session_ids=[t.session_id]),
-                  entity_triggers=["Maria"], speaker="Maria", valid_from=t.event_time) for t in turns]
-    return MemoryWrite(tenant_id=tenant, conversation_id=CONV, write_id=f"w{day}", flush_id=f"f{day}", mode="llm",
-                       cards=cards, scenes=[], source_turns=turns, written_at=when)
+    turns = [
+        SourceTurn(
+            turn_id=f"D{day}:{i + 1}",
+            session_id=f"S{day}",
+            speaker="Maria",
+            role="user",
+            text=text,
+            event_time=when + timedelta(minutes=i),
+            seq=day * 100 + i,
+        )
+        for i, text in enumerate(texts)
+    ]
+    cards = [
+        Card(
+            card_id=point_id("card", tenant, CONV, [t.turn_id], t.text),
+            subject="Maria",
+            type="state",
+            content=t.text,
+            event_time=t.event_time,
+            provenance=Provenance(turn_ids=[t.turn_id], session_ids=[t.session_id]),
+            entity_triggers=["Maria"],
+            speaker="Maria",
+            valid_from=t.event_time,
+        )
+        for t in turns
+    ]
+    return MemoryWrite(
+        tenant_id=tenant,
+        conversation_id=CONV,
+        write_id=f"w{day}",
+        flush_id=f"f{day}",
+        mode="llm",
+        cards=cards,
+        scenes=[],
+        source_turns=turns,
+        written_at=when,
+    )
 
 
 def texts(reply) -> list[str]:  # noqa: ANN001
@@ -106,14 +136,44 @@ def many_lives(tenant: str) -> list[MemoryWrite]:
     writes = []
     for day, said in sorted(by_day.items()):
         when = T0 + timedelta(days=day)
-        turns = [SourceTurn(turn_id=f"D{day}:{i + 1}", session_id=f"S{day}", speaker=name, role="user", text=text,
-                            event_time=when + timedelta(seconds=i), seq=day * 10_000 + i)
-                 for i, (name, text) in enumerate(said)]
-        cards = [Card(card_id=point_id("card", tenant, CONV, [t.turn_id], t.text), subject=t.speaker, type="state",
-                      content=t.text, event_time=t.event_time, provenance=Provenance(turn_ids=[t.turn_id]),
-                      speaker=t.speaker, valid_from=t.event_time) for t in turns]
-        writes.append(MemoryWrite(tenant_id=tenant, conversation_id=CONV, write_id=f"w{day}", flush_id=f"f{day}",
-                                  mode="llm", cards=cards, scenes=[], source_turns=turns, written_at=when))
+        turns = [
+            SourceTurn(
+                turn_id=f"D{day}:{i + 1}",
+                session_id=f"S{day}",
+                speaker=name,
+                role="user",
+                text=text,
+                event_time=when + timedelta(seconds=i),
+                seq=day * 10_000 + i,
+            )
+            for i, (name, text) in enumerate(said)
+        ]
+        cards = [
+            Card(
+                card_id=point_id("card", tenant, CONV, [t.turn_id], t.text),
+                subject=t.speaker,
+                type="state",
+                content=t.text,
+                event_time=t.event_time,
+                provenance=Provenance(turn_ids=[t.turn_id]),
+                speaker=t.speaker,
+                valid_from=t.event_time,
+            )
+            for t in turns
+        ]
+        writes.append(
+            MemoryWrite(
+                tenant_id=tenant,
+                conversation_id=CONV,
+                write_id=f"w{day}",
+                flush_id=f"f{day}",
+                mode="llm",
+                cards=cards,
+                scenes=[],
+                source_turns=turns,
+                written_at=when,
+            )
+        )
     return writes
 
 
@@ -122,9 +182,16 @@ def versions(pipe, tenant: str) -> dict[tuple[str, str], tuple]:  # noqa: ANN001
     with pipe.store() as store:
         cards = {h.id: h.payload for h in store.scroll(CARDS, tenant, limit=10_000)}
     key = {cid: (p["text"], p["event_time"]) for cid, p in cards.items()}
-    return {key[cid]: (key.get(p.get("superseded_by")), key.get(p.get("duplicate_of")), p.get("valid_to"),
-                       bool(p.get("retired")), tuple(sorted(key[s] for s in p.get("support") or [])))
-            for cid, p in cards.items()}
+    return {
+        key[cid]: (
+            key.get(p.get("superseded_by")),
+            key.get(p.get("duplicate_of")),
+            p.get("valid_to"),
+            bool(p.get("retired")),
+            tuple(sorted(key[s] for s in p.get("support") or [])),
+        )
+        for cid, p in cards.items()
+    }
 
 
 def test_killing_the_worker_mid_run_and_restarting_gives_the_state_of_an_uninterrupted_run(make_pipeline):

@@ -26,13 +26,18 @@ pytestmark = pytest.mark.integration
 def prometheus(data_dir: Path, *targets: int) -> Iterator[str]:
     """infra/prometheus/prometheus.sh with its own port and data, scraping ``targets`` every second."""
     port = free_port()
-    env = {**os.environ, "MEMSTREAM_PROMETHEUS_PORT": str(port), "MEMSTREAM_PROMETHEUS_DATA": str(data_dir),
-           "MEMSTREAM_PROMETHEUS_SCRAPE": "1s"}
+    env = {
+        **os.environ,
+        "MEMSTREAM_PROMETHEUS_PORT": str(port),
+        "MEMSTREAM_PROMETHEUS_DATA": str(data_dir),
+        "MEMSTREAM_PROMETHEUS_SCRAPE": "1s",
+    }
     script = str(INFRA / "prometheus" / "prometheus.sh")
     subprocess.run(["bash", script, "start"], env=env, check=True, capture_output=True, text=True)
     try:
-        subprocess.run(["bash", script, "targets", "workers", *(f"127.0.0.1:{p}" for p in targets)], env=env,
-                       check=True)
+        subprocess.run(
+            ["bash", script, "targets", "workers", *(f"127.0.0.1:{p}" for p in targets)], env=env, check=True
+        )
         yield f"http://127.0.0.1:{port}"
     finally:
         subprocess.run(["bash", script, "stop"], env=env, capture_output=True)
@@ -54,16 +59,21 @@ def test_every_dashboard_expression_returns_series_from_two_scraped_workers(make
     ingest = pipe.start_worker("ingest", stages="compress,segment,stm,extract")
     store = pipe.start_worker("store", stages="index,consolidate,query")
     with prometheus(tmp_path / "prometheus", ingest.metrics_port, store.metrics_port) as url:
-        wait_for(lambda: len(evaluate(url, 'memstream_llm_enabled{job="memstream"}')) == 2, 60,
-                 "Prometheus did not scrape both workers")
+        wait_for(
+            lambda: len(evaluate(url, 'memstream_llm_enabled{job="memstream"}')) == 2,
+            60,
+            "Prometheus did not scrape both workers",
+        )
         pipe.produce(turns)
         pipe.produce_raw("turns", f"acme/{conversation}".encode(), b"not json")  # a dead letter
         pipe.drain()
         for profile in ("lookup", "compose", "replay"):
-            assert pipe.ask("What did they talk about?", tenant="acme", conversation=conversation,
-                            profile=profile, answer=False).ok
-        assert pipe.ask("What did they talk about?", tenant="acme", conversation=conversation, answer=True,
-                        timeout_s=180).ok
+            assert pipe.ask(
+                "What did they talk about?", tenant="acme", conversation=conversation, profile=profile, answer=False
+            ).ok
+        assert pipe.ask(
+            "What did they talk about?", tenant="acme", conversation=conversation, answer=True, timeout_s=180
+        ).ok
         # The last events' series exist for a few scrapes: a rate needs two samples in its window.
         time.sleep(5)
         wait_for(lambda: evaluate(url, "sum(memstream_queries_total)") != [], 30, "queries not scraped")
@@ -71,8 +81,11 @@ def test_every_dashboard_expression_returns_series_from_two_scraped_workers(make
         results = check(url)
         print("\n".join(["checked:", *(f"{r.query.dashboard} / {r.query.panel}: {r.query.promql}" for r in results)]))
         assert len(results) == len(panel_queries()) >= 30
-        failed = [f"{r.query.dashboard} / {r.query.panel}: {r.query.promql}: {r.error or 'no series'}"
-                  for r in results if not r.ok]
+        failed = [
+            f"{r.query.dashboard} / {r.query.panel}: {r.query.promql}: {r.error or 'no series'}"
+            for r in results
+            if not r.ok
+        ]
         assert not failed, "\n".join(failed)
         # Both workers report: the lag gauges cover the topics of both stage groups.
         topics = {r["metric"]["topic"].split(".", 1)[1] for r in evaluate(url, "memstream_consumer_lag")}

@@ -54,8 +54,8 @@ def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(mak
     assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="compress"}') == len(turns)
     assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="query"}') == 1
     assert sample_value(metrics, 'memstream_llm_calls_total{model="smollm2",stage="answer"}') == 1
-    assert sample_value(metrics, 'memstream_llm_enabled') == 1
-    assert sample_value(metrics, 'memstream_compression_enabled') == 0
+    assert sample_value(metrics, "memstream_llm_enabled") == 1
+    assert sample_value(metrics, "memstream_compression_enabled") == 0
 
     pipe.stop_workers()
     dia_ids = {t.turn_id for t in turns}
@@ -107,7 +107,8 @@ def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipel
 
 
 def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes_cards_and_triggers(
-        make_pipeline, local_llm, compressor_model):
+    make_pipeline, local_llm, compressor_model
+):
     conversation, turns, _ = first_sessions(1)
     pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="llm", MEMSTREAM_COMPRESSOR_MODEL=compressor_model)
     pipe.start_worker()
@@ -118,8 +119,10 @@ def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes
     assert {c.turn.turn_id for c in compressed} == {t.turn_id for t in turns}
     assert all(c.compressor.startswith("llmlingua1:") for c in compressed)
     assert sum(c.tokens_out for c in compressed) < sum(c.tokens_in for c in compressed)
-    assert all(c.turn.text == t.text for c, t in zip(sorted(compressed, key=lambda c: c.turn.turn_id),
-                                                     sorted(turns, key=lambda t: t.turn_id)))  # raw kept for Replay
+    assert all(
+        c.turn.text == t.text
+        for c, t in zip(sorted(compressed, key=lambda c: c.turn.turn_id), sorted(turns, key=lambda t: t.turn_id))
+    )  # raw kept for Replay
 
     writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
     assert writes, "the session's flushes produced memory writes"

@@ -16,55 +16,123 @@ T0 = datetime(2024, 3, 4, 18, 0, tzinfo=timezone.utc)
 
 # Everyday statements with nothing to do with restaurants, dinners, hikes or mountains.
 DISTRACTORS = [
-    "Priya repaired the printer on the third floor.", "Leo is learning to play the cello.",
-    "The quarterly report is due on Friday.", "Mia moved to a flat near the river.",
-    "Omar bought a second-hand electric car.", "The office plants need watering twice a week.",
-    "Jonas prefers dark mode in every editor.", "Ava is reading a novel about lighthouses.",
-    "The team switched from Jira to Linear in January.", "Ben's daughter started primary school.",
-    "Sara collects vintage postcards from Portugal.", "The server migration finished over the weekend.",
-    "Noah runs a podcast about board games.", "Elif is training for a chess tournament.",
-    "The new badge readers were installed at the entrance.", "Kai writes unit tests before the code.",
-    "Lena volunteers at the animal shelter on Sundays.", "The VPN certificate expires in April.",
-    "Ruth translated the manual into German.", "Tariq plays bass in a jazz trio.",
-    "The coffee machine on the second floor is broken.", "Ines knits scarves for her nieces.",
-    "Marco switched his phone plan to save money.", "The design review moved to Tuesday.",
+    "Priya repaired the printer on the third floor.",
+    "Leo is learning to play the cello.",
+    "The quarterly report is due on Friday.",
+    "Mia moved to a flat near the river.",
+    "Omar bought a second-hand electric car.",
+    "The office plants need watering twice a week.",
+    "Jonas prefers dark mode in every editor.",
+    "Ava is reading a novel about lighthouses.",
+    "The team switched from Jira to Linear in January.",
+    "Ben's daughter started primary school.",
+    "Sara collects vintage postcards from Portugal.",
+    "The server migration finished over the weekend.",
+    "Noah runs a podcast about board games.",
+    "Elif is training for a chess tournament.",
+    "The new badge readers were installed at the entrance.",
+    "Kai writes unit tests before the code.",
+    "Lena volunteers at the animal shelter on Sundays.",
+    "The VPN certificate expires in April.",
+    "Ruth translated the manual into German.",
+    "Tariq plays bass in a jazz trio.",
+    "The coffee machine on the second floor is broken.",
+    "Ines knits scarves for her nieces.",
+    "Marco switched his phone plan to save money.",
+    "The design review moved to Tuesday.",
 ]
 
 
 def write_with_triggers(tenant: str, conversation: str) -> MemoryWrite:
     """A memory write as a strong extractor would produce it: a bridge trigger on Dana's allergy card
     and a horizon trigger on the scene about Sam's knee."""
-    turns = [("Dana", "By the way, I can't have shellfish or fish, I'm allergic."),
-             ("Sam", "My knee surgery is next week, the doctor says no long walks for three months."),
-             *[("Kim", text) for text in DISTRACTORS]]
-    source = [SourceTurn(turn_id=f"D1:{i + 1}", session_id="S1", speaker=spk, role="user", text=text,
-                         event_time=T0 + timedelta(minutes=i), seq=i) for i, (spk, text) in enumerate(turns)]
+    turns = [
+        ("Dana", "By the way, I can't have shellfish or fish, I'm allergic."),
+        ("Sam", "My knee surgery is next week, the doctor says no long walks for three months."),
+        *[("Kim", text) for text in DISTRACTORS],
+    ]
+    source = [
+        SourceTurn(
+            turn_id=f"D1:{i + 1}",
+            session_id="S1",
+            speaker=spk,
+            role="user",
+            text=text,
+            event_time=T0 + timedelta(minutes=i),
+            seq=i,
+        )
+        for i, (spk, text) in enumerate(turns)
+    ]
     allergy_scene = point_id("scene", tenant, conversation, ["D1:1"], "allergy")
     knee_scene = point_id("scene", tenant, conversation, ["D1:2"], "knee")
     other_scene = point_id("scene", tenant, conversation, ["D1:3"], "office")
 
     def card(i: int, subject: str, content: str, scene: str, bridge: list[str] | None = None) -> Card:
-        return Card(card_id=point_id("card", tenant, conversation, [source[i].turn_id], content), subject=subject,
-                    type="fact", content=content, event_time=source[i].event_time,
-                    provenance=Provenance(turn_ids=[source[i].turn_id], scene_id=scene, session_ids=["S1"]),
-                    entity_triggers=[subject], bridge_triggers=bridge or [], speaker=source[i].speaker,
-                    valid_from=source[i].event_time)
+        return Card(
+            card_id=point_id("card", tenant, conversation, [source[i].turn_id], content),
+            subject=subject,
+            type="fact",
+            content=content,
+            event_time=source[i].event_time,
+            provenance=Provenance(turn_ids=[source[i].turn_id], scene_id=scene, session_ids=["S1"]),
+            entity_triggers=[subject],
+            bridge_triggers=bridge or [],
+            speaker=source[i].speaker,
+            valid_from=source[i].event_time,
+        )
 
-    cards = [card(0, "Dana", "Dana is allergic to seafood.", allergy_scene,
-                  bridge=["choosing a restaurant for the team dinner"]),
-             card(1, "Sam", "Sam has knee surgery next week and must avoid long walks for three months.", knee_scene),
-             *[card(i + 2, text.split()[0], text, other_scene) for i, text in enumerate(DISTRACTORS)]]
-    scenes = [
-        Scene(scene_id=allergy_scene, topic_label="allergy", summary="Dana mentions a food allergy.",
-              participants=["Dana"], start_time=T0, end_time=T0, turn_ids=["D1:1"]),
-        Scene(scene_id=knee_scene, topic_label="surgery", summary="Sam talks about an upcoming knee operation.",
-              participants=["Sam"], start_time=T0, end_time=T0, turn_ids=["D1:2"],
-              horizon_triggers=["planning a mountain hike with friends"]),
-        Scene(scene_id=other_scene, topic_label="office news", summary="Kim shares assorted office news.",
-              participants=["Kim"], start_time=T0, end_time=T0, turn_ids=[t.turn_id for t in source[2:]]),
+    cards = [
+        card(
+            0,
+            "Dana",
+            "Dana is allergic to seafood.",
+            allergy_scene,
+            bridge=["choosing a restaurant for the team dinner"],
+        ),
+        card(1, "Sam", "Sam has knee surgery next week and must avoid long walks for three months.", knee_scene),
+        *[card(i + 2, text.split()[0], text, other_scene) for i, text in enumerate(DISTRACTORS)],
     ]
-    return MemoryWrite(tenant_id=tenant, conversation_id=conversation, write_id="w-triggers", flush_id="f-triggers",
-                       mode="llm", cards=cards, scenes=scenes, source_turns=source, written_at=T0)
+    scenes = [
+        Scene(
+            scene_id=allergy_scene,
+            topic_label="allergy",
+            summary="Dana mentions a food allergy.",
+            participants=["Dana"],
+            start_time=T0,
+            end_time=T0,
+            turn_ids=["D1:1"],
+        ),
+        Scene(
+            scene_id=knee_scene,
+            topic_label="surgery",
+            summary="Sam talks about an upcoming knee operation.",
+            participants=["Sam"],
+            start_time=T0,
+            end_time=T0,
+            turn_ids=["D1:2"],
+            horizon_triggers=["planning a mountain hike with friends"],
+        ),
+        Scene(
+            scene_id=other_scene,
+            topic_label="office news",
+            summary="Kim shares assorted office news.",
+            participants=["Kim"],
+            start_time=T0,
+            end_time=T0,
+            turn_ids=[t.turn_id for t in source[2:]],
+        ),
+    ]
+    return MemoryWrite(
+        tenant_id=tenant,
+        conversation_id=conversation,
+        write_id="w-triggers",
+        flush_id="f-triggers",
+        mode="llm",
+        cards=cards,
+        scenes=scenes,
+        source_turns=source,
+        written_at=T0,
+    )
 
 
 def found(reply, turn_id: str):  # noqa: ANN001, ANN201
@@ -79,8 +147,9 @@ def test_associative_questions_reach_their_evidence_through_bridge_and_horizon_t
     pipe.drain()
 
     # No word in common with "Dana is allergic to seafood."
-    dinner = pipe.ask("Which restaurant should we pick for the team dinner?", tenant="acme", conversation="offsite",
-                      answer=False)
+    dinner = pipe.ask(
+        "Which restaurant should we pick for the team dinner?", tenant="acme", conversation="offsite", answer=False
+    )
     assert dinner.ok, dinner.error
     allergy = found(dinner, "D1:1")
     assert allergy and "trigger" in allergy[0].found_by, [(e.text, e.found_by) for e in dinner.evidence]
@@ -90,8 +159,9 @@ def test_associative_questions_reach_their_evidence_through_bridge_and_horizon_t
     knee = found(hike, "D1:2")
     assert knee and "trigger" in knee[0].found_by, [(e.text, e.found_by) for e in hike.evidence]
 
-    other = pipe.ask("Which restaurant should we pick for the team dinner?", tenant="globex", conversation="offsite",
-                     answer=False)
+    other = pipe.ask(
+        "Which restaurant should we pick for the team dinner?", tenant="globex", conversation="offsite", answer=False
+    )
     assert other.ok and other.evidence == []
 
 
@@ -108,18 +178,27 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
     pipe.drain()
 
     # The Lake Brenn ride is planned in session 1 and cancelled in session 3.
-    reply = pipe.ask("List everything Nora and Tomas said about the ride to Lake Brenn.", tenant="acme",
-                     conversation=conversation, answer=False)
+    reply = pipe.ask(
+        "List everything Nora and Tomas said about the ride to Lake Brenn.",
+        tenant="acme",
+        conversation=conversation,
+        answer=False,
+    )
     assert reply.ok, reply.error
     assert reply.plan.distributed and reply.access_profile == "compose"
     sessions = {s for e in reply.evidence for s in e.session_ids}
-    assert (found(reply, "D1:5") or found(reply, "D1:6")) and found(reply, "D3:8"), \
-        [(e.turn_ids, e.text) for e in reply.evidence]
+    assert (found(reply, "D1:5") or found(reply, "D1:6")) and found(reply, "D3:8"), [
+        (e.turn_ids, e.text) for e in reply.evidence
+    ]
     assert {"S1", "S3"} <= sessions
     assert len(reply.evidence) <= 10  # the same K as Lookup
 
-    exact = pipe.ask("What exactly did Nora say Ines told her about why the bowl cracked?", tenant="acme",
-                     conversation=conversation, answer=False)
+    exact = pipe.ask(
+        "What exactly did Nora say Ines told her about why the bowl cracked?",
+        tenant="acme",
+        conversation=conversation,
+        answer=False,
+    )
     assert exact.plan.fidelity and exact.access_profile == "replay"
     assert all(e.kind == "turn" and e.found_by == ["replay"] for e in exact.evidence)
     raw = {e.turn_ids[0]: e.text for e in exact.evidence}
@@ -127,8 +206,9 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
     assert exact.context_tokens <= 1200
 
     for profile in ("lookup", "compose", "replay"):
-        other = pipe.ask("Why did the bowl crack?", tenant="globex", conversation=conversation, profile=profile,
-                         answer=False)
+        other = pipe.ask(
+            "Why did the bowl crack?", tenant="globex", conversation=conversation, profile=profile, answer=False
+        )
         assert other.ok and other.evidence == [], profile
 
 

@@ -48,6 +48,9 @@ def test_kill_9_mid_ingestion_then_restart_every_turn_indexed_exactly_once(make_
 
 def latest(pipe, table: str, key: str) -> dict:
     """The newest value of ``key`` in a table's changelog topic."""
-    values = [orjson.loads(v) for k, v in pipe.read_topic(f"{pipe.group}-{table}-changelog", prefixed=False)
-              if k and orjson.loads(k) == key]
+    values = [
+        orjson.loads(v)
+        for k, v in pipe.read_topic(f"{pipe.group}-{table}-changelog", prefixed=False)
+        if k and orjson.loads(k) == key
+    ]
     return values[-1] if values and values[-1] else {}

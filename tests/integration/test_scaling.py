@@ -20,8 +20,11 @@ INGEST_GROUP = "compress,segment,stm,extract"
 
 def handled(port: int | None, stage: str) -> float:
     try:
-        return sum(s.value for s in worker_samples(port)
-                   if s.name == "memstream_stage_messages_in_total" and s.labels.get("stage") == stage)
+        return sum(
+            s.value
+            for s in worker_samples(port)
+            if s.name == "memstream_stage_messages_in_total" and s.labels.get("stage") == stage
+        )
     except OSError:
         return 0.0
 

@@ -15,8 +15,10 @@ def test_each_stage_set_is_its_own_consumer_group():
 def test_a_topic_is_drained_by_every_group_reading_it():
     ingest, store = ("compress", "segment", "stm", "extract"), ("index", "consolidate", "query")
     reading = reading_groups("p", [ingest, store], ("turns", "stm.flush", "cards", "updates"))
-    assert reading == {"p-memstream-compress-segment-stm-extract": ["p.turns", "p.stm.flush"],
-                       "p-memstream-index-consolidate-query": ["p.cards", "p.updates"]}
+    assert reading == {
+        "p-memstream-compress-segment-stm-extract": ["p.turns", "p.stm.flush"],
+        "p-memstream-index-consolidate-query": ["p.cards", "p.updates"],
+    }
     assert reading_groups("p", [STAGES], ["queries"]) == {"p-memstream": ["p.queries"]}
 
 
@@ -24,7 +26,9 @@ def test_each_stage_set_names_the_changelogs_of_its_tables():
     from memstream.config import STAGES, changelog_topics
 
     assert changelog_topics("memory", list(STAGES)) == [
-        "memory-memstream-segmenter-changelog", "memory-memstream-stm-changelog",
-        "memory-memstream-consolidation-changelog"]
+        "memory-memstream-segmenter-changelog",
+        "memory-memstream-stm-changelog",
+        "memory-memstream-consolidation-changelog",
+    ]
     assert changelog_topics("p", ["compress", "segment"]) == ["p-memstream-compress-segment-segmenter-changelog"]
     assert changelog_topics("p", ["query"]) == []

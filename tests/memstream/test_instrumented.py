@@ -25,8 +25,12 @@ class Scripted:
 
 
 def value(m: Metrics, name: str, **labels) -> float:
-    return sum(s.value for f in m.registry.collect() for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for f in m.registry.collect()
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def test_a_transient_failure_is_retried_and_counted():

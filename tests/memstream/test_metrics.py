@@ -7,8 +7,26 @@ from memstream.metrics import LLM_ERROR_KINDS, Metrics
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # Label names whose values come from small fixed sets (stages, topics, partitions, models, reasons...).
-BOUNDED_LABELS = {"stage", "reason", "group", "topic", "partition", "direction", "mode", "source", "collection",
-                  "model", "kind", "error", "action", "decided_by", "profile", "outcome", "step", "operation"}
+BOUNDED_LABELS = {
+    "stage",
+    "reason",
+    "group",
+    "topic",
+    "partition",
+    "direction",
+    "mode",
+    "source",
+    "collection",
+    "model",
+    "kind",
+    "error",
+    "action",
+    "decided_by",
+    "profile",
+    "outcome",
+    "step",
+    "operation",
+}
 
 
 def metric_objects(m: Metrics) -> list:
@@ -21,7 +39,9 @@ def exposed_name(metric) -> str:  # noqa: ANN001 - a prometheus_client metric
 
 def documented() -> dict[str, tuple[str, set[str]]]:
     rows = re.findall(r"^\| `(memstream_\w+)` \| (\w+) \|\s*([\w, ]*?)\s*\|", CATALOGUE.read_text(), re.M)
-    return {name: (kind, {l.strip() for l in labels.split(",") if l.strip()}) for name, kind, labels in rows}
+    return {
+        name: (kind, {label.strip() for label in labels.split(",") if label.strip()}) for name, kind, labels in rows
+    }
 
 
 def test_the_catalogue_lists_every_metric_with_its_type_and_labels():
@@ -55,7 +75,9 @@ def test_a_stage_and_an_llm_use_exist_at_zero_before_their_first_message():
     m.init_stage("index")
     m.init_llm("plan", "smollm2")
     assert samples(m, "memstream_stage_messages_in_total") == {("index",): 0.0}
-    assert samples(m, "memstream_stage_messages_skipped_total") == {("index", "redelivered"): 0.0,
-                                                                    ("index", "out_of_order"): 0.0}
+    assert samples(m, "memstream_stage_messages_skipped_total") == {
+        ("index", "redelivered"): 0.0,
+        ("index", "out_of_order"): 0.0,
+    }
     errors = samples(m, "memstream_llm_errors_total")
     assert set(errors) == {("plan", "smollm2", kind) for kind in LLM_ERROR_KINDS} and not any(errors.values())

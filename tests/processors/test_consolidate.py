@@ -3,15 +3,14 @@
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+import orjson
 import pytest
 
 from memstream.adapters.qdrant_store import QdrantStore
-import orjson
-
 from memstream.ports import LLMError, LlmResult, StorePoint
 from processors.consolidate import ConsolidateParams, LlmDecider, RuleDecider, consolidate_card, update_queue
+from processors.index import CARDS, COLLECTIONS
 from processors.versioning import CardView
-from processors.index import COLLECTIONS, CARDS
 from schemas import Card, Provenance
 
 T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
@@ -23,9 +22,15 @@ def unit(*xs):
 
 
 def card(card_id, subject, days, content="x"):  # noqa: D103
-    return Card(card_id=card_id, subject=subject, type="state", content=content,
-                event_time=T0 + timedelta(days=days), provenance=Provenance(turn_ids=["D1:1"]),
-                valid_from=T0 + timedelta(days=days))
+    return Card(
+        card_id=card_id,
+        subject=subject,
+        type="state",
+        content=content,
+        event_time=T0 + timedelta(days=days),
+        provenance=Provenance(turn_ids=["D1:1"]),
+        valid_from=T0 + timedelta(days=days),
+    )
 
 
 @pytest.fixture
@@ -37,10 +42,29 @@ def store(tmp_path):
 
 
 def put(store, tenant, c, vector, **extra):
-    store.upsert(CARDS, [StorePoint(c.card_id, vector, {
-        "tenant_id": tenant, "conversation_id": "c1", "card_id": c.card_id, "subject": c.subject, "type": c.type, "text": c.content,
-        "event_ts": c.event_time.timestamp(), "event_time": c.event_time.isoformat(),
-        "valid_from": c.valid_from.isoformat(), "valid_to": None, "turn_ids": c.provenance.turn_ids, **extra})])
+    store.upsert(
+        CARDS,
+        [
+            StorePoint(
+                c.card_id,
+                vector,
+                {
+                    "tenant_id": tenant,
+                    "conversation_id": "c1",
+                    "card_id": c.card_id,
+                    "subject": c.subject,
+                    "type": c.type,
+                    "text": c.content,
+                    "event_ts": c.event_time.timestamp(),
+                    "event_time": c.event_time.isoformat(),
+                    "valid_from": c.valid_from.isoformat(),
+                    "valid_to": None,
+                    "turn_ids": c.provenance.turn_ids,
+                    **extra,
+                },
+            )
+        ],
+    )
 
 
 def view(c):
@@ -53,18 +77,33 @@ AS_OF = datetime(2024, 1, 1, tzinfo=timezone.utc)  # when the consolidation run 
 
 
 def test_queue_holds_similar_cards_current_at_the_run_start_of_the_same_subject_and_tenant_in_time_order(store):
-    put(store, "t1", card(IDS["a"], "Maria", 0), unit(1, 0.05, 0))      # similar, older: in
-    put(store, "t1", card(IDS["b"], "Maria", 1), unit(0, 1, 0))         # dissimilar: out
-    put(store, "t1", card(IDS["c"], "Tom", 2), unit(1, 0, 0))           # other subject: out
-    put(store, "t2", card(IDS["d"], "Maria", 3), unit(1, 0, 0))         # other tenant: out
-    put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))     # newer: in (the pair is oriented later)
+    put(store, "t1", card(IDS["a"], "Maria", 0), unit(1, 0.05, 0))  # similar, older: in
+    put(store, "t1", card(IDS["b"], "Maria", 1), unit(0, 1, 0))  # dissimilar: out
+    put(store, "t1", card(IDS["c"], "Tom", 2), unit(1, 0, 0))  # other subject: out
+    put(store, "t2", card(IDS["d"], "Maria", 3), unit(1, 0, 0))  # other tenant: out
+    put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))  # newer: in (the pair is oriented later)
     earlier_run = AS_OF.timestamp() - 3600
-    put(store, "t1", card(IDS["g"], "Maria", 5), unit(1, 0.01, 0), valid_to=T0.isoformat(), retired=True,
-        retired_ts=earlier_run)                                         # superseded by an earlier run: out
-    put(store, "t1", card(IDS["h"], "Maria", 6), unit(1, 0.03, 0), valid_to=T0.isoformat(),
-        retired=True, retired_ts=AS_OF.timestamp())                     # superseded in this very run: in
-    put(store, "t1", card(IDS["i"], "Maria", 7), unit(1, 0.04, 0),
-        created_ts=AS_OF.timestamp())                                   # merged in this run: out
+    put(
+        store,
+        "t1",
+        card(IDS["g"], "Maria", 5),
+        unit(1, 0.01, 0),
+        valid_to=T0.isoformat(),
+        retired=True,
+        retired_ts=earlier_run,
+    )  # superseded by an earlier run: out
+    put(
+        store,
+        "t1",
+        card(IDS["h"], "Maria", 6),
+        unit(1, 0.03, 0),
+        valid_to=T0.isoformat(),
+        retired=True,
+        retired_ts=AS_OF.timestamp(),
+    )  # superseded in this very run: in
+    put(
+        store, "t1", card(IDS["i"], "Maria", 7), unit(1, 0.04, 0), created_ts=AS_OF.timestamp()
+    )  # merged in this run: out
     new = card(IDS["f"], "Maria", 30)
     put(store, "t1", new, unit(1, 0, 0))
     queue = update_queue(store, "t1", "c1", view(new), unit(1, 0, 0), PARAMS, as_of=AS_OF.timestamp())
@@ -76,8 +115,9 @@ def test_queue_is_capped_at_top_n(store):
     for i, name in enumerate("abcde"):
         put(store, "t1", card(IDS[name], "Maria", i), unit(1, 0.01 * i, 0))
     new = card(IDS["f"], "Maria", 30)
-    queue = update_queue(store, "t1", "c1", view(new), unit(1, 0, 0), ConsolidateParams(tau=0.5, top_n=3),
-                         as_of=AS_OF.timestamp())
+    queue = update_queue(
+        store, "t1", "c1", view(new), unit(1, 0, 0), ConsolidateParams(tau=0.5, top_n=3), as_of=AS_OF.timestamp()
+    )
     assert [c.card.card_id for c in queue] == [IDS["a"], IDS["b"], IDS["c"]]
 
 
@@ -95,7 +135,8 @@ def test_a_queue_with_the_rules_supersedes_the_older_state(store):
     update = consolidate_card(store, RuleDecider(PARAMS), "t1", "c1", hit, PARAMS, as_of=AS_OF)
     assert update is not None and update.card_id == IDS["b"]
     assert [(d.older_card_id, d.newer_card_id, d.action, d.decided_by) for d in update.decisions] == [
-        (IDS["a"], IDS["b"], "supersede", "rules")]
+        (IDS["a"], IDS["b"], "supersede", "rules")
+    ]
     assert [(p.card_id, p.superseded_by) for p in update.patches] == [(IDS["a"], IDS["b"])]
     assert update.costs == []
 
@@ -114,14 +155,20 @@ class ScriptedLLM:
         out = self.outputs.pop(0)
         if isinstance(out, Exception):
             raise out
-        return LlmResult(content=orjson.dumps(out).decode() if not isinstance(out, str) else out,
-                         prompt_tokens=100, completion_tokens=20, model="scripted",
-                         data=out if isinstance(out, dict) else None)
+        return LlmResult(
+            content=orjson.dumps(out).decode() if not isinstance(out, str) else out,
+            prompt_tokens=100,
+            completion_tokens=20,
+            model="scripted",
+            data=out if isinstance(out, dict) else None,
+        )
 
 
 def test_the_llm_decides_a_merge_with_one_call_and_the_merged_card_has_lineage(store):
     boston, denver, hit = boston_and_denver(store)
-    llm = ScriptedLLM({"decisions": [{"candidate": "C1", "action": "merge", "merged": "Maria lived in Boston, then Denver."}]})
+    llm = ScriptedLLM(
+        {"decisions": [{"candidate": "C1", "action": "merge", "merged": "Maria lived in Boston, then Denver."}]}
+    )
     update = consolidate_card(store, LlmDecider(llm, PARAMS), "t1", "c1", hit, PARAMS, as_of=AS_OF)
     assert llm.calls == 1 and update.costs[0].calls == 1 and update.costs[0].stage == "consolidate"
     assert update.decisions[0].action == "merge" and update.decisions[0].decided_by == "llm"
@@ -150,10 +197,12 @@ def test_a_run_redone_after_a_crash_gives_the_same_state_whatever_part_of_it_was
     from processors.consolidate import apply_update
 
     # Boston, Denver and Seattle pairwise at cosine 0.9 (similar, not repeats); the repeat at 0.99.
-    cards = [(card(IDS["a"], "Maria", 0, "Maria lives in Boston."), unit(0.258, 0, 0.966)),
-             (card(IDS["b"], "Maria", 10, "Maria lives in Boston."), unit(0.27, 0.01, 0.966)),
-             (card(IDS["c"], "Maria", 21, "Maria moved to Denver."), unit(-0.129, 0.2236, 0.966)),
-             (card(IDS["d"], "Maria", 40, "Maria moved to Seattle."), unit(-0.129, -0.2236, 0.966))]
+    cards = [
+        (card(IDS["a"], "Maria", 0, "Maria lives in Boston."), unit(0.258, 0, 0.966)),
+        (card(IDS["b"], "Maria", 10, "Maria lives in Boston."), unit(0.27, 0.01, 0.966)),
+        (card(IDS["c"], "Maria", 21, "Maria moved to Denver."), unit(-0.129, 0.2236, 0.966)),
+        (card(IDS["d"], "Maria", 40, "Maria moved to Seattle."), unit(-0.129, -0.2236, 0.966)),
+    ]
     rules = RuleDecider(PARAMS)
 
     def fresh(name):

@@ -10,8 +10,12 @@ from tests.factories import segmented, turn
 def flush_of(*turns, segment_ids=None):
     state = StmState()
     for i, t in enumerate(turns):
-        add_turn(state, segmented(t, segment_id=segment_ids[i] if segment_ids else "seg1"), 0.0,
-                 StmPolicy(budget_tokens=10_000))
+        add_turn(
+            state,
+            segmented(t, segment_id=segment_ids[i] if segment_ids else "seg1"),
+            0.0,
+            StmPolicy(budget_tokens=10_000),
+        )
     return on_tick(state, 1.0, StmPolicy(), force=True)
 
 
@@ -63,16 +67,36 @@ class ScriptedLLM:
         if isinstance(out, Exception):
             raise out
         content = out if isinstance(out, str) else orjson.dumps(out).decode()
-        return LlmResult(content=content, prompt_tokens=100, completion_tokens=50, model=self.model,
-                         data=out if isinstance(out, dict) else None)
+        return LlmResult(
+            content=content,
+            prompt_tokens=100,
+            completion_tokens=50,
+            model=self.model,
+            data=out if isinstance(out, dict) else None,
+        )
 
 
 GOOD = {
-    "scenes": [{"topic": "T1", "summary": "Caroline talks about a support group", "participants": ["Caroline"],
-                "scene_triggers": ["support group"], "horizon_triggers": ["pride parade"]}],
-    "cards": [{"subject": "Caroline", "type": "event", "content": "Caroline went to an LGBTQ support group.",
-               "time_phrase": "yesterday", "turn_ids": ["D1:1"], "entity_triggers": ["LGBTQ"],
-               "bridge_triggers": ["community events"]}],
+    "scenes": [
+        {
+            "topic": "T1",
+            "summary": "Caroline talks about a support group",
+            "participants": ["Caroline"],
+            "scene_triggers": ["support group"],
+            "horizon_triggers": ["pride parade"],
+        }
+    ],
+    "cards": [
+        {
+            "subject": "Caroline",
+            "type": "event",
+            "content": "Caroline went to an LGBTQ support group.",
+            "time_phrase": "yesterday",
+            "turn_ids": ["D1:1"],
+            "entity_triggers": ["LGBTQ"],
+            "bridge_triggers": ["community events"],
+        }
+    ],
     "profiles": [{"speaker": "Caroline", "traits": ["brave"]}],
 }
 
@@ -117,9 +141,20 @@ def test_llm_errors_fall_back_without_retrying_the_endpoint():
 def test_one_scene_per_topic_segment_and_cards_anchor_to_their_turns_scene():
     flush = flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"])
     assert len(flush.segments) == 2
-    two = {**GOOD, "cards": GOOD["cards"] + [
-        {"subject": "Melanie", "type": "preference", "content": "Melanie loves painting sunsets in Maine.",
-         "turn_ids": ["D1:2"], "entity_triggers": ["Maine"], "bridge_triggers": ["art class"]}]}
+    two = {
+        **GOOD,
+        "cards": GOOD["cards"]
+        + [
+            {
+                "subject": "Melanie",
+                "type": "preference",
+                "content": "Melanie loves painting sunsets in Maine.",
+                "turn_ids": ["D1:2"],
+                "entity_triggers": ["Maine"],
+                "bridge_triggers": ["art class"],
+            }
+        ],
+    }
     write = LlmExtractor(ScriptedLLM(two)).extract(flush)
     assert write.mode == "llm" and len(write.scenes) == 2
     first, second = write.scenes

@@ -24,8 +24,10 @@ def test_a_write_becomes_cards_scenes_triggers_and_raw_turns_with_tenant_payload
     assert len(by[TURNS]) == 2 and {s.payload["turn_id"] for s in by[TURNS]} == {"D1:1", "D1:2"}
     assert len(by[CARDS]) == len(write.cards)
     assert len(by[SCENES]) == len(write.scenes)
-    assert all(t.payload["host_id"] in {c.card_id for c in write.cards} | {s.scene_id for s in write.scenes}
-               for t in by[TRIGGERS])
+    assert all(
+        t.payload["host_id"] in {c.card_id for c in write.cards} | {s.scene_id for s in write.scenes}
+        for t in by[TRIGGERS]
+    )
     # redelivery produces the very same ids
     assert [s.id for s in specs] == [s.id for s in points_for_write(write)]
     assert len({s.id for s in specs}) == len(specs)

@@ -159,12 +159,18 @@ def test_naive_now_is_utc():
     "question, rewrites",
     [
         ("What do Melanie and Caroline both like?", ["What does Melanie like?", "What does Caroline like?"]),
-        ("What activities do both Melanie and Caroline enjoy?",
-         ["What activities does Melanie enjoy?", "What activities does Caroline enjoy?"]),
-        ("How many books have Melanie and Caroline each read?",
-         ["How many books has Melanie read?", "How many books has Caroline read?"]),
-        ("Which books and movies did Melanie recommend?",
-         ["Which books did Melanie recommend?", "Which movies did Melanie recommend?"]),
+        (
+            "What activities do both Melanie and Caroline enjoy?",
+            ["What activities does Melanie enjoy?", "What activities does Caroline enjoy?"],
+        ),
+        (
+            "How many books have Melanie and Caroline each read?",
+            ["How many books has Melanie read?", "How many books has Caroline read?"],
+        ),
+        (
+            "Which books and movies did Melanie recommend?",
+            ["Which books did Melanie recommend?", "Which movies did Melanie recommend?"],
+        ),
         ("Compare Melanie's and Caroline's hobbies", ["Compare Melanie's hobbies", "Compare Caroline's hobbies"]),
         # No obvious split, or one that would break a shared event.
         ("How many times has Melanie gone to the beach?", []),
@@ -204,8 +210,14 @@ class ScriptedLLM:
         self.calls: list[dict] = []
 
     def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
-        self.calls.append({"messages": list(messages), "json_schema": json_schema,
-                           "schema_name": schema_name, "max_tokens": max_tokens})
+        self.calls.append(
+            {
+                "messages": list(messages),
+                "json_schema": json_schema,
+                "schema_name": schema_name,
+                "max_tokens": max_tokens,
+            }
+        )
         step = self.script.pop(0)
         if isinstance(step, Exception):
             raise step
@@ -213,8 +225,15 @@ class ScriptedLLM:
 
 
 def doc(**overrides) -> dict:
-    base = {"entities": ["Melanie"], "participants": "ambiguous", "time": "", "operation": "lookup",
-            "distributed": False, "fidelity": False, "rewrites": []}
+    base = {
+        "entities": ["Melanie"],
+        "participants": "ambiguous",
+        "time": "",
+        "operation": "lookup",
+        "distributed": False,
+        "fidelity": False,
+        "rewrites": [],
+    }
     return {**base, **overrides}
 
 
@@ -227,9 +246,20 @@ def bad(content: str = "not json {", prompt: int = 100, completion: int = 7) -> 
 
 
 def test_valid_output_becomes_an_llm_plan():
-    llm = ScriptedLLM(ok(doc(entities=["Melanie", "Yosemite"], participants="user", time="last week",
-                             operation="aggregate", distributed=True, fidelity=False,
-                             rewrites=["What did Melanie paint?"], profile="replay")))
+    llm = ScriptedLLM(
+        ok(
+            doc(
+                entities=["Melanie", "Yosemite"],
+                participants="user",
+                time="last week",
+                operation="aggregate",
+                distributed=True,
+                fidelity=False,
+                rewrites=["What did Melanie paint?"],
+                profile="replay",
+            )
+        )
+    )
     plan, cost = LlmPlanner(llm, max_tokens=200).plan("How many things did Melanie paint last week?", NOW)
     assert plan.planner == "llm"
     assert plan.profile == "compose"  # from the booleans; the model's "replay" is ignored

@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from memstream.ports import LLMError, LlmResult
-from processors.query import (QueryEngine, QueryOptions, cap_to_budget, expired_reply, roles_for, search_roles,
-                              seconds_left)
+from processors.query import (
+    QueryEngine,
+    QueryOptions,
+    cap_to_budget,
+    expired_reply,
+    roles_for,
+    search_roles,
+    seconds_left,
+)
 from schemas import Query
 
 
@@ -65,8 +72,15 @@ class SlowLLM:
 
 
 def query(deadline: datetime | None) -> Query:
-    return Query(tenant_id="acme", conversation_id="c1", correlation_id="q1", reply_topic="memory.replies",
-                 question="Where did I go?", sent_at=NOW, deadline=deadline)
+    return Query(
+        tenant_id="acme",
+        conversation_id="c1",
+        correlation_id="q1",
+        reply_topic="memory.replies",
+        question="Where did I go?",
+        sent_at=NOW,
+        deadline=deadline,
+    )
 
 
 def engine(llm: SlowLLM) -> QueryEngine:

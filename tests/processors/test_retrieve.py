@@ -54,8 +54,11 @@ def test_a_dissimilar_card_found_by_nothing_else_does_not_score():
 
 def test_naming_a_planned_entity_earns_a_vote():
     pool = Pool()
-    pool.add("dense:0:None", "dense", [hit("x", unit(1, 0.2, 0), subject="Melanie"),
-                                       hit("y", unit(1, 0.25, 0), subject="Caroline")])
+    pool.add(
+        "dense:0:None",
+        "dense",
+        [hit("x", unit(1, 0.2, 0), subject="Melanie"), hit("y", unit(1, 0.25, 0), subject="Caroline")],
+    )
     assert [c.id for c in rerank(pool, Q, ["caroline"], PARAMS)] == ["y", "x"]
     assert [c.id for c in rerank(pool, Q, [], PARAMS)] == ["x", "y"]
     assert mentions_entity({"subject": "Ann", "entity_triggers": ["Paris"]}, ["paris"])
@@ -64,9 +67,16 @@ def test_naming_a_planned_entity_earns_a_vote():
 
 def test_top_k_drops_the_same_sentence_said_twice_and_stops_at_k():
     pool = Pool()
-    pool.add("dense:0:None", "dense", [hit("a", unit(1, 0, 0), text="I love  Paris"),
-                                       hit("b", unit(1, 0.1, 0), text="i love paris"),
-                                       hit("c", unit(1, 0.2, 0), text="Rome"), hit("d", unit(1, 0.3, 0), text="Oslo")])
+    pool.add(
+        "dense:0:None",
+        "dense",
+        [
+            hit("a", unit(1, 0, 0), text="I love  Paris"),
+            hit("b", unit(1, 0.1, 0), text="i love paris"),
+            hit("c", unit(1, 0.2, 0), text="Rome"),
+            hit("d", unit(1, 0.3, 0), text="Oslo"),
+        ],
+    )
     assert [c.id for c in top_k(rerank(pool, Q, [], PARAMS), 2)] == ["a", "c"]
 
 
@@ -107,8 +117,10 @@ def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
     from processors.retrieve import discriminative
 
     common = [StoreHit(f"t{i}", 0.9, {"text": "Caroline", "host_id": f"card{i}"}) for i in range(5)]
-    rare = [StoreHit("r1", 0.6, {"text": "team dinner", "host_id": "cardX"}),
-            StoreHit("r2", 0.6, {"text": "Team Dinner", "host_id": "cardY"})]
+    rare = [
+        StoreHit("r1", 0.6, {"text": "team dinner", "host_id": "cardX"}),
+        StoreHit("r2", 0.6, {"text": "Team Dinner", "host_id": "cardY"}),
+    ]
     kept = discriminative(common + rare, max_hosts=3)
     assert [h.id for h in kept] == ["r1", "r2"]  # two hosts share "team dinner": still specific
     assert discriminative(common, max_hosts=5) == common
@@ -117,10 +129,13 @@ def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
 def test_the_profile_is_the_evidence_only_when_nothing_scored():
     from processors.query import profile_evidence
 
-    hits = [StoreHit("p1", 0.4, {"subject": "Nora", "field": "preferences", "text": "no seafood", "turn_ids": ["D1:9"]})]
+    hits = [
+        StoreHit("p1", 0.4, {"subject": "Nora", "field": "preferences", "text": "no seafood", "turn_ids": ["D1:9"]})
+    ]
     evidence = profile_evidence(hits)
     assert [(e.kind, e.found_by, e.turn_ids, e.text) for e in evidence] == [
-        ("profile", ["profile"], ["D1:9"], "Nora preferences: no seafood")]
+        ("profile", ["profile"], ["D1:9"], "Nora preferences: no seafood")
+    ]
     assert profile_evidence([]) == []
 
 

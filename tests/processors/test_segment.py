@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from processors.segment import (
-    SegmenterState,
     Segmenter,
+    SegmenterState,
     SegmentParams,
     coarse_candidates,
     fine_boundaries,

@@ -25,8 +25,12 @@ def test_the_pending_scope_runs_only_when_cards_wait():
 
 
 def test_a_broadcast_fans_out_to_the_tenants_conversations_with_cards_waiting():
-    pending = [("acme/c1", {"cards": ["x"]}), ("acme/c2", {"cards": []}), ("beta/c3", {"cards": ["y"]}),
-               ("acme/c4", None)]
+    pending = [
+        ("acme/c1", {"cards": ["x"]}),
+        ("acme/c2", {"cards": []}),
+        ("beta/c3", {"cards": ["y"]}),
+        ("acme/c4", None),
+    ]
     assert broadcast_keys(pending, "acme", "pending") == ["acme/c1"]
     assert broadcast_keys(pending, "acme", "all") == ["acme/c1", "acme/c2"]
     assert broadcast_keys(pending, None, "pending") == ["acme/c1", "beta/c3"]

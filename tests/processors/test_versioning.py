@@ -28,8 +28,9 @@ def patches(pairs, *, tenant="acme", conversation="c1"):  # noqa: ANN001, ANN201
     out = []
     for a, b, sim in pairs:
         older, newer = oriented(a, b)
-        found, _ = patches_for(rule_decision(older, newer, sim), older, newer, tenant_id=tenant,
-                               conversation_id=conversation)
+        found, _ = patches_for(
+            rule_decision(older, newer, sim), older, newer, tenant_id=tenant, conversation_id=conversation
+        )
         out += found
     return out
 
@@ -38,14 +39,21 @@ def state_after(cards, all_patches):  # noqa: ANN001, ANN201
     return {c.card_id: apply_patches(payload(c), [p for p in all_patches if p.card_id == c.card_id]) for c in cards}
 
 
-@pytest.mark.parametrize("older, newer, sim, action", [
-    (BOSTON, DENVER, 0.85, "supersede"),
-    (BOSTON, view("b2", "maria lives in boston", 5), 0.80, "duplicate"),  # same words again
-    (BOSTON, view("b3", "Maria really likes living in Boston.", 5), 0.96, "duplicate"),  # nearly the same
-    (BOSTON, view("tea", "Maria drinks green tea every morning.", 5, "preference"), 0.81, "keep_both"),
-    (view("e1", "Maria ran a marathon.", 0, "event"), view("e2", "Maria now ran a second marathon.", 9, "event"),
-     0.85, "keep_both"),  # events happened; a later one does not undo an earlier one
-])
+@pytest.mark.parametrize(
+    "older, newer, sim, action",
+    [
+        (BOSTON, DENVER, 0.85, "supersede"),
+        (BOSTON, view("b2", "maria lives in boston", 5), 0.80, "duplicate"),  # same words again
+        (BOSTON, view("b3", "Maria really likes living in Boston.", 5), 0.96, "duplicate"),  # nearly the same
+        (BOSTON, view("tea", "Maria drinks green tea every morning.", 5, "preference"), 0.81, "keep_both"),
+        (
+            view("e1", "Maria ran a marathon.", 0, "event"),
+            view("e2", "Maria now ran a second marathon.", 9, "event"),
+            0.85,
+            "keep_both",
+        ),  # events happened; a later one does not undo an earlier one
+    ],
+)
 def test_rule_decisions(older, newer, sim, action):
     assert rule_decision(older, newer, sim) == action
 
@@ -87,10 +95,12 @@ def test_any_arrival_order_and_redelivery_give_the_same_state():
 
 def test_a_merge_makes_a_new_card_with_lineage_and_a_deterministic_id():
     older, newer = view("a", "Maria plays tennis.", 0, "fact"), view("b", "Maria plays tennis on Sundays.", 4, "fact")
-    first, new = patches_for("merge", older, newer, tenant_id="acme", conversation_id="c1",
-                             merged_text="Maria plays tennis, on Sundays.")
-    again, new_again = patches_for("merge", older, newer, tenant_id="acme", conversation_id="c1",
-                                   merged_text="Maria plays tennis, on Sundays.")
+    first, new = patches_for(
+        "merge", older, newer, tenant_id="acme", conversation_id="c1", merged_text="Maria plays tennis, on Sundays."
+    )
+    again, new_again = patches_for(
+        "merge", older, newer, tenant_id="acme", conversation_id="c1", merged_text="Maria plays tennis, on Sundays."
+    )
     assert new == new_again and new[0].lineage == ("a", "b")
     state = state_after([older, newer], first)
     assert not is_current(state["a"]) and not is_current(state["b"])
@@ -99,7 +109,12 @@ def test_a_merge_makes_a_new_card_with_lineage_and_a_deterministic_id():
 
 
 def test_view_from_a_stored_payload():
-    stored = {"subject": "Maria", "type": "state", "text": "Maria lives in Boston.", "event_ts": 5.0,
-              "valid_from": T0.isoformat()}
+    stored = {
+        "subject": "Maria",
+        "type": "state",
+        "text": "Maria lives in Boston.",
+        "event_ts": 5.0,
+        "valid_from": T0.isoformat(),
+    }
     card = CardView.from_payload("boston", stored)
     assert card.order == (5.0, T0.timestamp(), "boston")

@@ -54,7 +54,13 @@ def test_segments_topic_carries_turns_and_ticks():
 
 def test_dead_letter_keeps_the_original_bytes():
     raw = b"\x00\x01 not json \xff"
-    letter = DeadLetter(stage="compress", reason="not JSON", error_type="SchemaError", topic="memory.turns",
-                        original_b64=DeadLetter.encode(raw), original_size=len(raw),
-                        failed_at=datetime.now(timezone.utc))
+    letter = DeadLetter(
+        stage="compress",
+        reason="not JSON",
+        error_type="SchemaError",
+        topic="memory.turns",
+        original_b64=DeadLetter.encode(raw),
+        original_size=len(raw),
+        failed_at=datetime.now(timezone.utc),
+    )
     assert DeadLetter.from_bytes(letter.to_bytes()).original == raw
