@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
 
-from bench.scoring import evidence_recall
+from memstream.bench.scoring import evidence_recall
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
@@ -25,8 +25,8 @@ from memstream.datasets import (
     longmemeval_turn_id,
     longmemeval_turns,
 )
-from processors.timeparse import parse_locomo_datetime
-from schemas import Turn
+from memstream.processors.timeparse import parse_locomo_datetime
+from memstream.schemas import Turn
 
 TENANT = "bench"
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memstream.config import Settings
-from streams.runtime import REPO_ROOT
+from memstream.streams.runtime import REPO_ROOT
 
 bench = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks: figures on the console and in JSON")
 console = Console()
@@ -48,8 +48,8 @@ def segment(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Boundary precision / recall / F1 (±1 turn) of similarity-only, attention-only and hybrid segmentation."""
-    from bench.segment import METHODS, run_segment_bench
-    from streams.services import Services
+    from memstream.bench.segment import METHODS, run_segment_bench
+    from memstream.streams.services import Services
 
     services = Services(Settings())
     params = services.segment_params
@@ -85,9 +85,9 @@ def calibrate_heads(
 ) -> None:
     """Pick the encoder heads whose turn-to-turn attention follows embedding similarity; saves them
     beside the package for the configured embedding model."""
-    from bench.segment import calibrate_heads as calibrate
     from memstream.adapters.encoder_attention import save_heads
-    from streams.services import Services
+    from memstream.bench.segment import calibrate_heads as calibrate
+    from memstream.streams.services import Services
 
     services = Services(Settings())
     params = replace(services.segment_params, heads=())
@@ -114,7 +114,7 @@ def ingest(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Stream LoCoMo conversations through the real Kafka pipeline; count calls, tokens, memories and speed."""
-    from bench.ingest import IngestOptions, load_turns, run_ingest_bench
+    from memstream.bench.ingest import IngestOptions, load_turns, run_ingest_bench
 
     model = compressor if compressor is not None else Settings().compressor_model
     if model == "smollm2":
@@ -172,8 +172,8 @@ def scale(
 ) -> None:
     """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
     processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup."""
-    from bench.scale import ScaleOptions, run_scale_bench
-    from bench.scale import load_turns as scale_turns
+    from memstream.bench.scale import ScaleOptions, run_scale_bench
+    from memstream.bench.scale import load_turns as scale_turns
 
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
     total = len(scale_turns(options))
@@ -215,7 +215,7 @@ def retrieval(
 ) -> None:
     """Evidence recall of adaptive / Lookup / Compose / Replay against dense and BM25 top-K over raw
     turns at the same context tokens, LoCoMo categories 1–4, extractive memories; query latency."""
-    from bench.retrieval import BASELINES, METHODS, RetrievalOptions, load_questions, run_retrieval_bench
+    from memstream.bench.retrieval import BASELINES, METHODS, RetrievalOptions, load_questions, run_retrieval_bench
     from memstream.datasets import load_locomo
 
     options = RetrievalOptions(
@@ -324,7 +324,7 @@ def consolidate(
     """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N; and
     on LongMemEval's knowledge-update questions, newest value ranked above the stale one before and
     after consolidation, with ingestion measured while consolidation runs."""
-    from bench.consolidate import GENERATOR, run_consolidate_bench
+    from memstream.bench.consolidate import GENERATOR, run_consolidate_bench
 
     counts = [int(n) for n in sizes.split(",") if n.strip()]
     result: dict = {}
@@ -358,11 +358,11 @@ def consolidate(
 def _llm_decider(people: int) -> dict:
     import contextlib
 
-    from bench.consolidate import consolidate_stories
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
-    from processors.consolidate import ConsolidateParams, LlmDecider
-    from streams import runtime
+    from memstream.bench.consolidate import consolidate_stories
+    from memstream.processors.consolidate import ConsolidateParams, LlmDecider
+    from memstream.streams import runtime
 
     settings = Settings()
     params = ConsolidateParams(tau=settings.consolidate_tau, top_n=settings.consolidate_top_n)
@@ -394,7 +394,7 @@ def _llm_decider(people: int) -> dict:
 
 
 def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen: Optional[Path]) -> dict:
-    from bench.knowledge_update import KnowledgeUpdateOptions, run_knowledge_update_bench, update_case
+    from memstream.bench.knowledge_update import KnowledgeUpdateOptions, run_knowledge_update_bench, update_case
     from memstream.datasets import load_longmemeval, longmemeval_turns
 
     questions = load_longmemeval(data)
@@ -445,7 +445,7 @@ def _e2e_options(
     torch_threads: int,
     seed: int,
 ):
-    from bench.e2e import E2EOptions
+    from memstream.bench.e2e import E2EOptions
 
     if extract not in ("extractive", "llm"):
         raise typer.BadParameter("--extract is 'extractive' or 'llm'")
@@ -470,7 +470,7 @@ def _e2e_options(
 
 
 def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
-    from bench.e2e import Runner, Ui
+    from memstream.bench.e2e import Runner, Ui
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
@@ -495,7 +495,7 @@ def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
 
 
 def _print_e2e(result: dict) -> None:
-    from bench.report import METHOD_LABELS, METHODS
+    from memstream.bench.report import METHOD_LABELS, METHODS
 
     metrics = result["metrics"]
     table = Table(
@@ -592,7 +592,7 @@ def locomo(
 ) -> None:
     """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
-    from bench.cases import locomo_set
+    from memstream.bench.cases import locomo_set
 
     bench_set = locomo_set(
         data,
@@ -636,7 +636,7 @@ def longmemeval(
     """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
     asked over request/reply; session and turn recall per type against the baselines, costs, speed;
     with --llm, answers judged with per-type rubrics (abstention apart)."""
-    from bench.cases import longmemeval_set
+    from memstream.bench.cases import longmemeval_set
 
     bench_set = longmemeval_set(data, questions=questions, seed=seed)
     _run_e2e(

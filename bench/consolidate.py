@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from memstream.ports import Embedder, StoreFilter, StorePoint
-from processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
-from processors.ids import point_id
-from processors.index import CARDS, COLLECTIONS, card_spec
-from processors.retrieve import RETIRED
-from processors.versioning import CardView, rule_decision
-from schemas import Card, Provenance
+from memstream.processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
+from memstream.processors.ids import point_id
+from memstream.processors.index import CARDS, COLLECTIONS, card_spec
+from memstream.processors.retrieve import RETIRED
+from memstream.processors.versioning import CardView, rule_decision
+from memstream.schemas import Card, Provenance
 
 TENANT = "bench"
 CONVERSATION = "synthetic"

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from memstream.config import Settings
-from streams import runtime
-from streams.deployment import Deployment
+from memstream.streams import runtime
+from memstream.streams.deployment import Deployment
 
 
 def worker_samples(port: int | str) -> Iterator[Sample]:

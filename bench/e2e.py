@@ -27,19 +27,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
-from bench.deploy import worker_samples
-from bench.report import source_commit, summarize_run, write_outputs
-from bench.scoring import take_nearest_budget
+from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
+from memstream.bench.deploy import worker_samples
+from memstream.bench.report import source_commit, summarize_run, write_outputs
+from memstream.bench.scoring import take_nearest_budget
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, VectorStore
-from processors.index import CARDS, TURNS
-from processors.tokens import count_tokens
-from schemas import Reply
-from schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
-from streams import runtime
-from streams.client import MemoryClient
-from streams.deployment import Deployment
+from memstream.processors.index import CARDS, TURNS
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import Reply
+from memstream.schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
+from memstream.streams import runtime
+from memstream.streams.client import MemoryClient
+from memstream.streams.deployment import Deployment
 
 STATE = "state.json"
 RECORDS = "questions.jsonl"
@@ -410,7 +410,7 @@ class Runner:
     async def _ask_all(
         self, settings: Settings, endpoints: Endpoints, questions: Sequence[BenchQuestion], done: int, total: int
     ) -> None:
-        from bench.judge import Judge
+        from memstream.bench.judge import Judge
 
         judge = Judge(endpoints.judge) if endpoints.judge is not None else None
         timeout = self.options.ask_timeout_s
@@ -496,7 +496,7 @@ class Runner:
 
     def _own_baseline(self, embedder: Embedder) -> VectorStore:
         """The raw turns as a plain RAG system indexes them (``speaker: text``), kept in ``<out>/baseline``."""
-        from bench.retrieval import baseline_store
+        from memstream.bench.retrieval import baseline_store
 
         return baseline_store(
             self.out / "baseline", [t for ts in self.bench.conversations.values() for t in ts], embedder
@@ -552,7 +552,7 @@ def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[s
 
 
 def judge_answer(judge: Any, bench: str, q: BenchQuestion, answer: str) -> dict[str, Any]:
-    from bench.judge import bleu1, token_f1
+    from memstream.bench.judge import bleu1, token_f1
 
     unreadable = judge.unreadable
     if bench == "locomo":

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.deploy import deploy_worker, worker_samples
+from memstream.bench.deploy import deploy_worker, worker_samples
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
-from schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
-from streams import runtime
-from streams.deployment import Deployment
+from memstream.schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
+from memstream.streams import runtime
+from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 

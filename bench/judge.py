@@ -22,8 +22,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from memstream.ports import LLM
-from processors.structured import call_with_repair, parse_output
-from schemas import StageCost
+from memstream.processors.structured import call_with_repair, parse_output
+from memstream.schemas import StageCost
 
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)

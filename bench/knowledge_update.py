@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bench.deploy import deploy_worker, worker_samples
+from memstream.bench.deploy import deploy_worker, worker_samples
 from memstream.config import Settings
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
@@ -37,13 +37,13 @@ from memstream.datasets import (
     longmemeval_turns,
 )
 from memstream.ports import StoreFilter, VectorStore
-from processors.index import CARDS
-from processors.retrieve import RETIRED
-from processors.tokens import count_tokens
-from schemas import Reply, Turn
-from schemas.topics import INGEST_TOPICS
-from streams.client import MemoryClient
-from streams.deployment import Deployment
+from memstream.processors.index import CARDS
+from memstream.processors.retrieve import RETIRED
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import Reply, Turn
+from memstream.schemas.topics import INGEST_TOPICS
+from memstream.streams.client import MemoryClient
+from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 

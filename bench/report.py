@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from bench.cases import BenchQuestion, BenchSet
-from bench.scoring import percentile
-from processors.tokens import count_tokens
+from memstream.bench.cases import BenchQuestion, BenchSet
+from memstream.bench.scoring import percentile
+from memstream.processors.tokens import count_tokens
 
 METHODS = ("memstream", "dense_topk", "bm25_topk", "full_context")
 METHOD_LABELS = {

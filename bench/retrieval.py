@@ -22,20 +22,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.deploy import deploy_worker
-from bench.scoring import evidence_recall, percentile, take_within_budget
+from memstream.bench.deploy import deploy_worker
+from memstream.bench.scoring import evidence_recall, percentile, take_within_budget
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
-from processors.ids import point_id
-from processors.index import CARDS, SCENES, TRIGGERS, TURNS
-from processors.query import QueryEngine, QueryOptions
-from processors.retrieve import RetrievalParams, discriminative
-from processors.timeparse import parse_locomo_datetime
-from processors.tokens import count_tokens
-from schemas import Query, Reply, Turn
-from streams import runtime
-from streams.client import MemoryClient
+from memstream.processors.ids import point_id
+from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
+from memstream.processors.query import QueryEngine, QueryOptions
+from memstream.processors.retrieve import RetrievalParams, discriminative
+from memstream.processors.timeparse import parse_locomo_datetime
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import Query, Reply, Turn
+from memstream.streams import runtime
+from memstream.streams.client import MemoryClient
 
 TENANT = "bench"
 METHODS = ("adaptive", "lookup", "compose", "replay")
@@ -506,7 +506,7 @@ def run_retrieval_bench(
 
 
 def _query_options(settings: Settings) -> QueryOptions:
-    from streams.services import Services
+    from memstream.streams.services import Services
 
     return Services(settings).query_options
 

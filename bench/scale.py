@@ -19,10 +19,10 @@ from typing import Any, Callable, Sequence
 
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
-from schemas import Turn
-from schemas.topics import FRONT_TOPICS
-from streams import runtime
-from streams.deployment import Deployment
+from memstream.schemas import Turn
+from memstream.schemas.topics import FRONT_TOPICS
+from memstream.streams import runtime
+from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 SCALE_STAGES = "compress,segment,stm,extract"

@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from memstream.datasets import load_locomo, load_longmemeval, locomo_turns, topic_change_stream
-from processors.compress import compress_turn
-from processors.segment import (
+from memstream.processors.compress import compress_turn
+from memstream.processors.segment import (
     Segmenter,
     SegmenterState,
     SegmentParams,

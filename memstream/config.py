@@ -8,7 +8,7 @@ from typing import Iterable, Literal, Sequence
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from schemas.topics import Topic
+from memstream.schemas.topics import Topic
 
 STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
 # The topics (logical names) each stage consumes: a worker group's consumer group reads these.

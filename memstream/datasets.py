@@ -11,8 +11,8 @@ from typing import Any, Iterator
 
 import orjson
 
-from processors.timeparse import parse_locomo_datetime
-from schemas import Turn
+from memstream.processors.timeparse import parse_locomo_datetime
+from memstream.schemas import Turn
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DIA_ID = re.compile(r"D(\d+):(\d+)")

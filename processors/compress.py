@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 
 from memstream.ports import Compressor
-from schemas import CompressedTurn, Turn
+from memstream.schemas import CompressedTurn, Turn
 
 from .tokens import count_tokens
 

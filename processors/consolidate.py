@@ -17,7 +17,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM, Embedder, StoreFilter, StoreHit, StorePoint, VectorStore
-from schemas import (
+from memstream.schemas import (
     Card,
     CardPatch,
     ConsolidationCandidate,

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM
-from schemas import (
+from memstream.schemas import (
     Card,
     CompressedTurn,
     FlushSegment,
@@ -28,7 +28,7 @@ from schemas import (
     StageCost,
     StmFlush,
 )
-from schemas.memory import CardType
+from memstream.schemas.memory import CardType
 
 from . import prompts
 from .ids import point_id, stable_id

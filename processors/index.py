@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstream.ports import Embedder, StorePoint, VectorStore
-from schemas import Card, MemoryWrite
+from memstream.schemas import Card, MemoryWrite
 
 from .ids import point_id
 

@@ -19,8 +19,8 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM
-from schemas import Plan, StageCost
-from schemas.query import AccessProfile, Operation
+from memstream.schemas import Plan, StageCost
+from memstream.schemas.query import AccessProfile, Operation
 
 from . import prompts
 from .structured import call_with_repair, clean_strings, parse_output

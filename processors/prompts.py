@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Sequence
 
-from schemas import CompressedTurn
+from memstream.schemas import CompressedTurn
 
 if TYPE_CHECKING:
     from .versioning import CardView

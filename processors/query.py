@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from memstream.ports import LLM, Embedder, LLMError, StoreFilter, StoreHit, VectorStore
-from schemas import Evidence, Plan, Query, Reply, StageCost
+from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
 from .index import CARDS, PROFILES, TURNS

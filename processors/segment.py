@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from schemas import CompressedTurn, SegmentedTurn
+from memstream.schemas import CompressedTurn, SegmentedTurn
 
 from .ids import stable_id
 from .text import topic_label

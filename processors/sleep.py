@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Iterable, Literal, Sequence
 
 from memstream.ports import StoreFilter, StoreHit, VectorStore
-from schemas import ConsolidationUpdate
+from memstream.schemas import ConsolidationUpdate
 
 from .consolidate import ConsolidateParams, Decider, consolidate_card
 from .index import CARDS

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush
+from memstream.schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush
 
 from .ids import stable_id
 

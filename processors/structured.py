@@ -10,8 +10,8 @@ from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from memstream.ports import LLM, LLMError, LlmResult
-from schemas import StageCost
-from schemas.base import json_object
+from memstream.schemas import StageCost
+from memstream.schemas.base import json_object
 
 from .prompts import repair_user
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Literal, Mapping
 
-from schemas import CardPatch
+from memstream.schemas import CardPatch
 
 from .ids import point_id
 

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy
+bash scripts/typecheck.sh
 .venv/bin/python -m pytest tests -m "not integration" -q "$@"

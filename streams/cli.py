@@ -19,8 +19,8 @@ from rich.table import Table
 
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
-from schemas import ConsolidateCommand, Plan, Reply, Turn
-from schemas.topics import ALL_TOPICS, DRAIN_TOPICS
+from memstream.schemas import ConsolidateCommand, Plan, Reply, Turn
+from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
 from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
@@ -438,7 +438,7 @@ def bench() -> None:
 def _run_bench(args: list[str]) -> int:
     """The benchmarks are not part of the production CLI: imported only when asked for."""
     try:
-        from bench.cli import bench as bench_app
+        from memstream.bench.cli import bench as bench_app
     except ImportError:
         console.print("[red]the benchmarks need a source checkout of memstream (the bench package)[/]")
         return 2

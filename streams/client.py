@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memstream.config import Settings
-from schemas import ConsolidateCommand, Query, Reply, SchemaError, Turn, conversation_key
+from memstream.schemas import ConsolidateCommand, Query, Reply, SchemaError, Turn, conversation_key
 
 
 class QueryTimeout(TimeoutError):

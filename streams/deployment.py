@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from memstream.adapters import open_store
 from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
-from schemas import ConsolidateCommand, DeadLetter, Reply, Turn
-from schemas.topics import DRAIN_TOPICS
+from memstream.schemas import ConsolidateCommand, DeadLetter, Reply, Turn
+from memstream.schemas.topics import DRAIN_TOPICS
 
 from . import runtime
 from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, topics_lag, wait_drained

@@ -9,10 +9,10 @@ from memstream.config import Settings
 from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
-from processors.index import COLLECTIONS
-from processors.query import QueryOptions
-from processors.retrieve import RetrievalParams
-from processors.segment import SegmentParams
+from memstream.processors.index import COLLECTIONS
+from memstream.processors.query import QueryOptions
+from memstream.processors.retrieve import RetrievalParams
+from memstream.processors.segment import SegmentParams
 
 log = logging.getLogger(__name__)
 

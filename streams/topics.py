@@ -10,7 +10,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from memstream.config import Settings, changelog_topics
-from schemas.topics import ALL_TOPICS
+from memstream.schemas.topics import ALL_TOPICS
 
 log = logging.getLogger(__name__)
 

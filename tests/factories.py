@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from processors.compress import compress_turn
-from schemas import CompressedTurn, SegmentedTurn, Turn
+from memstream.processors.compress import compress_turn
+from memstream.schemas import CompressedTurn, SegmentedTurn, Turn
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
 

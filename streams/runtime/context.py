@@ -19,7 +19,7 @@ from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
 from memstream.metrics import Metrics
-from schemas import DeadLetter, Payload, SchemaError
+from memstream.schemas import DeadLetter, Payload, SchemaError
 
 from ..services import Services
 from . import faust_compat

@@ -170,7 +170,7 @@ def spawn_worker(
     fh = log_path.open("ab")
     start = fh.tell()
     process = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "worker"],
+        [sys.executable, "-m", "memstream.streams.cli", "worker"],
         env=full_env,
         stdout=fh,
         stderr=subprocess.STDOUT,
@@ -207,7 +207,7 @@ def supervise_worker() -> int:
     signal.signal(signal.SIGINT, forward)
     restarts = 0
     while True:
-        child = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker", "--no-supervise"])
+        child = subprocess.Popen([sys.executable, "-m", "memstream.streams.cli", "worker", "--no-supervise"])
         code = child.wait()
         if code != EXIT_STALLED:
             return code

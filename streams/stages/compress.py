@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from processors.compress import compress_turn
-from schemas import SchemaError, Turn
-from schemas.topics import Topic
+from memstream.processors.compress import compress_turn
+from memstream.schemas import SchemaError, Turn
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 

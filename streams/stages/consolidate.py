@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, get_args
 
-from processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update
-from processors.sleep import (
+from memstream.processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update
+from memstream.processors.sleep import (
     broadcast_keys,
     cards_to_run,
     decide_queues,
@@ -21,9 +21,9 @@ from processors.sleep import (
     mark_pending,
     run_needed,
 )
-from schemas import ConsolidateCommand, ConsolidationUpdate, MemoryWrite
-from schemas.memory import ConsolidationAction
-from schemas.topics import Topic
+from memstream.schemas import ConsolidateCommand, ConsolidationUpdate, MemoryWrite
+from memstream.schemas.memory import ConsolidationAction
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 

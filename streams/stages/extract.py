@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import get_args
 
-from processors.extract import ExtractiveExtractor, LlmExtractor
-from schemas import StmFlush
-from schemas.memory import ExtractionMode
-from schemas.topics import Topic
+from memstream.processors.extract import ExtractiveExtractor, LlmExtractor
+from memstream.schemas import StmFlush
+from memstream.schemas.memory import ExtractionMode
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 

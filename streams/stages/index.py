@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from processors.index import COLLECTIONS, index_write
-from schemas import MemoryWrite
-from schemas.topics import Topic
+from memstream.processors.index import COLLECTIONS, index_write
+from memstream.schemas import MemoryWrite
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Record, StageContext, StageResult, init_series
 

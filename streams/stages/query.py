@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
-from processors.query import QueryEngine, expired_reply
-from schemas import Query, Reply, SchemaError
-from schemas.query import TOPIC_PATTERN
-from schemas.topics import Topic
+from memstream.processors.query import QueryEngine, expired_reply
+from memstream.schemas import Query, Reply, SchemaError
+from memstream.schemas.query import TOPIC_PATTERN
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult
 

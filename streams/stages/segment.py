@@ -8,9 +8,9 @@ import time
 from datetime import datetime, timezone
 from typing import get_args
 
-from processors.segment import Segmenter, SegmenterState, window_is_idle
-from schemas import SegmentedTurn, StmTick, WindowTick, decode_compressed_message
-from schemas.topics import Topic
+from memstream.processors.segment import Segmenter, SegmenterState, window_is_idle
+from memstream.schemas import SegmentedTurn, StmTick, WindowTick, decode_compressed_message
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 

@@ -7,10 +7,10 @@ import time
 from datetime import datetime, timezone
 from typing import get_args
 
-from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
-from schemas import StmTick, decode_segments_message
-from schemas.memory import FlushReason
-from schemas.topics import Topic
+from memstream.processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from memstream.schemas import StmTick, decode_segments_message
+from memstream.schemas.memory import FlushReason
+from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from memstream.adapters.encoder_attention import EncoderAttention, load_heads
-from processors.segment import head_scores
+from memstream.processors.segment import head_scores
 
 TEXTS = [
     "I adopted a puppy last week.",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cases import BenchQuestion, locomo_set, longmemeval_set, score, session_of, subset
+from memstream.bench.cases import BenchQuestion, locomo_set, longmemeval_set, score, session_of, subset
 from memstream.datasets import demo_conversation_path
 
 DEMO_LONGMEMEVAL = Path(__file__).resolve().parents[2] / "memstream" / "data" / "demo_longmemeval.json"

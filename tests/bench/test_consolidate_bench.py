@@ -1,6 +1,6 @@
 """The consolidation size benchmark on a small synthetic set (real Qdrant Edge, rule decisions)."""
 
-from bench.consolidate import consolidate_size, synthetic_cards
+from memstream.bench.consolidate import consolidate_size, synthetic_cards
 
 
 def test_synthetic_cards_are_deterministic_and_similar_within_an_attribute():
@@ -17,9 +17,9 @@ def test_every_card_gets_one_queue_and_nothing_is_deleted(tmp_path):
 
 
 def test_life_stories_with_the_rules_supersede_moves_and_collapse_repeats():
-    from bench.consolidate import consolidate_stories, life_stories
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
-    from processors.consolidate import ConsolidateParams, RuleDecider
+    from memstream.bench.consolidate import consolidate_stories, life_stories
+    from memstream.processors.consolidate import ConsolidateParams, RuleDecider
 
     stories = life_stories(3)
     assert len(stories) == 18 and [d for _, _, d in stories] == sorted(d for _, _, d in stories)

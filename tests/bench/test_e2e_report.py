@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.cases import BenchQuestion, BenchSet
-from bench.e2e import E2EOptions, RunState, append_record, control_answer, ranked_turns, read_records
-from bench.report import aggregate, method_point, plot_budget, plot_groups, render_report, summarize_run
-from processors.tokens import count_tokens
-from schemas import Turn
+from memstream.bench.cases import BenchQuestion, BenchSet
+from memstream.bench.e2e import E2EOptions, RunState, append_record, control_answer, ranked_turns, read_records
+from memstream.bench.report import aggregate, method_point, plot_budget, plot_groups, render_report, summarize_run
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import Turn
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -214,7 +214,7 @@ def test_metrics_a_question_lacks_do_not_count_against_it() -> None:
 
 
 def test_workers_get_the_llm_only_in_the_phase_that_uses_it(tmp_path: Path) -> None:
-    from bench.e2e import Endpoints, _worker_env
+    from memstream.bench.e2e import Endpoints, _worker_env
 
     endpoints = Endpoints({"MEMSTREAM_LLM_BASE_URL": "http://llm/v1", "MEMSTREAM_LLM_MODEL": "m"}, "m")
     answers = E2EOptions(out=tmp_path, llm=True, planner="rules")

@@ -3,7 +3,7 @@
 import orjson
 import pytest
 
-from bench.judge import Judge, bleu1, longmemeval_judge_user, longmemeval_rubric, normalize_answer, token_f1
+from memstream.bench.judge import Judge, bleu1, longmemeval_judge_user, longmemeval_rubric, normalize_answer, token_f1
 from memstream.ports import LLMError, LlmResult
 
 

@@ -1,6 +1,6 @@
 """Scoring of the knowledge-update measure (pure), on a hand-made LongMemEval-shaped question."""
 
-from bench.knowledge_update import UpdateOutcome, rank_values, summarize_updates, update_case
+from memstream.bench.knowledge_update import UpdateOutcome, rank_values, summarize_updates, update_case
 from memstream.datasets import LongMemEvalQuestion, longmemeval_turns
 
 
@@ -60,10 +60,10 @@ def test_newest_counts_only_when_ranked_above_the_stale_value():
 
 
 def test_resetting_consolidation_gives_the_cards_as_indexed(tmp_path):
-    from bench.knowledge_update import reset_consolidation
     from memstream.adapters.qdrant_store import QdrantStore
+    from memstream.bench.knowledge_update import reset_consolidation
     from memstream.ports import StorePoint
-    from processors.index import CARDS
+    from memstream.processors.index import CARDS
 
     store = QdrantStore(path=tmp_path / "q")
     store.ensure_collections([CARDS], 2)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.retrieval import Question, baseline_outcome, plot_sweep, summarize
-from bench.scoring import evidence_recall, percentile, take_within_budget
+from memstream.bench.retrieval import Question, baseline_outcome, plot_sweep, summarize
+from memstream.bench.scoring import evidence_recall, percentile, take_within_budget
 from memstream.ports import StoreHit
 
 Q = Question("conv", "Where did Ann go?", 1, ("D1:1", "D2:3"), datetime(2024, 1, 1, tzinfo=timezone.utc))

@@ -1,4 +1,4 @@
-from bench.scoring import BoundaryScore, score_boundaries
+from memstream.bench.scoring import BoundaryScore, score_boundaries
 
 
 def test_boundaries_match_one_to_one_within_the_tolerance():

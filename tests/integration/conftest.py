@@ -12,9 +12,9 @@ import pytest
 
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from schemas import Turn
-from streams import runtime
-from streams.deployment import Deployment
+from memstream.schemas import Turn
+from memstream.streams import runtime
+from memstream.streams.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 

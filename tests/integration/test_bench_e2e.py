@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.e2e import read_records
+from memstream.bench.e2e import read_records
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path
-from streams.runtime import REPO_ROOT
+from memstream.streams.runtime import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ DEMO_LONGMEMEVAL = REPO_ROOT / "memstream" / "data" / "demo_longmemeval.json"
 
 def bench(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "bench", *args],
+        [sys.executable, "-m", "memstream.streams.cli", "bench", *args],
         cwd=str(REPO_ROOT),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from bench.consolidate import life_stories
-from processors.ids import point_id
-from processors.index import CARDS
-from schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
+from memstream.bench.consolidate import life_stories
+from memstream.processors.ids import point_id
+from memstream.processors.index import CARDS
+from memstream.schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
 
 pytestmark = pytest.mark.integration
 
@@ -230,10 +230,10 @@ def test_killing_the_worker_mid_run_and_restarting_gives_the_state_of_an_uninter
 
 
 def test_the_llm_decider_against_the_local_server_makes_one_call_per_queue_and_keeps_time_order(local_llm):
-    from bench.consolidate import consolidate_stories
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
-    from processors.consolidate import ConsolidateParams, LlmDecider
+    from memstream.bench.consolidate import consolidate_stories
+    from memstream.processors.consolidate import ConsolidateParams, LlmDecider
 
     llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
     params = ConsolidateParams()

@@ -14,8 +14,8 @@ from typing import Iterator
 import pytest
 
 from memstream.dashboards import check, evaluate, panel_queries
-from streams.deployment import free_port
-from streams.runtime import INFRA
+from memstream.streams.deployment import free_port
+from memstream.streams.runtime import INFRA
 
 from .conftest import first_sessions
 

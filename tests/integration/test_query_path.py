@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from processors.ids import point_id
-from schemas import Card, MemoryWrite, Provenance, Scene, SourceTurn
+from memstream.processors.ids import point_id
+from memstream.schemas import Card, MemoryWrite, Provenance, Scene, SourceTurn
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
 
 def test_the_llm_planner_against_the_local_server_returns_a_valid_plan_and_counts_its_call(local_llm):
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
-    from processors.plan import LlmPlanner, choose_profile
+    from memstream.processors.plan import LlmPlanner, choose_profile
 
     llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
     now = datetime(2024, 6, 1, tzinfo=timezone.utc)

@@ -7,7 +7,7 @@ import time
 import orjson
 import pytest
 
-from processors.index import TURNS
+from memstream.processors.index import TURNS
 
 from .conftest import first_sessions
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from bench.deploy import worker_samples
-from processors.index import TURNS
-from schemas.topics import INGEST_TOPICS
+from memstream.bench.deploy import worker_samples
+from memstream.processors.index import TURNS
+from memstream.schemas.topics import INGEST_TOPICS
 
 from .conftest import first_sessions
 

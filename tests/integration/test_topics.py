@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from memstream.config import STAGES, changelog_topics
-from streams.topics import ensure_topics
+from memstream.streams.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-from processors.compress import compress_turn, protected_words
+from memstream.processors.compress import compress_turn, protected_words
 from tests.factories import turn
 
 

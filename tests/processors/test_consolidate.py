@@ -8,10 +8,10 @@ import pytest
 
 from memstream.adapters.qdrant_store import QdrantStore
 from memstream.ports import LLMError, LlmResult, StorePoint
-from processors.consolidate import ConsolidateParams, LlmDecider, RuleDecider, consolidate_card, update_queue
-from processors.index import CARDS, COLLECTIONS
-from processors.versioning import CardView
-from schemas import Card, Provenance
+from memstream.processors.consolidate import ConsolidateParams, LlmDecider, RuleDecider, consolidate_card, update_queue
+from memstream.processors.index import CARDS, COLLECTIONS
+from memstream.processors.versioning import CardView
+from memstream.schemas import Card, Provenance
 
 T0 = datetime(2023, 5, 1, tzinfo=timezone.utc)
 
@@ -194,7 +194,7 @@ def test_a_run_redone_after_a_crash_gives_the_same_state_whatever_part_of_it_was
     the same run (a crash after some updates were out and applied), then the run redone."""
     from itertools import combinations
 
-    from processors.consolidate import apply_update
+    from memstream.processors.consolidate import apply_update
 
     # Boston, Denver and Seattle pairwise at cosine 0.9 (similar, not repeats); the repeat at 0.99.
     cards = [

@@ -1,9 +1,9 @@
 import orjson
 
 from memstream.ports import LLMError, LlmResult
-from processors.extract import ExtractiveExtractor, LlmExtractor
-from processors.stm import StmPolicy, StmState, add_turn, on_tick
-from schemas import MemoryWrite
+from memstream.processors.extract import ExtractiveExtractor, LlmExtractor
+from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
+from memstream.schemas import MemoryWrite
 from tests.factories import segmented, turn
 
 

@@ -1,6 +1,6 @@
-from processors.extract import ExtractiveExtractor
-from processors.ids import point_id
-from processors.index import CARDS, SCENES, TRIGGERS, TURNS, points_for_write
+from memstream.processors.extract import ExtractiveExtractor
+from memstream.processors.ids import point_id
+from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, points_for_write
 from tests.processors.test_extract import FLUSH_TURNS, flush_of
 
 

@@ -5,8 +5,8 @@ import orjson
 import pytest
 
 from memstream.ports import LLMError, LlmResult
-from processors import prompts
-from processors.plan import (
+from memstream.processors import prompts
+from memstream.processors.plan import (
     LlmPlanner,
     RulePlanner,
     choose_profile,
@@ -14,8 +14,8 @@ from processors.plan import (
     rule_plan,
     time_range,
 )
-from schemas import Plan
-from schemas.query import Operation
+from memstream.schemas import Plan
+from memstream.schemas.query import Operation
 
 NOW = datetime(2023, 8, 1, 15, 30, tzinfo=timezone.utc)  # a Tuesday
 

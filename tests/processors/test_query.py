@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from memstream.ports import LLMError, LlmResult
-from processors.query import (
+from memstream.processors.query import (
     QueryEngine,
     QueryOptions,
     cap_to_budget,
@@ -13,7 +13,7 @@ from processors.query import (
     search_roles,
     seconds_left,
 )
-from schemas import Query
+from memstream.schemas import Query
 
 
 def test_budget_capping_keeps_order_and_at_least_one():

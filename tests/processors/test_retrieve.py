@@ -5,10 +5,10 @@ from datetime import datetime, timezone
 import numpy as np
 
 from memstream.ports import StoreHit
-from processors.cascade import NOISE, density_clusters, rank_topics
-from processors.query import replay_window, roles_for, time_range
-from processors.retrieve import Pool, RetrievalParams, mentions_entity, rerank, top_k
-from schemas import Plan
+from memstream.processors.cascade import NOISE, density_clusters, rank_topics
+from memstream.processors.query import replay_window, roles_for, time_range
+from memstream.processors.retrieve import Pool, RetrievalParams, mentions_entity, rerank, top_k
+from memstream.schemas import Plan
 
 
 def unit(*xs: float) -> list[float]:
@@ -114,7 +114,7 @@ def test_time_range_and_replay_window():
 
 
 def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
-    from processors.retrieve import discriminative
+    from memstream.processors.retrieve import discriminative
 
     common = [StoreHit(f"t{i}", 0.9, {"text": "Caroline", "host_id": f"card{i}"}) for i in range(5)]
     rare = [
@@ -127,7 +127,7 @@ def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
 
 
 def test_the_profile_is_the_evidence_only_when_nothing_scored():
-    from processors.query import profile_evidence
+    from memstream.processors.query import profile_evidence
 
     hits = [
         StoreHit("p1", 0.4, {"subject": "Nora", "field": "preferences", "text": "no seafood", "turn_ids": ["D1:9"]})
@@ -140,8 +140,8 @@ def test_the_profile_is_the_evidence_only_when_nothing_scored():
 
 
 def test_only_current_versions_are_evidence_unless_the_question_is_about_the_past():
-    from processors.plan import about_the_past, rule_plan
-    from processors.retrieve import Scope
+    from memstream.processors.plan import about_the_past, rule_plan
+    from memstream.processors.retrieve import Scope
 
     assert Scope("t", "c").cards(None).not_equals == {"retired": True}
     assert Scope("t", "c", history=True).cards("user").not_equals == {}

@@ -4,7 +4,7 @@ rules (adaptive θ, coarse candidates, the hybrid pairing, windows, sessions) ar
 import numpy as np
 import pytest
 
-from processors.segment import (
+from memstream.processors.segment import (
     Segmenter,
     SegmenterState,
     SegmentParams,

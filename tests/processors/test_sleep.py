@@ -2,7 +2,7 @@
 
 from datetime import datetime, timezone
 
-from processors.sleep import broadcast_keys, finish_run, is_asleep, mark_pending, run_needed
+from memstream.processors.sleep import broadcast_keys, finish_run, is_asleep, mark_pending, run_needed
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -1,4 +1,4 @@
-from processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from memstream.processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
 from tests.factories import segmented, turn
 
 POLICY = StmPolicy(budget_tokens=30, idle_s=10.0)
@@ -83,7 +83,7 @@ def test_flush_ids_are_deterministic():
 
 
 def test_a_tick_after_the_segmenter_drained_an_idle_window_flushes_as_idle():
-    from processors.stm import StmPolicy, StmState, add_turn, on_tick
+    from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
     from tests.factories import segmented, turn
 
     state = StmState()

@@ -2,7 +2,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from processors.timeparse import find_time_mentions, parse_locomo_datetime, resolve_first
+from memstream.processors.timeparse import find_time_mentions, parse_locomo_datetime, resolve_first
 
 # Monday 8 May 2023, 13:56 UTC
 ANCHOR = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)

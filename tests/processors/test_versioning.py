@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from processors.versioning import CardView, apply_patches, is_current, oriented, patches_for, rule_decision
+from memstream.processors.versioning import CardView, apply_patches, is_current, oriented, patches_for, rule_decision
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 

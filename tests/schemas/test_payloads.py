@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
-from schemas import DeadLetter, SchemaError, StmTick, Turn, decode_segments_message
+from memstream.schemas import DeadLetter, SchemaError, StmTick, Turn, decode_segments_message
 from tests.factories import segmented, turn
 
 

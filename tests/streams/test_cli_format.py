@@ -2,8 +2,8 @@
 
 from datetime import datetime, timezone
 
-from schemas import Plan
-from streams.cli import plan_line
+from memstream.schemas import Plan
+from memstream.streams.cli import plan_line
 
 
 def test_the_plan_line_shows_every_decision_the_planner_made():

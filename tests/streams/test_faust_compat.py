@@ -5,7 +5,7 @@ from importlib.metadata import version
 import faust
 from packaging.specifiers import SpecifierSet
 
-from streams.runtime import faust_compat
+from memstream.streams.runtime import faust_compat
 
 
 def test_installed_faust_is_in_the_tested_range():

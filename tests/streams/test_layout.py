@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, STAGES
-from schemas.topics import TOPIC_PAYLOADS
-from streams.stages import REGISTRY
+from memstream.schemas.topics import TOPIC_PAYLOADS
+from memstream.streams.stages import REGISTRY
 
 
 def test_every_stage_module_declares_topics_that_exist_and_tables_that_are_listed():
@@ -20,5 +20,23 @@ def test_every_stage_module_declares_topics_that_exist_and_tables_that_are_liste
 
 
 def test_the_production_cli_does_not_import_the_benchmarks():
-    code = "import sys, streams.cli; sys.exit(any(m == 'bench' or m.startswith('bench.') for m in sys.modules))"
+    code = "import sys, memstream.streams.cli; sys.exit(any(m.startswith('memstream.bench') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_distribution_claims_no_generic_top_level_name():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    names = [*setup["packages"], *setup["package-dir"]]
+    assert all(n == "memstream" or n.startswith("memstream.") for n in names)
+    # Imported from elsewhere (no checkout on the path), the CLI and the stages load only memstream.*.
+    code = (
+        "import sys, memstream.streams.cli, memstream.streams.stages; "
+        "found = {m.split('.')[0] for m in sys.modules} & {'schemas', 'processors', 'streams', 'bench'}; "
+        "print(sorted(found)); sys.exit(1 if found else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

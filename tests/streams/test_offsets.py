@@ -1,7 +1,7 @@
 """The commit tracker: a partition commits only over offsets every stage reading it finished, from
 its position, and each stage learns the offset it must handle next."""
 
-from streams.runtime.offsets import CommitTracker, Partition
+from memstream.streams.runtime.offsets import CommitTracker, Partition
 
 TOPIC = "t9.turns"
 TP = Partition(TOPIC, 0)
@@ -113,7 +113,7 @@ class FakeApp:
 
 
 def safe_commits(position: int):
-    from streams.runtime.offsets import SafeCommits
+    from memstream.streams.runtime.offsets import SafeCommits
 
     async def read(tps):
         return {tp: position for tp in tps}
