@@ -199,6 +199,70 @@ def scale(
     _write_json(result, json_out)
 
 
+@bench.command("chaos")
+def chaos(
+    minutes: float = typer.Option(2.0, min=0.5, help="Length of the run with failures"),
+    seed: int = typer.Option(0, help="Seed of the failure schedule and of the questions"),
+    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared dev data when present)"),
+    conversations: int = typer.Option(2, min=0, help="LoCoMo conversations, each under its own tenant"),
+    sessions: Optional[int] = typer.Option(2, help="Sessions of each LoCoMo conversation (default 2; 0 = all)"),
+    packaged_tenants: int = typer.Option(3, min=0, help="Tenants that each stream the packaged conversation"),
+    llm: bool = typer.Option(False, "--llm", help="Run with the local LLM server (killed and restarted once)"),
+    workdir: Path = typer.Option(Path(".data/bench/chaos"), help="Data folder of both deployments"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Delivery under failure: three workers in two stage groups, a producer and an asker, with kill -9,
+    SIGSTOP past the session timeout, a broker restart (and an LLM server restart with --llm), checked
+    point by point against a run without failures: lost, duplicated, extra_points, unanswered."""
+    from memstream.bench.chaos import ChaosOptions, chaos_turns, run_chaos_bench
+
+    options = ChaosOptions(
+        minutes=minutes,
+        seed=seed,
+        data=data,
+        conversations=conversations,
+        sessions=sessions or None,
+        packaged_tenants=packaged_tenants,
+        llm=llm,
+        workdir=workdir,
+    )
+    total = len(chaos_turns(options)[0])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=total)
+        result = run_chaos_bench(
+            options,
+            status=lambda text: progress.update(task, description=text),
+            on_progress=lambda _elapsed, sent: progress.update(task, completed=sent),
+        )
+    table = Table(title=f"chaos: {minutes:g} min, seed {seed}")
+    for column in ("figure", "value"):
+        table.add_column(column)
+    for key in (
+        "kills",
+        "stops",
+        "rebalances",
+        "broker_restarts",
+        "llm_restarts",
+        "crashes",
+        "turns",
+        "lost",
+        "duplicated",
+        "extra_points",
+        "missing_points",
+        "dead_letters",
+        "queries",
+        "answered",
+        "error_replies",
+        "send_errors",
+        "unanswered",
+        "reply_p99_ms",
+    ):
+        table.add_row(key, str(result[key]))
+    console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("retrieval")
 def retrieval(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),

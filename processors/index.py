@@ -31,6 +31,11 @@ def _ts(dt) -> float | None:  # noqa: ANN001
     return dt.timestamp() if dt is not None else None
 
 
+def turn_point_id(tenant_id: str, conversation_id: str, turn_id: str) -> str:
+    """The raw turn's point: one per turn, however often it is delivered."""
+    return point_id("turn", tenant_id, conversation_id, [turn_id], "")
+
+
 def points_for_write(write: MemoryWrite) -> list[PointSpec]:
     base = {"tenant_id": write.tenant_id, "conversation_id": write.conversation_id, "write_id": write.write_id}
     specs: list[PointSpec] = []
@@ -38,7 +43,7 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
         specs.append(
             PointSpec(
                 TURNS,
-                point_id("turn", write.tenant_id, write.conversation_id, [turn.turn_id], ""),
+                turn_point_id(write.tenant_id, write.conversation_id, turn.turn_id),
                 turn.text,  # the text the segmenter embedded: the worker's embedding cache answers it
                 {
                     **base,

@@ -123,6 +123,7 @@ class CommitTracker:
 
 
 PositionReader = Callable[[list[Partition]], Awaitable[Mapping[Any, int]]]
+REVOKE_COMMIT_S = 10.0  # a revoke waits this long at most for its commit
 RESEEK_S = 5.0  # one seek back per partition and offset in this time: a refetch takes a moment to arrive
 
 
@@ -216,8 +217,22 @@ class SafeCommits:
         """Replace the faust consumer's commit with :meth:`commit`; forget revoked partitions."""
         faust_compat.replace_commit(self.app, self.commit)
         self.app.on_partitions_revoked.connect(self._on_revoked)
+        self.app.on_partitions_assigned.connect(self._on_assigned)
 
-    def _on_revoked(self, _sender: Any = None, revoked: Iterable[Any] = (), **_kwargs: Any) -> None:
+    def _on_assigned(self, _sender: Any = None, assigned: Iterable[Any] = (), **_kwargs: Any) -> None:
+        # One line per rebalance this worker took part in (the chaos bench counts them).
+        log.info("rebalance: %d partitions assigned", len(list(assigned)))
+
+    async def _on_revoked(self, _sender: Any = None, revoked: Iterable[Any] = (), **_kwargs: Any) -> None:
+        """Before revoked partitions go, commit what finished on them (this worker still owns them in
+        this generation), so their next owner does not redo it; then forget them. Without this commit,
+        work finished since the last commit interval was redone after every rebalance."""
+        revoked = list(revoked)
+        async with self._commit_lock:
+            try:
+                await asyncio.wait_for(self._commit_finished(), REVOKE_COMMIT_S)
+            except Exception:  # noqa: BLE001 - a broker outage: the next owner redoes it (sinks are idempotent)
+                log.warning("could not commit before giving up %d partitions", len(revoked), exc_info=True)
         self.tracker.forget(revoked)
         self._sought.clear()
 
@@ -225,17 +240,21 @@ class SafeCommits:
         if self._commit_lock.locked():  # a commit is under way; the next interval catches up
             return False
         async with self._commit_lock:
-            consumer = self.app.consumer
-            assignment = {Partition(tp.topic, tp.partition) for tp in consumer.assignment()}
-            unknown = [tp for tp in self.tracker.without_position() if tp in assignment]
-            if unknown:
-                await self._learn_positions(unknown)
-            by_tp = {tp: position for tp, position in self.tracker.committable().items() if tp in assignment}
-            if not by_tp:
-                return False
-            # Partition equals (and hashes as) faust's TP: both are (topic, partition) named tuples.
-            if not await faust_compat.commit_offsets(consumer, by_tp):
-                return False
-            self.tracker.committed(by_tp)
-            faust_compat.trim_bookkeeping(consumer, by_tp)
-            return True
+            return await self._commit_finished()
+
+    async def _commit_finished(self) -> bool:
+        """Commit, on every assigned partition, the offsets every stage reading it finished."""
+        consumer = self.app.consumer
+        assignment = {Partition(tp.topic, tp.partition) for tp in consumer.assignment()}
+        unknown = [tp for tp in self.tracker.without_position() if tp in assignment]
+        if unknown:
+            await self._learn_positions(unknown)
+        by_tp = {tp: position for tp, position in self.tracker.committable().items() if tp in assignment}
+        if not by_tp:
+            return False
+        # Partition equals (and hashes as) faust's TP: both are (topic, partition) named tuples.
+        if not await faust_compat.commit_offsets(consumer, by_tp):
+            return False
+        self.tracker.committed(by_tp)
+        faust_compat.trim_bookkeeping(consumer, by_tp)
+        return True

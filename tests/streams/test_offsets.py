@@ -139,3 +139,28 @@ def test_a_stage_handles_in_order_skips_redeliveries_and_seeks_back_past_a_gap()
         assert await commits.skip_reason("compress", TOPIC, 0, 6) is None
 
     asyncio.run(run())
+
+
+def test_a_revoke_commits_what_finished_before_the_partitions_go():
+    import asyncio
+
+    commits = safe_commits(5)
+    consumer = commits.app.consumer
+    consumer.committed = []
+    consumer._committed_offset, consumer._acked, consumer._acked_index, consumer._gap = {}, {}, {}, {}
+
+    async def commit(offsets):
+        consumer.committed.append(dict(offsets))
+        return True
+
+    consumer._commit = commit
+
+    async def run():
+        for offset in (5, 6, 7):
+            assert await commits.skip_reason("compress", TOPIC, 0, offset) is None
+            commits.finished("compress", TOPIC, 0, offset)
+        await commits._on_revoked(None, revoked=[TP])
+        assert consumer.committed == [{(TOPIC, 0): 8}], "finished work is committed, not redone by the next owner"
+        assert commits.tracker.position((TOPIC, 0)) is None, "then the partition is forgotten"
+
+    asyncio.run(run())

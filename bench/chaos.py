@@ -1,0 +1,542 @@
+"""``memstream bench chaos``: delivery under failure, checked point by point against a run without it.
+
+A deployment of three worker processes in two stage groups (two ``ingest`` workers, one ``store``
+worker) takes conversations of several tenants from a producer while a client asks questions the
+whole time, and a seeded schedule of failures runs: ``kill -9`` of a random worker (restarted after a
+pause), ``SIGSTOP`` of a worker past its session timeout then ``SIGCONT`` (a forced rebalance with a
+zombie), one broker restart (stop, start, same data folder) and, with ``--llm``, one kill and restart
+of the LLM server. A reference deployment ingests the same turns without failures. Point ids are
+deterministic (tenant, conversation, provenance, content), so the two stores must hold the same
+ids: a turn missing is lost, a point the reference lacks is extra, and a turn extracted in two
+different memory writes is duplicated.
+
+Both deployments keep windows and buffers until the end (a long idle time, so no failure's pause
+drains a window early), then restart their ingest workers with a short idle time to flush the
+tails. Sleep-time consolidation is off: it rewrites payloads, not ids, and is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from memstream.config import Settings
+from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
+from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
+from memstream.schemas import MemoryWrite, Reply, Turn
+from memstream.schemas.topics import DRAIN_TOPICS, Topic
+from memstream.streams import runtime
+from memstream.streams.client import MemoryClient, QueryTimeout, TurnProducer
+from memstream.streams.deployment import Deployment, free_port
+
+INGEST = "compress,segment,stm,extract"
+STORE = "index,consolidate,query"
+WORKERS = {"ingest-1": INGEST, "ingest-2": INGEST, "store-1": STORE}
+COLLECTIONS = (TURNS, CARDS, SCENES, TRIGGERS)
+SESSION_TIMEOUT_S = 10.0  # the workers' broker_session_timeout: a SIGSTOP longer than this forces a rebalance
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    minutes: float = 2.0
+    seed: int = 0
+    data: Path | None = None  # LoCoMo JSON; default: ../shared dev data when present, else the packaged conversation
+    conversations: int = 2  # LoCoMo conversations, each under its own tenant
+    sessions: int | None = 2  # of each LoCoMo conversation (None: all)
+    packaged_tenants: int = 3  # the packaged conversation, once per tenant
+    produce_share: float = 0.6  # turns are streamed over this share of the run; failures go on to its end
+    kill_every_s: tuple[float, float] = (6.0, 14.0)  # between two failures
+    restart_after_s: tuple[float, float] = (1.0, 5.0)  # a killed worker's pause before its restart
+    stop_s: float = SESSION_TIMEOUT_S + 5.0  # SIGSTOP to SIGCONT
+    stop_share: float = 0.3  # of the worker failures, the SIGSTOPs (the rest are kill -9)
+    ask_every_s: float = 1.0
+    ask_timeout_s: float = 60.0  # longer than any failure's pause: a query without a reply is a real loss
+    llm: bool = False
+    workdir: Path = Path(".data/bench/chaos")
+
+
+@dataclass(frozen=True)
+class Event:
+    at_s: float
+    action: str  # kill | stop | broker_restart | llm_restart
+    target: str = ""  # the worker, for kill and stop
+    pause_s: float = 0.0  # kill: until the restart; stop: until SIGCONT
+
+
+def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
+    """The seeded failure schedule over the run: worker failures every few seconds, one broker
+    restart at half time and, with an LLM, one LLM server restart at a third."""
+    rng = random.Random(options.seed)
+    duration = options.minutes * 60
+    events: list[Event] = []
+    t = rng.uniform(*options.kill_every_s)
+    while t < duration:
+        target = rng.choice(list(workers))
+        if rng.random() < options.stop_share:
+            events.append(Event(round(t, 2), "stop", target, options.stop_s))
+        else:
+            events.append(Event(round(t, 2), "kill", target, round(rng.uniform(*options.restart_after_s), 2)))
+        t += rng.uniform(*options.kill_every_s)
+    events.append(Event(round(duration / 2, 2), "broker_restart"))
+    if options.llm:
+        events.append(Event(round(duration / 3, 2), "llm_restart"))
+    return sorted(events, key=lambda e: e.at_s)
+
+
+# --- scoring -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    turns: int
+    lost: int
+    duplicated: int
+    extra_points: int
+    missing_points: int
+    extra_by_collection: dict[str, int]
+    missing_by_collection: dict[str, int]
+
+
+def score_delivery(
+    produced: Iterable[Turn],
+    chaos_ids: dict[str, set[str]],
+    reference_ids: dict[str, set[str]],
+    turn_point_ids: dict[str, str],
+    writes: Iterable[MemoryWrite],
+) -> Delivery:
+    """Lost: produced turns whose raw-turn point is missing. Duplicated: turns extracted in more than
+    one distinct memory write (a redelivered write has the same id and does not count). Extra and
+    missing: point ids of the chaos store the reference lacks, and the reverse."""
+    turns = {f"{t.tenant_id}/{t.conversation_id}/{t.turn_id}" for t in produced}
+    present = chaos_ids.get(TURNS, set())
+    lost = sum(1 for key in turns if turn_point_ids[key] not in present)
+    writes_of: dict[str, set[str]] = {}
+    for w in writes:
+        for st in w.source_turns:
+            writes_of.setdefault(f"{w.tenant_id}/{w.conversation_id}/{st.turn_id}", set()).add(w.write_id)
+    duplicated = sum(1 for ids in writes_of.values() if len(ids) > 1)
+    extra = {c: len(chaos_ids.get(c, set()) - reference_ids.get(c, set())) for c in COLLECTIONS}
+    missing = {c: len(reference_ids.get(c, set()) - chaos_ids.get(c, set())) for c in COLLECTIONS}
+    return Delivery(len(turns), lost, duplicated, sum(extra.values()), sum(missing.values()), extra, missing)
+
+
+@dataclass
+class Asked:
+    """What the askers saw: a reply (ok or error), a failure to send, or nothing before the timeout."""
+
+    ok: int = 0
+    error_replies: int = 0
+    send_errors: int = 0
+    unanswered: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def queries(self) -> int:
+        return self.ok + self.error_replies + self.send_errors + self.unanswered
+
+    def p99_ms(self) -> float | None:
+        if len(self.latencies_ms) < 2:
+            return self.latencies_ms[0] if self.latencies_ms else None
+        return round(statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[98], 1)
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def chaos_turns(options: ChaosOptions) -> tuple[list[Turn], list[tuple[str, str, str]]]:
+    """The turns to stream (conversations interleaved, each in order) and the questions to ask
+    (tenant, conversation, question)."""
+    shared = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+    path = options.data or (shared if shared.exists() else None)
+    sources: list[tuple[str, LocomoSample, int | None]] = []
+    if path is not None:
+        for i, sample in enumerate(load_locomo(path)[: options.conversations]):
+            sources.append((f"chaos-l{i}", sample, options.sessions))
+    packaged = load_locomo(demo_conversation_path())[0]
+    sources += [(f"chaos-p{i}", packaged, None) for i in range(options.packaged_tenants)]
+    per_conversation: list[list[Turn]] = []
+    questions: list[tuple[str, str, str]] = []
+    for tenant, sample, sessions in sources:
+        turns = list(locomo_turns(sample, tenant_id=tenant, max_sessions=sessions))
+        per_conversation.append(turns)
+        ids = {t.turn_id for t in turns}
+        questions += [
+            (tenant, sample.sample_id, q.question) for q in sample.qa if q.evidence and set(q.evidence) <= ids
+        ]
+    interleaved = [t for group in _round_robin(per_conversation) for t in group]
+    return interleaved, questions
+
+
+def _round_robin(groups: list[list[Turn]]) -> Iterable[list[Turn]]:
+    for i in range(max(len(g) for g in groups)):
+        yield [g[i] for g in groups if i < len(g)]
+
+
+class Fleet:
+    """The worker processes of one deployment, by name; restarts what died."""
+
+    def __init__(self, deployment: Deployment, env: dict[str, str], log: Callable[[str], None]):
+        self.deployment = deployment
+        self.env = env
+        self.log = log
+        self.procs: dict[str, runtime.WorkerProcess] = {}
+        self.stopped: dict[str, float] = {}  # name -> when to SIGCONT
+        self.down_until: dict[str, float] = {}  # killed: name -> when to restart
+        self.crashes = 0  # exits nobody asked for
+        deployment.stage_sets = [tuple(s.split(",")) for s in dict.fromkeys(WORKERS.values())]
+
+    def start(self, name: str, extra: dict[str, str] | None = None) -> runtime.WorkerProcess:
+        port = free_port()
+        env = {**self.deployment.env, **self.env, **(extra or {}), "MEMSTREAM_METRICS_PORT": str(port)}
+        w = runtime.spawn_worker(
+            env, self.deployment.settings.data_dir / "logs" / f"{name}.log", stages=WORKERS[name], metrics_port=port
+        )
+        self.procs[name] = w
+        return w
+
+    def start_all(self, extra: dict[str, str] | None = None) -> None:
+        for name in WORKERS:
+            self.start(name, extra)
+        for w in self.procs.values():
+            runtime.wait_worker_ready(w)
+
+    def kill(self, name: str, pause_s: float) -> None:
+        w = self.procs.get(name)
+        if w is not None and w.alive():
+            self.cont(name)
+            w.kill()
+        self.down_until[name] = time.monotonic() + pause_s
+
+    def stop(self, name: str, pause_s: float) -> bool:
+        w = self.procs.get(name)
+        if w is None or not w.alive() or name in self.stopped:
+            return False
+        os.killpg(w.process.pid, signal.SIGSTOP)
+        self.stopped[name] = time.monotonic() + pause_s
+        return True
+
+    def cont(self, name: str) -> None:
+        if self.stopped.pop(name, None) is not None:
+            w = self.procs[name]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(w.process.pid, signal.SIGCONT)
+
+    def tend(self) -> None:
+        """SIGCONT what is due, restart what was killed and is due, and what died by itself."""
+        now = time.monotonic()
+        for name, due in list(self.stopped.items()):
+            if now >= due:
+                self.cont(name)
+        for name in WORKERS:
+            if name in self.down_until:
+                if now >= self.down_until[name]:
+                    del self.down_until[name]
+                    self.start(name)
+                continue
+            w = self.procs.get(name)
+            if w is not None and not w.alive():
+                self.crashes += 1
+                self.log(f"{name} exited by itself (code {w.process.returncode}): restarting it")
+                self.start(name)
+
+    def settle(self) -> None:
+        """Everything running again: stopped workers continued, killed ones restarted, all ready."""
+        for name in list(self.stopped):
+            self.cont(name)
+        for name in list(self.down_until):
+            del self.down_until[name]
+            self.start(name)
+        self.tend()
+        for w in self.procs.values():
+            runtime.wait_worker_ready(w, timeout_s=300)
+
+    def stop_all(self) -> None:
+        for name in list(self.stopped):
+            self.cont(name)
+        for w in self.procs.values():
+            w.stop()
+        self.procs = {}
+
+    def rebalances(self) -> int:
+        logs = self.deployment.settings.data_dir / "logs"
+        return sum(p.read_text(errors="replace").count("rebalance: ") for p in logs.glob("*.log"))
+
+
+def worker_env(options: ChaosOptions, base: Settings) -> dict[str, str]:
+    env = {
+        "MEMSTREAM_STM_IDLE_S": "600",  # windows and buffers wait for the final flush: no failure drains one early
+        "MEMSTREAM_STM_TICK_S": "1",
+        "MEMSTREAM_SLEEP_IDLE_S": "86400",
+        "MEMSTREAM_LOG_LEVEL": "info",
+    }
+    if options.llm:
+        env |= runtime.local_llm_env(base)
+    return env
+
+
+FLUSH_ENV = {"MEMSTREAM_STM_IDLE_S": "2"}  # the final phase: every window and buffer drains
+
+
+def produce(
+    settings: Settings, turns: Sequence[Turn], seconds: float, stop: threading.Event, on_sent: Callable[[int], None]
+) -> int:
+    """Stream ``turns`` in order over ``seconds``; a send that fails (the broker is down) is retried
+    until it succeeds, so a turn can reach the topic twice: the pipeline must not care."""
+
+    async def go() -> int:
+        sent = retries = 0
+        started = time.monotonic()
+        producer: TurnProducer | None = None
+        while sent < len(turns) and not stop.is_set():
+            due = started + seconds * sent / max(1, len(turns))
+            if (wait := due - time.monotonic()) > 0:
+                await asyncio.sleep(min(wait, 0.5))
+                continue
+            try:
+                if producer is None:
+                    producer = TurnProducer(settings)
+                    await asyncio.wait_for(producer.__aenter__(), 20)
+                await asyncio.wait_for(producer.send_turns([turns[sent]]), 20)
+                sent += 1
+                on_sent(sent)
+            except Exception:  # noqa: BLE001 - broker restarting: a new producer, the same turn again
+                retries += 1
+                if producer is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(producer.__aexit__(None, None, None), 10)
+                producer = None
+                await asyncio.sleep(1.0)
+        if producer is not None:
+            await producer.__aexit__(None, None, None)
+        return retries
+
+    return asyncio.run(go())
+
+
+def ask_continuously(
+    settings: Settings,
+    questions: Sequence[tuple[str, str, str]],
+    options: ChaosOptions,
+    stop: threading.Event,
+    asked: Asked,
+    answer: bool,
+) -> None:
+    rng = random.Random(options.seed + 1)
+
+    async def go() -> None:
+        client: MemoryClient | None = None
+        while not stop.is_set():
+            tenant, conversation, question = rng.choice(list(questions))
+            t0 = time.monotonic()
+            try:
+                if client is None:
+                    client = MemoryClient(settings)
+                    await asyncio.wait_for(client.__aenter__(), 30)
+                reply: Reply = await client.ask(
+                    question,
+                    tenant_id=tenant,
+                    conversation_id=conversation,
+                    answer=answer,
+                    timeout_s=options.ask_timeout_s,
+                )
+            except QueryTimeout:
+                asked.unanswered += 1
+            except Exception as exc:  # noqa: BLE001 - the broker is down: a clear error at once
+                asked.send_errors += 1
+                asked.errors[type(exc).__name__] += 1
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(client.__aexit__(None, None, None), 10)
+                client = None
+                await asyncio.sleep(1.0)
+            else:
+                asked.latencies_ms.append((time.monotonic() - t0) * 1000)
+                if reply.ok:
+                    asked.ok += 1
+                else:
+                    asked.error_replies += 1
+                    asked.errors[(reply.error or "").split(":", 1)[0][:40]] += 1
+            await asyncio.sleep(max(0.0, options.ask_every_s - (time.monotonic() - t0)))
+        if client is not None:
+            await client.__aexit__(None, None, None)
+
+    asyncio.run(go())
+
+
+def store_ids(deployment: Deployment, tenants: Iterable[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {c: set() for c in COLLECTIONS}
+    with deployment.store() as store:
+        for tenant in tenants:
+            for collection in COLLECTIONS:
+                out[collection] |= {h.id for h in store.scroll(collection, tenant, limit=1_000_000)}
+    return out
+
+
+def turn_point_ids(turns: Iterable[Turn]) -> dict[str, str]:
+    """Each produced turn's raw-turn point id, as the index stage writes it."""
+    return {
+        f"{t.tenant_id}/{t.conversation_id}/{t.turn_id}": turn_point_id(t.tenant_id, t.conversation_id, t.turn_id)
+        for t in turns
+    }
+
+
+def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) -> float:
+    """Drain, then restart the ingest workers with a short idle time so the tails flush, and drain
+    again. Returns the seconds it took."""
+    t0 = time.monotonic()
+    status("draining")
+    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS)
+    status("flushing windows and buffers")
+    for name in [n for n, stages in WORKERS.items() if stages == INGEST]:
+        fleet.procs[name].stop()
+        fleet.start(name, FLUSH_ENV)
+    for w in fleet.procs.values():
+        runtime.wait_worker_ready(w, timeout_s=300)
+    time.sleep(4.0)  # idle ticks every second, after 2 s of idleness
+    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS)
+    fleet.stop_all()
+    return time.monotonic() - t0
+
+
+def run_reference(
+    base: Settings, options: ChaosOptions, turns: Sequence[Turn], status: Callable[[str], None]
+) -> tuple[dict[str, set[str]], float]:
+    deployment = Deployment(base, options.workdir / "reference")
+    fleet = Fleet(deployment, worker_env(options, base), status)
+    t0 = time.monotonic()
+    try:
+        status("reference: starting workers")
+        fleet.start_all()
+        status(f"reference: producing {len(turns)} turns")
+        deployment.produce(turns)
+        finish(fleet, deployment, status)
+    finally:
+        fleet.stop_all()
+    return store_ids(deployment, {t.tenant_id for t in turns}), time.monotonic() - t0
+
+
+def run_chaos_bench(
+    options: ChaosOptions,
+    *,
+    status: Callable[[str], None] = lambda s: None,
+    on_progress: Callable[[float, int], None] = lambda elapsed, sent: None,
+) -> dict[str, Any]:
+    base = Settings()
+    turns, questions = chaos_turns(options)
+    events = plan_events(options, list(WORKERS))
+    with contextlib.ExitStack() as running:
+        running.enter_context(runtime.KAFKA.session(base))
+        if options.llm:
+            running.enter_context(runtime.LOCAL_LLM.session(base))
+        reference_ids, reference_s = run_reference(base, options, turns, status)
+
+        deployment = Deployment(base, options.workdir / "chaos")
+        fleet = Fleet(deployment, worker_env(options, base), status)
+        running.callback(fleet.stop_all)
+        status("chaos: starting workers")
+        fleet.start_all()
+        stop = threading.Event()
+        asked = Asked()
+        progress = {"sent": 0}
+        duration = options.minutes * 60
+        producer_result: dict[str, int] = {}
+
+        def producer_main() -> None:
+            producer_result["retries"] = produce(
+                deployment.settings,
+                turns,
+                duration * options.produce_share,
+                stop,
+                lambda n: progress.__setitem__("sent", n),
+            )
+
+        threads = [
+            threading.Thread(target=producer_main, name="chaos-producer"),
+            threading.Thread(
+                target=ask_continuously,
+                name="chaos-asker",
+                args=(deployment.settings, questions, options, stop, asked, options.llm),
+            ),
+        ]
+        for th in threads:
+            th.start()
+        counts: Counter[str] = Counter()
+        started = time.monotonic()
+        pending = list(events)
+        try:
+            while (elapsed := time.monotonic() - started) < duration or threads[0].is_alive():
+                on_progress(min(elapsed, duration), progress["sent"])
+                while pending and pending[0].at_s <= elapsed:
+                    event = pending.pop(0)
+                    status(f"chaos: {event.action} {event.target}".strip())
+                    if event.action == "kill":
+                        fleet.kill(event.target, event.pause_s)
+                        counts["kills"] += 1
+                    elif event.action == "stop":
+                        counts["stops"] += fleet.stop(event.target, event.pause_s)
+                    elif event.action == "broker_restart":
+                        runtime.KAFKA.stop(base)
+                        runtime.KAFKA.start(base)
+                        counts["broker_restarts"] += 1
+                    elif event.action == "llm_restart":
+                        runtime.LOCAL_LLM.stop(base)
+                        runtime.LOCAL_LLM.start(base)
+                        counts["llm_restarts"] += 1
+                fleet.tend()
+                time.sleep(0.2)
+            status("chaos over: every worker back")
+            fleet.settle()
+        finally:
+            stop.set()
+            for th in threads:
+                th.join(timeout=options.ask_timeout_s + 30)
+        finish_s = finish(fleet, deployment, status)
+        writes = [MemoryWrite.from_bytes(v) for _, v in deployment.read_topic(Topic.CARDS, timeout_s=60)]
+        dead = deployment.dead_letters()
+        produced_turns = turns[: progress["sent"]]
+        chaos_ids = store_ids(deployment, {t.tenant_id for t in turns})
+        delivery = score_delivery(produced_turns, chaos_ids, reference_ids, turn_point_ids(produced_turns), writes)
+    return {
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "events": [asdict(e) for e in events],
+        "kills": counts["kills"],
+        "stops": counts["stops"],
+        "rebalances": fleet.rebalances(),
+        "broker_restarts": counts["broker_restarts"],
+        "llm_restarts": counts["llm_restarts"],
+        "crashes": fleet.crashes,
+        "turns": delivery.turns,
+        "turns_planned": len(turns),
+        "producer_retries": producer_result.get("retries", 0),
+        "lost": delivery.lost,
+        "duplicated": delivery.duplicated,
+        "extra_points": delivery.extra_points,
+        "missing_points": delivery.missing_points,
+        "extra_by_collection": delivery.extra_by_collection,
+        "missing_by_collection": delivery.missing_by_collection,
+        "reference_points": {c: len(ids) for c, ids in reference_ids.items()},
+        "dead_letters": len(dead),
+        "dead_letter_reasons": dict(Counter(d.reason.split(":", 1)[0][:60] for d in dead)),
+        "memory_writes": len(writes),
+        "distinct_memory_writes": len({w.write_id for w in writes}),
+        "queries": asked.queries,
+        "answered": asked.ok,
+        "error_replies": asked.error_replies,
+        "send_errors": asked.send_errors,
+        "unanswered": asked.unanswered,
+        "errors": dict(asked.errors),
+        "reply_p99_ms": asked.p99_ms(),
+        "reference_s": round(reference_s, 1),
+        "finish_s": round(finish_s, 1),
+    }

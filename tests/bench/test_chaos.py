@@ -1,0 +1,72 @@
+"""The chaos bench's schedule and its scoring (pure parts)."""
+
+from datetime import datetime, timezone
+
+from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, plan_events, score_delivery, turn_point_ids
+from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
+from memstream.schemas import MemoryWrite, SourceTurn, Turn
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def test_the_schedule_is_seeded_and_covers_every_kind_of_failure():
+    options = ChaosOptions(minutes=2, seed=7, llm=True)
+    events = plan_events(options, list(WORKERS))
+    assert events == plan_events(options, list(WORKERS))
+    assert events != plan_events(ChaosOptions(minutes=2, seed=8, llm=True), list(WORKERS))
+    kinds = [e.action for e in events]
+    assert kinds.count("broker_restart") == 1 and kinds.count("llm_restart") == 1
+    assert {"kill", "stop"} <= set(kinds)
+    assert all(0 < e.at_s < 120 for e in events) and [e.at_s for e in events] == sorted(e.at_s for e in events)
+    assert all(e.pause_s > 10.0 for e in events if e.action == "stop"), "a stop outlasts the session timeout"
+    assert "llm_restart" not in [e.action for e in plan_events(ChaosOptions(minutes=2), list(WORKERS))]
+
+
+def turn(i: int, tenant: str = "t1") -> Turn:
+    return Turn(
+        tenant_id=tenant,
+        conversation_id="c1",
+        session_id="S1",
+        turn_id=f"D1:{i}",
+        speaker="A",
+        text=f"turn {i}",
+        event_time=T0,
+    )
+
+
+def write(write_id: str, turn_ids: list[int]) -> MemoryWrite:
+    return MemoryWrite(
+        tenant_id="t1",
+        conversation_id="c1",
+        write_id=write_id,
+        flush_id=write_id,
+        mode="extractive",
+        cards=[],
+        scenes=[],
+        source_turns=[
+            SourceTurn(
+                turn_id=f"D1:{i}", session_id="S1", speaker="A", role="user", text=f"turn {i}", event_time=T0, seq=i
+            )
+            for i in turn_ids
+        ],
+        written_at=T0,
+    )
+
+
+def test_lost_duplicated_extra_and_missing_points_are_counted_apart():
+    produced = [turn(i) for i in range(4)]
+    ids = turn_point_ids(produced)
+    reference = {TURNS: set(ids.values()), CARDS: {"c1", "c2"}, SCENES: {"s1"}, TRIGGERS: set()}
+    chaos = {TURNS: set(list(ids.values())[:3]), CARDS: {"c1", "c3"}, SCENES: {"s1"}, TRIGGERS: set()}
+    # w1 delivered twice (the same write: not a duplicate); turn 2 also in w2 (a duplicate).
+    writes = [write("w1", [0, 1, 2]), write("w1", [0, 1, 2]), write("w2", [2, 3])]
+    d = score_delivery(produced, chaos, reference, ids, writes)
+    assert (d.turns, d.lost, d.duplicated) == (4, 1, 1)
+    assert (d.extra_points, d.missing_points) == (1, 2)
+    assert d.extra_by_collection[CARDS] == 1 and d.missing_by_collection[TURNS] == 1
+
+
+def test_asked_counts_every_outcome_and_a_p99():
+    asked = Asked(ok=3, error_replies=1, send_errors=1, unanswered=0, latencies_ms=[10.0, 20.0, 30.0, 1000.0])
+    assert asked.queries == 5
+    assert 900 < asked.p99_ms() <= 1000
