@@ -140,6 +140,10 @@ class Asked:
     unanswered: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    timeline: list[tuple[float, float, str]] = field(default_factory=list)  # (seconds into the run, ms, outcome)
+
+    def record(self, at_s: float, ms: float, outcome: str) -> None:
+        self.timeline.append((round(at_s, 2), round(ms, 1), outcome))
 
     @property
     def queries(self) -> int:
@@ -331,7 +335,10 @@ def ask_continuously(
     stop: threading.Event,
     asked: Asked,
     answer: bool,
+    started: float,
 ) -> None:
+    """Ask a random question every ``ask_every_s`` until ``stop``; every outcome into ``asked``
+    (``started``: the run's start on the monotonic clock, for the timeline)."""
     rng = random.Random(options.seed + 1)
 
     async def go() -> None:
@@ -352,9 +359,11 @@ def ask_continuously(
                 )
             except QueryTimeout:
                 asked.unanswered += 1
+                asked.record(t0 - started, (time.monotonic() - t0) * 1000, "unanswered")
             except Exception as exc:  # noqa: BLE001 - the broker is down: a clear error at once
                 asked.send_errors += 1
                 asked.errors[type(exc).__name__] += 1
+                asked.record(t0 - started, (time.monotonic() - t0) * 1000, "send_error")
                 if client is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(client.__aexit__(None, None, None), 10)
@@ -362,6 +371,7 @@ def ask_continuously(
                 await asyncio.sleep(1.0)
             else:
                 asked.latencies_ms.append((time.monotonic() - t0) * 1000)
+                asked.record(t0 - started, asked.latencies_ms[-1], "ok" if reply.ok else "error_reply")
                 if reply.ok:
                     asked.ok += 1
                 else:
@@ -461,18 +471,18 @@ def run_chaos_bench(
                 lambda n: progress.__setitem__("sent", n),
             )
 
+        started = time.monotonic()
         threads = [
             threading.Thread(target=producer_main, name="chaos-producer"),
             threading.Thread(
                 target=ask_continuously,
                 name="chaos-asker",
-                args=(deployment.settings, questions, options, stop, asked, options.llm),
+                args=(deployment.settings, questions, options, stop, asked, options.llm, started),
             ),
         ]
         for th in threads:
             th.start()
         counts: Counter[str] = Counter()
-        started = time.monotonic()
         pending = list(events)
         try:
             while (elapsed := time.monotonic() - started) < duration or threads[0].is_alive():
@@ -537,6 +547,47 @@ def run_chaos_bench(
         "unanswered": asked.unanswered,
         "errors": dict(asked.errors),
         "reply_p99_ms": asked.p99_ms(),
+        "timeline": asked.timeline,
         "reference_s": round(reference_s, 1),
         "finish_s": round(finish_s, 1),
     }
+
+
+def plot_timeline(result: dict[str, Any], out: Path) -> Path:
+    """Reply latency of every question over the run, by outcome, with the failures marked."""
+    from memstream.bench.report import _pyplot, _save
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4))
+    styles = {
+        "ok": ("tab:green", "o"),
+        "error_reply": ("tab:orange", "s"),
+        "send_error": ("tab:red", "x"),
+        "unanswered": ("black", "v"),
+    }
+    for outcome, (color, marker) in styles.items():
+        points = [(t, ms) for t, ms, o in result["timeline"] if o == outcome]
+        if points:
+            ax.scatter(*zip(*points), s=10, color=color, marker=marker, label=f"{outcome} ({len(points)})")
+    marks = {
+        "kill": ("tab:red", ":"),
+        "stop": ("tab:purple", "--"),
+        "broker_restart": ("black", "-"),
+        "llm_restart": ("tab:blue", "-."),
+    }
+    for event in result["events"]:
+        color, line = marks[event["action"]]
+        ax.axvline(event["at_s"], color=color, linestyle=line, linewidth=0.8, alpha=0.6)
+    for action, (color, line) in marks.items():
+        if any(e["action"] == action for e in result["events"]):
+            ax.plot([], [], color=color, linestyle=line, label=action.replace("_", " "))
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("reply latency (ms)")
+    ax.set_title(
+        f"chaos: {result['kills']} kills, {result['stops']} stops, {result['broker_restarts']} broker "
+        f"restart(s); lost {result['lost']}, duplicated {result['duplicated']}, "
+        f"unanswered {result['unanswered']}"
+    )
+    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    return _save(plt, fig, out)

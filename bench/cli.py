@@ -261,6 +261,10 @@ def chaos(
         table.add_row(key, str(result[key]))
     console.print(table)
     _write_json(result, json_out)
+    if json_out is not None:
+        from memstream.bench.chaos import plot_timeline
+
+        console.print(f"plot written to {plot_timeline(result, json_out.with_suffix('.png'))}")
 
 
 @bench.command("retrieval")
