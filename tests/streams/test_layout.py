@@ -40,3 +40,13 @@ def test_the_distribution_claims_no_generic_top_level_name():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_worker_image_copies_every_folder_the_package_maps():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    folders = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    dockerfile = (root / "infra" / "Dockerfile").read_text()
+    assert all(f"COPY {folder} {folder}" in dockerfile for folder in folders), folders
