@@ -161,6 +161,12 @@ class Settings(BaseSettings):
         24, ge=1, description="Most cards one extraction call may return (bounds the output)"
     )
     extract_max_tokens: int = Field(2048, ge=64, description="Completion token limit of an extraction call")
+    llm_outage_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long extraction waits for an unreachable LLM "
+        "(trying again with back-off) before a flush falls back to the extractive mode",
+    )
 
     # --- Query path --------------------------------------------------------------------------
     evidence_k: int = Field(10, ge=1)

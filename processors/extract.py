@@ -150,7 +150,7 @@ class ExtractiveExtractor:
 
     mode = "extractive"
 
-    def extract(self, flush: StmFlush) -> MemoryWrite:
+    def extract(self, flush: StmFlush, *, fallback_when_unavailable: bool = True) -> MemoryWrite:
         return self.write(flush, mode="extractive", costs=[])
 
     def write(self, flush: StmFlush, *, mode: str, costs: list[StageCost]) -> MemoryWrite:
@@ -258,6 +258,11 @@ class ExtractionInvalid(ValueError):
     pass
 
 
+class LlmUnavailable(RuntimeError):
+    """The LLM could not be reached (timeout, connection, rate limit, server error): the flush is
+    worth extracting again later rather than falling back to the extractive mode for good."""
+
+
 class LlmExtractor:
     """One structured LLM call per flush; falls back to the extractive mode on invalid output."""
 
@@ -273,7 +278,10 @@ class LlmExtractor:
         self.repairs = 0
         self.fallbacks = 0
 
-    def extract(self, flush: StmFlush) -> MemoryWrite:
+    def extract(self, flush: StmFlush, *, fallback_when_unavailable: bool = True) -> MemoryWrite:
+        """The flush's memory write. Unusable output falls back to the extractive mode; so does an
+        unreachable LLM, unless ``fallback_when_unavailable`` is False: then LlmUnavailable is raised
+        and the caller may try again once the LLM is back."""
         messages: list[dict[str, str]] = [
             {"role": "system", "content": prompts.EXTRACT_SYSTEM},
             {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
@@ -295,6 +303,8 @@ class LlmExtractor:
         self.repairs += attempt.repaired
         if attempt.value is not None:
             return attempt.value.model_copy(update={"costs": [attempt.cost]})
+        if attempt.llm_error is not None and attempt.llm_error.retryable and not fallback_when_unavailable:
+            raise LlmUnavailable(str(attempt.llm_error)) from attempt.llm_error
         self.fallbacks += 1
         log.warning("extraction fell back to extractive mode for flush %s: %s", flush.flush_id, attempt.error)
         return self.fallback.write(flush, mode="extractive_fallback", costs=[attempt.cost])

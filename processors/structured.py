@@ -51,6 +51,7 @@ class Attempt(Generic[Value]):
     cost: StageCost
     error: str = ""
     repaired: bool = False
+    llm_error: LLMError | None = None  # the request itself failed (as opposed to unusable output)
 
 
 def call_with_repair(
@@ -84,6 +85,7 @@ def call_with_repair(
         except LLMError as exc:
             attempt.cost = attempt.cost + StageCost(stage=stage, calls=1)
             attempt.error = f"llm error: {exc}"
+            attempt.llm_error = exc
             return attempt
         attempt.cost = attempt.cost + StageCost(
             stage=stage,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import get_args
 
-from memstream.processors.extract import ExtractiveExtractor, LlmExtractor
+from memstream.processors.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
 from memstream.schemas import StmFlush
 from memstream.schemas.memory import ExtractionMode
 from memstream.schemas.topics import Topic
@@ -34,7 +35,20 @@ def register(ctx: StageContext) -> None:
 
     async def handler(record: Record) -> StageResult:
         flush = StmFlush.from_bytes(record.value)
-        write = await asyncio.to_thread(extractor.extract, flush)
+        # An unreachable LLM (a restart, an outage) holds the partition for up to LLM_OUTAGE_S, then
+        # the flush falls back to the extractive mode: memories from a short outage stay the LLM's.
+        waited, delay = 0.0, 1.0
+        while True:
+            try:
+                write = await asyncio.to_thread(
+                    partial(extractor.extract, flush, fallback_when_unavailable=waited >= s.llm_outage_s)
+                )
+                break
+            except LlmUnavailable as exc:
+                log.warning("LLM unavailable for flush %s, trying again in %.0fs: %s", flush.flush_id, delay, exc)
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 15.0)
         metrics.extract_mode.labels(write.mode).inc()
         for cost in write.costs:
             metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)

@@ -1,7 +1,8 @@
 import orjson
+import pytest
 
 from memstream.ports import LLMError, LlmResult
-from memstream.processors.extract import ExtractiveExtractor, LlmExtractor
+from memstream.processors.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
 from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import MemoryWrite
 from tests.factories import segmented, turn
@@ -176,3 +177,15 @@ def test_the_schema_of_a_call_allows_only_this_flushs_turn_ids_and_topics_and_bo
     scenes = schema["properties"]["scenes"]
     assert scenes["items"]["properties"]["topic"]["enum"] == ["T1", "T2"] and scenes["maxItems"] == 2
     assert "Topic T2" in llm.calls[0][1]["content"]
+
+
+def test_an_unreachable_llm_is_waited_for_when_asked_and_falls_back_otherwise():
+    flush = flush_of(*FLUSH_TURNS)
+    down = LLMError("Connection refused", "connection")
+    with pytest.raises(LlmUnavailable):
+        LlmExtractor(ScriptedLLM(down)).extract(flush, fallback_when_unavailable=False)
+    write = LlmExtractor(ScriptedLLM(down)).extract(flush)
+    assert write.mode == "extractive_fallback" and write.cards
+    # A bad request is not an outage: it falls back at once either way.
+    write = LlmExtractor(ScriptedLLM(LLMError("bad request", "client"))).extract(flush, fallback_when_unavailable=False)
+    assert write.mode == "extractive_fallback"
