@@ -10,6 +10,7 @@ from memstream.bench.chaos import ChaosOptions, run_chaos_bench
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.timeout(1500)  # a reference run, two minutes of failures, then the drains (about 6 min here)
 def test_two_minutes_of_failures_lose_double_and_drop_nothing(kafka, tmp_path):
     result = run_chaos_bench(ChaosOptions(minutes=2.0, seed=0, workdir=tmp_path))
     # The failures happened.
