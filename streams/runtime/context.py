@@ -71,10 +71,6 @@ class StageContext:
         self.ingesting = 0  # ingest-stage events inside a handler now
         self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
 
-    def topic(self, name: str) -> str:
-        """The full name of a memstream topic."""
-        return self.s.topic(name)
-
     def agent(self, stage: str, topic_name: str, handler: Handler) -> None:
         """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``."""
         if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
