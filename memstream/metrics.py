@@ -231,7 +231,7 @@ class Metrics:
         for metric in (self.messages_in, self.messages_out, self.errors):
             metric.labels(stage)
         self.latency.labels(stage)
-        for reason in ("redelivered", "out_of_order"):
+        for reason in ("redelivered", "out_of_order", "fenced"):
             self.skipped.labels(stage, reason)
 
     def init_llm(self, stage: str, model: str) -> None:

@@ -14,10 +14,13 @@ from ..client import group_positions
 from ..services import Services
 from ..stages import REGISTRY
 from .context import StageContext
+from .fence import FreezeFence
 from .offsets import SafeCommits
 from .watchdog import lag_gauges, watchdog
 
 log = logging.getLogger(__name__)
+
+SESSION_TIMEOUT_S = 10.0  # a worker silent this long leaves its group; its partitions move
 
 
 def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
@@ -42,14 +45,21 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
         consumer_max_fetch_size=s.max_message_bytes,
         producer_acks=-1,
         broker_commit_interval=1.0,
-        broker_session_timeout=10.0,
+        broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
         stream_wait_empty=False,
         logging_config=None,
     )
     commits = SafeCommits(app, lambda tps: group_positions(settings, app_id, tps))
     commits.install()
-    ctx = StageContext(app, s, services, commits)
+    fence = FreezeFence(SESSION_TIMEOUT_S)
+
+    def rejoined(*_args: object, **_kwargs: object) -> None:
+        fence.rejoined()
+
+    app.on_partitions_assigned.connect(rejoined)
+    fence.start()
+    ctx = StageContext(app, s, services, commits, fence)
     for stage in stages:
         REGISTRY[stage].register(ctx)
     if s.stall_s > 0:

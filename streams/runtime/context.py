@@ -23,6 +23,7 @@ from memstream.schemas import DeadLetter, Payload, SchemaError
 
 from ..services import Services
 from . import faust_compat
+from .fence import Fenced, FreezeFence
 from .offsets import SafeCommits
 
 log = logging.getLogger(__name__)
@@ -59,12 +60,15 @@ class StageContext:
     """The app, settings and services a stage registers itself with; it holds what the stages of one
     worker share (commit tracking, how busy ingestion is)."""
 
-    def __init__(self, app: faust.App, settings: Settings, services: Services, commits: SafeCommits):
+    def __init__(
+        self, app: faust.App, settings: Settings, services: Services, commits: SafeCommits, fence: FreezeFence
+    ):
         self.app = app
         self.s = settings
         self.services = services
         self.metrics: Metrics = services.metrics
         self.commits = commits  # what may commit (offsets every stage reading them finished), and order
+        self.fence = fence  # no writes from a worker that was frozen until its group has rebalanced
         self._topics: dict[str, faust.TopicT] = {}
         self.in_flight = 0  # events inside a handler now
         self.handled = 0  # events handled since start
@@ -101,6 +105,8 @@ class StageContext:
         if skip:  # finished before, or handed over out of order (it comes again, in order)
             self.metrics.skipped.labels(stage, skip).inc()
             return
+        while self.fence.suspect():  # frozen lately: wait for the rebalance that tells who owns what
+            await asyncio.sleep(0.5)
         ingest = stage in INGEST_STAGES
         self.in_flight += 1
         self.ingesting += ingest
@@ -108,6 +114,10 @@ class StageContext:
             await self._handle(stage, event, handler)
             # Its effect (outputs, store writes, state) is durable or dead-lettered: it may commit.
             self.commits.finished(stage, msg.topic, msg.partition, msg.offset)
+        except Fenced as exc:
+            # Not finished: the message comes again, to whoever owns the partition after the rebalance.
+            self.metrics.skipped.labels(stage, "fenced").inc()
+            log.warning("%s left %s[%s]@%s unfinished: %s", stage, msg.topic, msg.partition, msg.offset, exc)
         finally:
             self.in_flight -= 1
             self.handled += 1
@@ -130,6 +140,8 @@ class StageContext:
                 await self.produce(stage, result.outputs)
                 self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
                 return
+            except Fenced:
+                raise
             except SchemaError as exc:
                 await self.dead_letter(stage, event, raw, str(exc), exc)
                 return
@@ -162,6 +174,7 @@ class StageContext:
 
     async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
         """Send and wait for the broker's ack: the source offset commits only after this returns."""
+        self.fence.check()
         futures = []
         for out in outputs:
             futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes()))
@@ -220,6 +233,7 @@ class StageContext:
         ``table[key] = value`` only queues the record, and faust's flush before a commit gives up
         after 0.1 s without progress: the source offset could commit before the state it produced
         (a turn lost on restart). The handler finishes, and its offset may commit, after this returns."""
+        self.fence.check()
         await faust_compat.write_table(table, key, value)
 
     def table(self, stage: str, name: str) -> TableT:
