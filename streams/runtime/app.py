@@ -1,5 +1,5 @@
-"""The app factory: a faust app running the chosen stages, with ordered commits, the watchdog and the
-consumer-lag gauges. Values travel as raw bytes and are validated by the stages."""
+"""The app factory: a faust app running the chosen stages, with ordered commits, the freeze fence, the
+watchdog and the consumer-lag gauges. Values travel as raw bytes and are validated by the stages."""
 
 from __future__ import annotations
 
