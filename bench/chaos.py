@@ -60,9 +60,9 @@ class ChaosOptions:
     stop_s: float = SESSION_TIMEOUT_S + 5.0  # SIGSTOP to SIGCONT
     stop_share: float = 0.3  # of the worker failures, the SIGSTOPs (the rest are kill -9)
     ask_every_s: float = 1.0
-    # Longer than the longest outage the schedule causes: the one store worker (embedded store, no
-    # failover) killed just before the broker restart crashed at start-up and came back after ~70 s
-    # in a 20-minute run, and one question asked with 60 s went unanswered.
+    # Longer than the longest outage the schedule causes: in a 20-minute run the one store worker
+    # (embedded store, no failover), killed just before the broker restart, crashed at start-up and
+    # was ready again ~59 s after the kill, and one question asked with 60 s went unanswered.
     ask_timeout_s: float = 120.0
     llm: bool = False
     workdir: Path = Path(".data/bench/chaos")
