@@ -114,19 +114,17 @@ def score_delivery(
     produced: Iterable[Turn],
     chaos_ids: dict[str, set[str]],
     reference_ids: dict[str, set[str]],
-    turn_point_ids: dict[str, str],
     writes: Iterable[MemoryWrite],
 ) -> Delivery:
     """Lost: produced turns whose raw-turn point is missing. Duplicated: turns extracted in more than
     one distinct memory write (a redelivered write has the same id and does not count). Extra and
     missing: point ids of the chaos store the reference lacks, and the reverse."""
-    turns = {f"{t.tenant_id}/{t.conversation_id}/{t.turn_id}" for t in produced}
-    present = chaos_ids.get(TURNS, set())
-    lost = sum(1 for key in turns if turn_point_ids[key] not in present)
+    turns = {turn_point_id(t.tenant_id, t.conversation_id, t.turn_id) for t in produced}
+    lost = len(turns - chaos_ids.get(TURNS, set()))
     writes_of: dict[str, set[str]] = {}
     for w in writes:
         for st in w.source_turns:
-            writes_of.setdefault(f"{w.tenant_id}/{w.conversation_id}/{st.turn_id}", set()).add(w.write_id)
+            writes_of.setdefault(turn_point_id(w.tenant_id, w.conversation_id, st.turn_id), set()).add(w.write_id)
     duplicated = sum(1 for ids in writes_of.values() if len(ids) > 1)
     extra = {c: len(chaos_ids.get(c, set()) - reference_ids.get(c, set())) for c in COLLECTIONS}
     missing = {c: len(reference_ids.get(c, set()) - chaos_ids.get(c, set())) for c in COLLECTIONS}
@@ -396,14 +394,6 @@ def store_ids(deployment: Deployment, tenants: Iterable[str]) -> dict[str, set[s
     return out
 
 
-def turn_point_ids(turns: Iterable[Turn]) -> dict[str, str]:
-    """Each produced turn's raw-turn point id, as the index stage writes it."""
-    return {
-        f"{t.tenant_id}/{t.conversation_id}/{t.turn_id}": turn_point_id(t.tenant_id, t.conversation_id, t.turn_id)
-        for t in turns
-    }
-
-
 def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) -> float:
     """Drain, then restart the ingest workers with a short idle time so the tails flush, and drain
     again. Returns the seconds it took."""
@@ -519,7 +509,7 @@ def run_chaos_bench(
         dead = deployment.dead_letters()
         produced_turns = turns[: progress["sent"]]
         chaos_ids = store_ids(deployment, {t.tenant_id for t in turns})
-        delivery = score_delivery(produced_turns, chaos_ids, reference_ids, turn_point_ids(produced_turns), writes)
+        delivery = score_delivery(produced_turns, chaos_ids, reference_ids, writes)
     return {
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
         "events": [asdict(e) for e in events],

@@ -2,8 +2,8 @@
 
 from datetime import datetime, timezone
 
-from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, plan_events, score_delivery, turn_point_ids
-from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
+from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, plan_events, score_delivery
+from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, SourceTurn, Turn
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -55,12 +55,12 @@ def write(write_id: str, turn_ids: list[int]) -> MemoryWrite:
 
 def test_lost_duplicated_extra_and_missing_points_are_counted_apart():
     produced = [turn(i) for i in range(4)]
-    ids = turn_point_ids(produced)
+    ids = {t.turn_id: turn_point_id(t.tenant_id, t.conversation_id, t.turn_id) for t in produced}
     reference = {TURNS: set(ids.values()), CARDS: {"c1", "c2"}, SCENES: {"s1"}, TRIGGERS: set()}
     chaos = {TURNS: set(list(ids.values())[:3]), CARDS: {"c1", "c3"}, SCENES: {"s1"}, TRIGGERS: set()}
     # w1 delivered twice (the same write: not a duplicate); turn 2 also in w2 (a duplicate).
     writes = [write("w1", [0, 1, 2]), write("w1", [0, 1, 2]), write("w2", [2, 3])]
-    d = score_delivery(produced, chaos, reference, ids, writes)
+    d = score_delivery(produced, chaos, reference, writes)
     assert (d.turns, d.lost, d.duplicated) == (4, 1, 1)
     assert (d.extra_points, d.missing_points) == (1, 2)
     assert d.extra_by_collection[CARDS] == 1 and d.missing_by_collection[TURNS] == 1
