@@ -72,6 +72,11 @@ class Settings(BaseSettings):
 
     # --- Kafka -------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
+    broker_wait_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long a starting worker (and topic creation) waits for an unreachable broker before failing",
+    )
     topic_partitions: int = Field(4, ge=1, description="Partitions of every memstream topic")
     topic_prefix: str = Field("memory", description="Prefix of every topic name")
     max_message_bytes: int = Field(16 * 1024 * 1024, description="Largest Kafka message produced (DLQ keeps originals)")

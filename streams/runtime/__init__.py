@@ -4,7 +4,7 @@ ordered commits (``offsets``), the watchdog (``watchdog``), everything that reac
 subprocesses and their supervisor; ``worker``: one worker process)."""
 
 from .processes import (
-    EXIT_STALLED,
+    EXIT_RESTART,
     INFRA,
     KAFKA,
     LOCAL_LLM,
@@ -24,7 +24,7 @@ from .processes import (
 from .worker import apply_torch_threads, run_worker
 
 __all__ = [
-    "EXIT_STALLED",
+    "EXIT_RESTART",
     "INFRA",
     "KAFKA",
     "LOCAL_LLM",

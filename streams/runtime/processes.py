@@ -12,13 +12,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from memstream.config import Settings
 
 log = logging.getLogger(__name__)
 
-EXIT_STALLED = 75  # a worker exits with this code for its supervisor to restart it
+EXIT_RESTART = 75  # EX_TEMPFAIL: the worker asks its supervisor for a restart (stalled, or no broker at start-up)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA = REPO_ROOT / "infra"
@@ -193,9 +193,13 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
 
 
-def supervise_worker() -> int:
-    """Run ``memstream worker --no-supervise`` as a child; restart it when it exits with
-    ``EXIT_STALLED`` (its watchdog found stranded messages); pass SIGTERM/SIGINT on to it."""
+WORKER_COMMAND = (sys.executable, "-m", "memstream.streams.cli", "worker", "--no-supervise")
+
+
+def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s: float = 1.0) -> int:
+    """Run ``command`` (``memstream worker --no-supervise``) as a child; restart it when it exits with
+    ``EXIT_RESTART`` (its watchdog found stranded messages, or the broker went away while it
+    started); pass SIGTERM/SIGINT on to it. Returns the child's last exit code."""
     configure_logging(Settings().log_level)
     child: subprocess.Popen[bytes] | None = None
 
@@ -203,13 +207,17 @@ def supervise_worker() -> int:
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    restarts = 0
-    while True:
-        child = subprocess.Popen([sys.executable, "-m", "memstream.streams.cli", "worker", "--no-supervise"])
-        code = child.wait()
-        if code != EXIT_STALLED:
-            return code
-        restarts += 1
-        log.warning("worker exited for a restart (stalled); restarting it (restart %d)", restarts)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        restarts = 0
+        while True:
+            child = subprocess.Popen(list(command))
+            code = child.wait()
+            if code != EXIT_RESTART:
+                return code
+            restarts += 1
+            log.warning("worker exited for a restart (its log says why); restarting it (restart %d)", restarts)
+            time.sleep(restart_pause_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

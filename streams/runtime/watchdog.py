@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 
 from ..client import partition_lag
 from .context import StageContext
-from .processes import EXIT_STALLED
+from .processes import EXIT_RESTART
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,10 @@ def watchdog(ctx: StageContext) -> None:
                 "partitions lag while every agent idles for %.0fs (%s): exiting for a restart (exit code %d)",
                 now - state["stuck_since"],
                 lagging,
-                EXIT_STALLED,
+                EXIT_RESTART,
             )
             logging.shutdown()
-            os._exit(EXIT_STALLED)
+            os._exit(EXIT_RESTART)
 
     ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(check)
 

@@ -9,7 +9,7 @@ import signal
 from memstream.config import Settings
 
 from . import faust_compat
-from .processes import configure_logging
+from .processes import EXIT_RESTART, configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def run_worker(settings: Settings) -> None:
     import faust
 
     from ..services import Services
-    from ..topics import ensure_topics
+    from ..topics import ensure_topics, wait_for_broker
     from .app import create_app
 
     configure_logging(settings.log_level)
@@ -53,7 +53,28 @@ def run_worker(settings: Settings) -> None:
     worker = faust.Worker(
         app, loop=loop, loglevel=settings.log_level, quiet=True, redirect_stdouts=False, override_logging=False
     )
+    # Loading the models took seconds; the broker may have gone meanwhile (a restart).
+    loop.run_until_complete(wait_for_broker(settings))
     try:
         worker.execute_from_commandline()
+    except SystemExit as exit_:
+        if exit_.code not in (0, None) and broker_lost_at_start(exit_):
+            log.warning("the broker went away while the worker started: exiting for a restart (%d)", EXIT_RESTART)
+            raise SystemExit(EXIT_RESTART) from exit_
+        raise
     finally:
         services.close()
+
+
+def broker_lost_at_start(exit_: SystemExit) -> bool:
+    """mode's worker turns any start-up error into ``sys.exit(1)`` inside its ``except`` block, so
+    the error is the exit's ``__context__``: a connection error there means faust could not reach
+    the broker (it does not retry bootstrap), which a fresh start fixes."""
+    from aiokafka.errors import KafkaConnectionError
+
+    cause: BaseException | None = exit_.__context__
+    while cause is not None:
+        if isinstance(cause, KafkaConnectionError):
+            return True
+        cause = cause.__context__
+    return False

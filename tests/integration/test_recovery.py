@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from memstream.processors.index import TURNS
+from memstream.streams import runtime
 
 from .conftest import first_sessions
 
@@ -54,3 +55,28 @@ def latest(pipe, table: str, key: str) -> dict:
         if k and orjson.loads(k) == key
     ]
     return values[-1] if values and values[-1] else {}
+
+
+def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(kafka, make_pipeline):
+    """A broker restart while workers start (they load models for seconds first) must not kill them."""
+    pipe = make_pipeline()
+    _, turns, _ = first_sessions(1)
+    runtime.KAFKA.stop(kafka)
+    try:
+        worker = runtime.spawn_worker(pipe.env, pipe.settings.data_dir / "logs" / "early.log")
+        pipe.workers.append(worker)
+        deadline = time.monotonic() + 180
+        while "unreachable: waiting" not in worker.log_text():
+            assert worker.alive(), worker.log_tail()
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.5)
+    finally:
+        runtime.KAFKA.start(kafka)
+    runtime.wait_worker_ready(worker)
+    assert "reachable again" in worker.log_text()
+    pipe.produce(turns)
+    pipe.drain()
+    pipe.stop_workers()
+    with pipe.store() as store:
+        raw = store.scroll(TURNS, "acme", limit=10_000)
+    assert sorted(h.payload["turn_id"] for h in raw) == sorted(t.turn_id for t in turns)
