@@ -27,6 +27,7 @@ from memstream.datasets import (
 )
 from memstream.processors.timeparse import parse_locomo_datetime
 from memstream.schemas import Turn
+from memstream.schemas.base import base_turn_id
 
 TENANT = "bench"
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -73,6 +74,7 @@ def score(q: BenchQuestion, turn_ids: Sequence[str]) -> dict[str, float]:
     """Recalls of a returned context given the turn ids in its provenance (empty for abstention)."""
     if not q.retrieval_scored:
         return {}
+    turn_ids = [base_turn_id(t) for t in turn_ids]  # a chunk of a long turn counts as the turn
     out: dict[str, float] = {}
     if q.gold_sessions:
         sessions = {session_of(t) for t in turn_ids}

@@ -200,6 +200,42 @@ def scale(
     _write_json(result, json_out)
 
 
+@bench.command("erasure")
+def erasure(
+    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared dev data when present)"),
+    conversations: int = typer.Option(2, min=0, help="LoCoMo conversations (plus the packaged one)"),
+    sessions: Optional[int] = typer.Option(2, help="Sessions of each LoCoMo conversation (0 = all)"),
+    tenants: int = typer.Option(3, min=1, help="Every conversation streams under each of these tenants"),
+    workdir: Path = typer.Option(Path(".data/bench/erasure"), help="Data folder of the deployment"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Forget (a speaker, turn ids, a conversation, a tenant) while conversations stream in, then a
+    kill -9 and a replay of every turn: remaining_copies (must be 0) and the forget latency."""
+    from memstream.bench.erasure import ErasureOptions, run_erasure_bench
+
+    options = ErasureOptions(
+        data=data, conversations=conversations, sessions=sessions or None, tenants=tenants, workdir=workdir
+    )
+    with _progress() as progress:
+        task = progress.add_task("starting", total=None)
+        result = run_erasure_bench(options, status=lambda text: progress.update(task, description=text))
+    table = Table(title="erasure")
+    for column in ("forget", "parts", "latency ms", "store points", "window/buffer turns"):
+        table.add_column(column)
+    for r in result["forgets"]:
+        counts = r["counts"]
+        points = sum(n for k, n in counts.items() if k.startswith("store:") and k != "store:repaired")
+        held = counts.get("window:segmenter", 0) + counts.get("buffer:stm", 0)
+        table.add_row(r["kind"], str(r["parts"]), f"{r['latency_ms']:.0f}", str(points), str(held))
+    console.print(table)
+    console.print(
+        f"remaining copies: {result['remaining_copies']} {result['remaining_by_place']}; "
+        f"kept turns {result['kept_turns_found']}/{result['kept_turns_expected']}; "
+        f"dead letters {result['dead_letters']}"
+    )
+    _write_json(result, json_out)
+
+
 @bench.command("chaos")
 def chaos(
     minutes: float = typer.Option(2.0, min=0.5, help="Length of the run with failures"),

@@ -76,6 +76,9 @@ class _NoEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         raise RuntimeError("the rule decisions never merge: nothing to embed")
 
+    def clear_cache(self) -> None:
+        pass
+
 
 def consolidate_size(
     n: int,

@@ -13,7 +13,7 @@ from memstream.schemas.topics import Topic
 STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
 # The topics (logical names) each stage consumes: a worker group's consumer group reads these.
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "compress": (Topic.TURNS,),
+    "compress": (Topic.TURNS, Topic.CONTROL),  # control: forget requests enter the pipeline here
     "segment": (Topic.TURNS_COMPRESSED,),
     "stm": (Topic.SEGMENTS,),
     "extract": (Topic.STM_FLUSH,),
@@ -24,6 +24,7 @@ STAGE_INPUTS: dict[str, tuple[str, ...]] = {
 # The changelog-backed state tables of each stage (faust names a table's changelog topic
 # "<consumer group>-<table>-changelog": see changelog_topics).
 STAGE_TABLES: dict[str, tuple[str, ...]] = {
+    "compress": ("forgets",),
     "segment": ("segmenter",),
     "stm": ("stm",),
     "consolidate": ("consolidation",),
@@ -78,9 +79,20 @@ class Settings(BaseSettings):
         description="How long a starting worker (and topic creation) waits for an unreachable broker before failing",
     )
     topic_partitions: int = Field(4, ge=1, description="Partitions of every memstream topic")
+    topic_retention_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="How long topics keep records (raw text in turns, segments, flushes, cards, replies: "
+        "a forget cannot delete them one by one); also the most a compacted changelog keeps a replaced record",
+    )
     topic_prefix: str = Field("memory", description="Prefix of every topic name")
     max_message_bytes: int = Field(16 * 1024 * 1024, description="Largest Kafka message produced (DLQ keeps originals)")
-    max_turn_chars: int = Field(32_000, description="Longer turn texts are rejected to the dead-letter topic")
+    max_turn_chars: int = Field(
+        32_000, ge=1000, description="Longer turn texts are split into chunks of at most this many characters"
+    )
+    max_turn_chars_hard: int = Field(
+        262_144, ge=1000, description="Longer turn texts are rejected to the dead-letter topic, not split"
+    )
     processing_retries: int = Field(3, ge=0, description="Retries of a failing message before it is dead-lettered")
 
     # --- Workers -----------------------------------------------------------------------------
@@ -207,6 +219,12 @@ class Settings(BaseSettings):
         description="While the worker ingests, a run pauses this many times "
         "as long as each chunk of queues took (0 = never gives way)",
     )
+
+    @property
+    def topic_segment_s(self) -> float:
+        """Kafka deletes a log segment once its newest record is past retention: segments roll this
+        often, so a record outlives the retention by at most this much."""
+        return max(60.0, self.topic_retention_s / 7)
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

@@ -85,6 +85,15 @@ class Metrics:
             registry=r,
         )
         self.stm_flushes = Counter("memstream_stm_flushes_total", "STM flushes by reason", ["reason"], registry=r)
+        self.turn_chunks = Counter(
+            "memstream_turn_chunks_total", "Chunks long turns were split into (over MAX_TURN_CHARS)", registry=r
+        )
+        self.forgotten = Counter(
+            "memstream_forgotten_total",
+            "Items a forget removed, by where they were (store:<collection>, window, buffer, table, dropped)",
+            ["where"],
+            registry=r,
+        )
         self.stm_duplicates = Counter(
             "memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM", registry=r
         )

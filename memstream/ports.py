@@ -61,6 +61,11 @@ class Embedder(Protocol):
         """L2-normalised float32 vectors, shape (len(texts), dim)."""
         ...
 
+    def clear_cache(self) -> None:
+        """Drop every cached vector and the text it is keyed by (after a forget: no copy of a
+        forgotten text may stay, not even in memory)."""
+        ...
+
 
 class Compressor(Protocol):
     name: str
@@ -155,6 +160,11 @@ class VectorStore(Protocol):
         a check in Python. A ``None`` value is stored as JSON null (the key stays, so
         ``StoreFilter.is_null`` matches it); vectors are kept. ``tenant_id`` itself cannot be set.
         """
+        ...
+
+    def delete(self, collection: str, tenant_id: str, point_ids: Sequence[str]) -> int:
+        """Delete these points of this tenant (ids of another tenant or unknown ids are left alone,
+        by the engine's filter). Returns how many were deleted."""
         ...
 
     def close(self) -> None: ...

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from memstream.ports import Compressor
 from memstream.schemas import CompressedTurn, Turn
+from memstream.schemas.base import CHUNK_MARK
 
 from .tokens import count_tokens
 
@@ -18,6 +19,43 @@ def protected_words(turn: Turn) -> list[str]:
     words = set(_MUST_KEEP.findall(turn.text))
     words.add(turn.speaker)
     return sorted(words)
+
+
+_BREAKS = ("\n\n", "\n", ". ", "! ", "? ", "; ", ", ", " ")
+
+
+def split_turn(turn: Turn, max_chars: int) -> list[Turn]:
+    """A turn longer than ``max_chars`` as chunks of at most that many characters, cut at the last
+    paragraph, line, sentence or word break that fits (a hard cut only without one). Each chunk
+    keeps the turn's speaker, time and session, and takes its id as a prefix (``D3:4#2``), so its
+    provenance still names the turn; only the last chunk closes the session."""
+    if len(turn.text) <= max_chars:
+        return [turn]
+    pieces: list[str] = []
+    rest = turn.text
+    while len(rest) > max_chars:
+        window = rest[:max_chars]
+        # The strongest break in the second half of the window (a paragraph before a sentence ...).
+        cut = next((window.rfind(b) + len(b) for b in _BREAKS if window.rfind(b) > max_chars // 2), max_chars)
+        piece, rest = rest[:cut].strip(), rest[cut:]
+        if piece:
+            pieces.append(piece)
+    if rest.strip():
+        pieces.append(rest.strip())
+    n = len(pieces)
+    data = turn.model_dump()
+    return [
+        Turn.model_validate(  # validated: a chunk id must still be a valid id
+            {
+                **data,
+                "turn_id": f"{turn.turn_id}{CHUNK_MARK}{i}",
+                "text": piece,
+                "last_in_session": turn.last_in_session and i == n,
+                "metadata": {**turn.metadata, "chunk": i, "chunks": n, "chunk_of": turn.turn_id},
+            }
+        )
+        for i, piece in enumerate(pieces, 1)
+    ]
 
 
 def compress_turn(

@@ -259,6 +259,22 @@ def merged_card(new: NewCard, older: Mapping[str, Any], newer: Mapping[str, Any]
     )
 
 
+def refers_to_erased_cards(store: VectorStore, update: ConsolidationUpdate) -> bool:
+    """The update names a card that is no longer stored (a forget erased it after the update was
+    decided): applying it would write back a merged card of forgotten turns or point at nothing."""
+    created = {c.card_id for c in update.merged_cards}
+    named = {update.card_id, *(c.card_id for c in update.candidates)}
+    for d in update.decisions:
+        named |= {d.older_card_id, d.newer_card_id}
+    for p in update.patches:
+        named |= {p.card_id, *(x for x in (p.superseded_by, p.duplicate_of) if x), *p.support, *p.lineage}
+    named -= created
+    if not named:
+        return False
+    where = StoreFilter(equals={"conversation_id": update.conversation_id}, any_of={"card_id": sorted(named)})
+    return store.count(CARDS, update.tenant_id, where=where) < len(named)
+
+
 def apply_update(store: VectorStore, embedder: Embedder, update: ConsolidationUpdate) -> int:
     """Apply one queue's outcome to the store: insert merged cards, then patch payloads. Idempotent
     (patches combine commutatively), so a redelivered or replayed update changes nothing more.
@@ -296,6 +312,7 @@ def apply_update(store: VectorStore, embedder: Embedder, update: ConsolidationUp
 __all__ = [
     "ConsolidateParams",
     "apply_update",
+    "refers_to_erased_cards",
     "Candidate",
     "current_as_of",
     "update_queue",

@@ -2,6 +2,7 @@
 
 from .base import SCHEMA_VERSION, Payload, SchemaError, TenantScoped, conversation_key, utc
 from .dlq import DeadLetter
+from .forget import Forget, ForgetAudit, ForgetReply, RetainedCopy
 from .memory import (
     Card,
     CardPatch,
@@ -19,7 +20,7 @@ from .memory import (
     StmFlush,
 )
 from .query import Evidence, Plan, Query, Reply
-from .topics import decode_compressed_message, decode_segments_message
+from .topics import decode_compressed_message, decode_message, decode_segments_message
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 __all__ = [
@@ -30,6 +31,10 @@ __all__ = [
     "conversation_key",
     "utc",
     "DeadLetter",
+    "Forget",
+    "ForgetAudit",
+    "ForgetReply",
+    "RetainedCopy",
     "Card",
     "CardPatch",
     "ConsolidateCommand",
@@ -54,5 +59,6 @@ __all__ = [
     "Turn",
     "WindowTick",
     "decode_compressed_message",
+    "decode_message",
     "decode_segments_message",
 ]

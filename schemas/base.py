@@ -10,8 +10,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-# Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain.
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
+# Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain. '#'
+# marks a chunk of a long turn (``D3:4#2``).
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#\-]{0,127}$"
+CHUNK_MARK = "#"
+
+
+def base_turn_id(turn_id: str) -> str:
+    """The turn a chunk id belongs to (``D3:4#2`` -> ``D3:4``); other ids are their own base."""
+    return turn_id.split(CHUNK_MARK, 1)[0]
 
 
 class SchemaError(ValueError):

@@ -7,6 +7,7 @@ import orjson
 
 from .base import Payload, SchemaError
 from .dlq import DeadLetter
+from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlush
 from .query import Query, Reply
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
@@ -25,21 +26,28 @@ class Topic:
     QUERIES = "queries"
     REPLIES = "replies"
     DLQ = "dlq"
+    AUDIT = "audit"
 
 
+# The first payload of each topic is what it carries without a ``kind`` match (its main payload).
+# A forget travels through every ingest topic behind the turns it must catch.
 TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
-    Topic.TURNS: (Turn,),
-    Topic.TURNS_COMPRESSED: (CompressedTurn, WindowTick),
-    Topic.SEGMENTS: (SegmentedTurn, StmTick),
-    Topic.STM_FLUSH: (StmFlush,),
-    Topic.CARDS: (MemoryWrite,),
+    Topic.TURNS: (Turn, Forget),
+    Topic.TURNS_COMPRESSED: (CompressedTurn, WindowTick, Forget),
+    Topic.SEGMENTS: (SegmentedTurn, StmTick, Forget),
+    Topic.STM_FLUSH: (StmFlush, Forget),
+    Topic.CARDS: (MemoryWrite, Forget),
     Topic.UPDATES: (ConsolidationUpdate,),
-    Topic.CONTROL: (ConsolidateCommand,),
+    Topic.CONTROL: (ConsolidateCommand, Forget),
     Topic.QUERIES: (Query,),
-    Topic.REPLIES: (Reply,),
+    Topic.REPLIES: (Reply, ForgetReply),
     Topic.DLQ: (DeadLetter,),
+    Topic.AUDIT: (ForgetAudit,),
 }
 ALL_TOPICS = tuple(TOPIC_PAYLOADS)
+# Compacted (latest record per key) instead of deleted by age; the others keep raw text, so they
+# get a bounded retention (``MEMSTREAM_TOPIC_RETENTION_S``).
+COMPACTED_TOPICS = (Topic.AUDIT,)
 # The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
 INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
 FRONT_TOPICS = INGEST_TOPICS[:-1]
@@ -54,11 +62,31 @@ def _kind(raw: bytes) -> object:
         raise SchemaError(f"not a JSON object: {exc}") from exc
 
 
-def decode_compressed_message(raw: bytes) -> CompressedTurn | WindowTick:
-    """``memory.turns.compressed`` carries turns and window ticks; the ``kind`` field says which."""
-    return WindowTick.from_bytes(raw) if _kind(raw) == "window_tick" else CompressedTurn.from_bytes(raw)
+def message_kind(raw: bytes) -> object:
+    """A message's ``kind``, or None when it is no JSON object (for routing: it raises nothing)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data.get("kind") if isinstance(data, dict) else None
 
 
-def decode_segments_message(raw: bytes) -> SegmentedTurn | StmTick:
-    """``memory.segments`` carries turns and STM ticks; the ``kind`` field says which."""
-    return StmTick.from_bytes(raw) if _kind(raw) == "stm_tick" else SegmentedTurn.from_bytes(raw)
+def decode_message(topic: str, raw: bytes) -> Payload:
+    """A message of ``topic`` (logical name) as the payload its ``kind`` names; a message without a
+    known kind is validated as the topic's main payload (whose error then says what is wrong)."""
+    payloads = TOPIC_PAYLOADS[topic]
+    kind = _kind(raw)
+    for payload in payloads:
+        if payload.model_fields["kind"].default == kind:
+            return payload.from_bytes(raw)
+    return payloads[0].from_bytes(raw)
+
+
+def decode_compressed_message(raw: bytes) -> CompressedTurn | WindowTick | Forget:
+    """``memory.turns.compressed`` carries turns, window ticks and forgets; ``kind`` says which."""
+    return decode_message(Topic.TURNS_COMPRESSED, raw)  # type: ignore[return-value]
+
+
+def decode_segments_message(raw: bytes) -> SegmentedTurn | StmTick | Forget:
+    """``memory.segments`` carries turns, STM ticks and forgets; ``kind`` says which."""
+    return decode_message(Topic.SEGMENTS, raw)  # type: ignore[return-value]

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+import orjson
 import typer
 from rich.console import Console
 from rich.panel import Panel
@@ -23,7 +24,7 @@ from memstream.schemas import ConsolidateCommand, Plan, Reply, Turn
 from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
-from .client import MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
+from .client import ForgetOutcome, MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
 from .topics import ensure_topics
 
 cli = typer.Typer(
@@ -324,6 +325,89 @@ def consolidate(
     sent = asyncio.run(request_consolidation(s, command))
     scope = f"{tenant}/{conversation}" if conversation else (f"tenant {tenant}" if tenant else "every tenant")
     console.print(f"consolidation requested for {scope} ({sent} message(s) on {s.topic('control')})")
+
+
+async def _forget(
+    s: Settings, tenant: str, conversation: str | None, speaker: str | None, turn_ids: list[str], timeout: float
+) -> ForgetOutcome:
+    await ensure_topics(s)
+    async with MemoryClient(s) as client:
+        return await client.forget(
+            tenant_id=tenant, conversation_id=conversation, speaker=speaker, turn_ids=turn_ids, timeout_s=timeout
+        )
+
+
+@cli.command()
+def forget(
+    tenant: str = typer.Option(..., help="The tenant whose turns are forgotten"),
+    conversation: Optional[str] = typer.Option(None, help="Only this conversation"),
+    speaker: Optional[str] = typer.Option(None, help="Only what this speaker said"),
+    turn_id: list[str] = typer.Option([], "--turn-id", help="Only these turns (repeat; needs --conversation)"),
+    timeout: float = typer.Option(300.0, help="Seconds to wait for every stage to confirm"),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON"),
+) -> None:
+    """Forget every turn of the scope said up to now, and everything derived from it: raw turns,
+    cards, scenes, triggers and profile items in the store, the windows, buffers and tables in
+    flight, and turns of the scope still on their way. Topics keep raw text until their retention
+    ends: the outcome says which, until when."""
+    s = _settings()
+    try:
+        outcome = asyncio.run(_forget(s, tenant, conversation, speaker, list(turn_id), timeout))
+    except (QueryTimeout, ValueError) as exc:  # ValueError: an invalid scope (turn ids without a conversation)
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    if as_json:
+        out = {
+            "forget_id": outcome.forget_id,
+            "parts": outcome.parts,
+            "counts": outcome.counts,
+            "retained": {t: u.isoformat() for t, u in outcome.retained.items()},
+        }
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    table = Table(title=f"forget {outcome.forget_id} ({outcome.parts} part(s))")
+    table.add_column("where")
+    table.add_column("removed", justify="right")
+    for where, n in sorted(outcome.counts.items()):
+        table.add_row(where, str(n))
+    console.print(table)
+    if outcome.retained:
+        until = max(outcome.retained.values())
+        console.print(
+            f"[dim]raw text stays in {len(outcome.retained)} topics (Kafka deletes by age) until at most "
+            f"{until:%Y-%m-%d %H:%M} UTC: {', '.join(sorted(outcome.retained))}[/]"
+        )
+
+
+@cli.command()
+def export(
+    tenant: str = typer.Option(..., help="The tenant to export"),
+    conversation: Optional[str] = typer.Option(None, help="Only this conversation"),
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write (- for standard output)"),
+) -> None:
+    """Every memory of the scope as JSONL (data portability): raw turns, cards with their provenance
+    and versions, scenes, profile items and triggers. Opens the store itself: with the embedded
+    store, stop the workers first (it is single-process); a Qdrant server needs no stop."""
+    from memstream.adapters import open_store
+    from memstream.processors.export import export_records
+
+    s = _settings()
+    try:
+        store = open_store(s)
+    except RuntimeError as exc:
+        console.print(f"[red]cannot open the store: {exc}[/]")
+        raise typer.Exit(2) from None
+    n = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            fh = sys.stdout.buffer if str(out) == "-" else stack.enter_context(out.open("wb"))
+            for record in export_records(store, tenant, conversation):
+                fh.write(orjson.dumps(record) + b"\n")
+                n += 1
+    finally:
+        store.close()
+    if str(out) != "-":
+        console.print(f"exported {n} records of {tenant}{'/' + conversation if conversation else ''} to {out}")
 
 
 @cli.command()

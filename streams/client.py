@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import AsyncIterator, Iterable, Mapping
 
@@ -14,11 +15,37 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memstream.config import Settings
-from memstream.schemas import ConsolidateCommand, Query, Reply, SchemaError, Turn, conversation_key
+from memstream.schemas import (
+    ConsolidateCommand,
+    Forget,
+    ForgetReply,
+    Query,
+    Reply,
+    SchemaError,
+    Turn,
+    conversation_key,
+    decode_message,
+)
+from memstream.schemas.topics import Topic
 
 
 class QueryTimeout(TimeoutError):
     """No reply arrived within the client's timeout."""
+
+
+@dataclass
+class ForgetOutcome:
+    """What a forget removed, summed over its parts, and where raw text waits for retention."""
+
+    forget_id: str
+    parts: int
+    counts: dict[str, int]
+    retained: dict[str, datetime]  # topic -> until
+    replies: list[ForgetReply]
+
+    @property
+    def store_points(self) -> int:
+        return sum(n for k, n in self.counts.items() if k.startswith("store:") and k != "store:repaired")
 
 
 class TurnProducer:
@@ -92,6 +119,7 @@ class MemoryClient:
         self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=0)
         self._consumer: AIOKafkaConsumer | None = None
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        self._forgets: dict[str, tuple[int, list[ForgetReply], asyncio.Future[list[ForgetReply]]]] = {}
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> MemoryClient:
@@ -133,12 +161,75 @@ class MemoryClient:
             for records in batch.values():
                 for record in records:
                     try:
-                        reply = Reply.from_bytes(record.value)
+                        reply = decode_message(Topic.REPLIES, record.value)
                     except SchemaError:
                         continue
+                    if isinstance(reply, ForgetReply):
+                        self._forget_part(reply)
+                        continue
+                    assert isinstance(reply, Reply)
                     fut = self._waiting.pop(reply.correlation_id, None)
                     if fut and not fut.done():
                         fut.set_result(reply)
+
+    def _forget_part(self, reply: ForgetReply) -> None:
+        waiting = self._forgets.get(reply.forget_id)
+        if waiting is None:
+            return
+        parts, got, fut = waiting
+        if all(r.part != reply.part for r in got):  # a redelivered part counts once
+            got.append(reply)
+        if len(got) >= parts and not fut.done():
+            self._forgets.pop(reply.forget_id, None)
+            fut.set_result(sorted(got, key=lambda r: r.part))
+
+    async def forget(
+        self,
+        *,
+        tenant_id: str,
+        conversation_id: str | None = None,
+        speaker: str | None = None,
+        turn_ids: Iterable[str] = (),
+        timeout_s: float = 300.0,
+    ) -> ForgetOutcome:
+        """Forget every turn of the scope said up to now and everything derived from it; returns
+        once every stage has (the store, the windows, the buffers, the tables). Without a
+        conversation the request goes to every partition, and each copy replies."""
+        requested_at = datetime.now(timezone.utc)
+        control = self.settings.topic(Topic.CONTROL)
+        forget = Forget(
+            forget_id=uuid.uuid4().hex,
+            tenant_id=tenant_id,
+            conversation_id=conversation_id,
+            speaker=speaker,
+            turn_ids=list(turn_ids),
+            requested_at=requested_at,  # type: ignore[arg-type]
+            reply_topic=self.reply_topic,
+        )
+        partitions = [None] if conversation_id else sorted(await self._wait_partitions(control))
+        forget.parts = len(partitions)
+        fut: asyncio.Future[list[ForgetReply]] = asyncio.get_running_loop().create_future()
+        self._forgets[forget.forget_id] = (forget.parts, [], fut)
+        sends = [
+            await self._producer.send(control, key=forget.key.encode(), value=forget.to_bytes(), partition=p)
+            for p in partitions
+        ]
+        await asyncio.gather(*sends)
+        try:
+            replies = await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            self._forgets.pop(forget.forget_id, None)
+            raise QueryTimeout(
+                f"forget {forget.forget_id} not done within {timeout_s:.0f}s: are workers running every stage?"
+            ) from None
+        counts: dict[str, int] = {}
+        retained: dict[str, datetime] = {}
+        for r in replies:
+            for k, n in r.counts.items():
+                counts[k] = counts.get(k, 0) + n
+            for copy in r.retained:
+                retained[copy.topic] = max(retained.get(copy.topic, copy.until), copy.until)
+        return ForgetOutcome(forget.forget_id, forget.parts, counts, retained, replies)
 
     async def ask(
         self,

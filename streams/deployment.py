@@ -21,7 +21,15 @@ from memstream.schemas import ConsolidateCommand, DeadLetter, Reply, Turn
 from memstream.schemas.topics import DRAIN_TOPICS
 
 from . import runtime
-from .client import MemoryClient, TurnProducer, partitions_of, request_consolidation, topics_lag, wait_drained
+from .client import (
+    ForgetOutcome,
+    MemoryClient,
+    TurnProducer,
+    partitions_of,
+    request_consolidation,
+    topics_lag,
+    wait_drained,
+)
 from .topics import ensure_topics
 
 
@@ -160,6 +168,27 @@ class Deployment:
                     conversation_id=conversation,
                     profile=profile,
                     answer=answer,
+                    timeout_s=timeout_s,
+                )
+
+        return asyncio.run(go())
+
+    def forget(
+        self,
+        *,
+        tenant: str,
+        conversation: str | None = None,
+        speaker: str | None = None,
+        turn_ids: Iterable[str] = (),
+        timeout_s: float = 300.0,
+    ) -> ForgetOutcome:
+        async def go() -> ForgetOutcome:
+            async with MemoryClient(self.settings) as client:
+                return await client.forget(
+                    tenant_id=tenant,
+                    conversation_id=conversation,
+                    speaker=speaker,
+                    turn_ids=turn_ids,
                     timeout_s=timeout_s,
                 )
 

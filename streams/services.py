@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from functools import cached_property
 
 from memstream.config import Settings
@@ -24,6 +25,9 @@ class Services:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self._metered_llms: dict[str, LLM] = {}
+        # Erasure and consolidation updates take turns on the store: an update decided before a
+        # forget must not write back a merged card of forgotten turns after the erase.
+        self.store_lock = threading.Lock()
 
     @cached_property
     def embedder(self) -> Embedder:

@@ -9,10 +9,11 @@ from typing import Sequence
 
 from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
-from memstream.config import Settings, changelog_topics
-from memstream.schemas.topics import ALL_TOPICS
+from memstream.config import STAGE_TABLES, Settings, changelog_topics
+from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,41 @@ async def wait_for_broker(settings: Settings, timeout_s: float | None = None, po
         log.info("broker %s reachable again", settings.kafka_bootstrap)
 
 
+def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
+    """The broker config of every memstream topic and of the changelogs of every stage (full names).
+
+    Deleted by age: the topics that carry raw text (nothing else removes it after a forget).
+    Compacted: the audit topic and the changelogs, which must not lose a conversation's latest
+    state however old; ``max.compaction.lag.ms`` bounds how long a replaced record (a window before
+    a forget scrubbed it) stays readable."""
+    retention_ms = str(int(settings.topic_retention_s * 1000))
+    segment_ms = str(int(settings.topic_segment_s * 1000))
+    size = str(settings.max_message_bytes)
+    compacted = {"cleanup.policy": "compact", "max.compaction.lag.ms": retention_ms, "max.message.bytes": size}
+    deleted = {
+        "cleanup.policy": "delete",
+        "retention.ms": retention_ms,
+        "segment.ms": segment_ms,
+        "max.message.bytes": size,
+    }
+    configs = {
+        settings.topic(name): dict(compacted) if name in COMPACTED_TOPICS else dict(deleted) for name in ALL_TOPICS
+    }
+    for full in changelog_topics(settings.topic_prefix, list(STAGE_TABLES)):
+        configs[full] = dict(compacted)
+    return configs
+
+
 async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> None:
-    """Create every memstream topic with the configured partitions (idempotent), and the compacted
-    changelog topics of the tables that workers of ``stages`` keep.
+    """Create every memstream topic with the configured partitions and retention (idempotent), and
+    the compacted changelog topics of the tables that workers of ``stages`` keep; topics that exist
+    with another retention get the configured one.
 
     A worker creates its changelogs before it subscribes: a topic created after the consumer read
     its metadata stays unassigned until the next metadata refresh (5 minutes), and meanwhile faust
     fails every write to that table ("changelog topic ... has 0 partitions")."""
+    configs = topic_configs(settings)
+    mine = [settings.topic(name) for name in ALL_TOPICS] + changelog_topics(settings.topic_prefix, stages)
     deadline = time.monotonic() + settings.broker_wait_s
     while True:
         await wait_for_broker(settings, max(0.0, deadline - time.monotonic()))
@@ -61,34 +90,20 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
         try:
             await admin.start()
             existing = set(await admin.list_topics())
-            wanted = []
-            for name in ALL_TOPICS:
-                full = settings.topic(name)
-                if full in existing:
-                    continue
-                config = {"max.message.bytes": str(settings.max_message_bytes)}
-                wanted.append(
-                    NewTopic(full, num_partitions=settings.topic_partitions, replication_factor=1, topic_configs=config)
+            wanted = [
+                NewTopic(
+                    full, num_partitions=settings.topic_partitions, replication_factor=1, topic_configs=configs[full]
                 )
-            for full in changelog_topics(settings.topic_prefix, stages):
-                if full not in existing:
-                    wanted.append(
-                        NewTopic(
-                            full,
-                            num_partitions=settings.topic_partitions,
-                            replication_factor=1,
-                            topic_configs={
-                                "cleanup.policy": "compact",
-                                "max.message.bytes": str(settings.max_message_bytes),
-                            },
-                        )
-                    )
+                for full in mine
+                if full not in existing
+            ]
             if wanted:
                 try:
                     await admin.create_topics(wanted)
                 except TopicAlreadyExistsError:
                     pass
                 log.info("created topics: %s", ", ".join(t.name for t in wanted))
+            await _align_retention(admin, [full for full in mine if full in existing], configs)
             return
         except KafkaConnectionError:
             # Gone again between the wait and the admin request (a restart in progress).
@@ -97,3 +112,24 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
             await asyncio.sleep(1.0)
         finally:
             await admin.close()
+
+
+async def _align_retention(admin: AIOKafkaAdminClient, names: list[str], configs: dict[str, dict[str, str]]) -> None:
+    """Topics created before retention was configured (or with another one) get the configured
+    config. AlterConfigs replaces a topic's whole config, so the whole wanted config is sent."""
+    if not names:
+        return
+    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    current: dict[str, dict[str, str]] = {}
+    for response in described:
+        for resource in response.resources:
+            _code, _message, _type, name, entries = resource[:5]
+            current[name] = {entry[0]: entry[1] for entry in entries}
+    changes = []
+    for name in names:
+        want = configs[name]
+        if any(current.get(name, {}).get(k) != v for k, v in want.items()):
+            changes.append(ConfigResource(ConfigResourceType.TOPIC, name, configs=want))
+    if changes:
+        await admin.alter_configs(changes)
+        log.info("set retention on topics: %s", ", ".join(c.name for c in changes))

@@ -297,6 +297,20 @@ class QdrantEdgeStore:
                 shard.update(qe.UpdateOperation.set_payload_by_filter(flt, fields))
             return True
 
+    def delete(self, collection: str, tenant_id: str, point_ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(point_ids))
+        if not ids:
+            return 0
+        flt = _filter(tenant_id, None, has_id=ids)  # the engine keeps to the tenant
+        with self._lock:
+            shard = self._shard(collection)
+            if shard is None:
+                return 0
+            n = int(shard.count(qe.CountRequest(exact=True, filter=flt)))
+            if n:
+                shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+            return n
+
     def optimize(self, collections: Sequence[str] | None = None) -> bool:
         """Build HNSW graphs / merge segments now, blocking reads and writes until done.
 
@@ -345,7 +359,9 @@ def _match_value(value: str | int | bool) -> qe.MatchValue:
     return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)  # type: ignore[arg-type]  # see above
 
 
-def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | None = None) -> qe.Filter:
+def _filter(
+    tenant_id: str | None, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None
+) -> qe.Filter:
     """The same conditions as qdrant_store._filter, in Edge's types."""
     if not tenant_id:
         raise ValueError("every store query is scoped by a tenant_id")
@@ -362,7 +378,7 @@ def _filter(tenant_id: str | None, where: StoreFilter | None, *, has_id: str | N
         for key, (lo, hi) in where.range_ts.items():
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
     if has_id is not None:
-        must.append(qe.HasIdCondition({has_id}))  # a set: the bindings refuse a list
+        must.append(qe.HasIdCondition({has_id} if isinstance(has_id, str) else set(has_id)))  # a set: not a list
     must_not = [
         qe.FieldCondition(key, match=_match_value(value))
         for key, value in (where.not_equals.items() if where is not None else ())

@@ -238,6 +238,20 @@ class QdrantStore:
                 self._client.set_payload(full, payload=fields, points=flt, wait=True)
             return True
 
+    def delete(self, collection: str, tenant_id: str, point_ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(point_ids))
+        full = self._name(collection)
+        if not ids:
+            return 0
+        flt = _filter(tenant_id, None, has_id=ids)  # the engine keeps to the tenant
+        with self._lock:
+            if not self._client.collection_exists(full):
+                return 0
+            n = int(self._client.count(full, count_filter=flt, exact=True).count)
+            if n:
+                self._client.delete(full, points_selector=models.FilterSelector(filter=flt), wait=True)
+            return n
+
     def close(self) -> None:
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -260,7 +274,7 @@ def _settable(fields: Mapping[str, Any]) -> dict[str, Any]:
     return dict(fields)
 
 
-def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = None) -> models.Filter:
+def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None) -> models.Filter:
     if not tenant_id:
         raise ValueError("every store query is scoped by a tenant_id")
     must: list[models.Condition] = [models.FieldCondition(key="tenant_id", match=models.MatchValue(value=tenant_id))]
@@ -274,7 +288,7 @@ def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | None = N
         for key, (lo, hi) in where.range_ts.items():
             must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
     if has_id is not None:
-        must.append(models.HasIdCondition(has_id=[has_id]))
+        must.append(models.HasIdCondition(has_id=[has_id] if isinstance(has_id, str) else list(has_id)))
     must_not: list[models.Condition] = [
         models.FieldCondition(key=key, match=models.MatchValue(value=value))
         for key, value in (where.not_equals.items() if where is not None else ())

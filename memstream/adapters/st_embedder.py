@@ -86,6 +86,10 @@ class SentenceTransformerEmbedder:
             self._on_embed(len(mine), len(texts) - len(mine))
         return np.stack([known[t] for t in texts])
 
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
     def embed_uncached(self, texts: Sequence[str]) -> np.ndarray:
         """The raw model speed (benchmarks): no cache on the way."""
         vectors = self._model.encode(

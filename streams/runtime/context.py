@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Sequence
 
 import faust
+from aiokafka.partitioner import DefaultPartitioner
 from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
@@ -38,6 +39,7 @@ class Out:
     topic: str
     key: str
     value: Payload
+    partition: int | None = None  # None: the key's partition; a forget copy keeps its partition number
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Record:
 
     value: bytes
     timestamp: float | None  # seconds since the epoch: when the record reached its topic
+    partition: int = 0
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -131,7 +134,7 @@ class StageContext:
 
     async def _handle(self, stage: str, event: EventT, handler: Handler) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-        record = Record(raw, event.message.timestamp)
+        record = Record(raw, event.message.timestamp, event.message.partition)
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         for attempt in range(self.s.processing_retries + 1):
@@ -160,7 +163,7 @@ class StageContext:
                     return
                 await asyncio.sleep(min(2.0**attempt * 0.2, 5.0))
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> Awaitable[Any]:
+    async def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> Awaitable[Any]:
         """Publish now; returns the delivery future.
 
         ``force=True`` bypasses faust's attachments, which would hold the message until the source
@@ -170,14 +173,14 @@ class StageContext:
             self._topics[topic] = self.app.topic(
                 topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
             )
-        return await self._topics[topic].send(key=key, value=value, force=True)
+        return await self._topics[topic].send(key=key, value=value, partition=partition, force=True)
 
     async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
         """Send and wait for the broker's ack: the source offset commits only after this returns."""
         self.fence.check()
         futures = []
         for out in outputs:
-            futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes()))
+            futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes(), out.partition))
             self.metrics.messages_out.labels(stage).inc()
         for fut in futures:
             await fut
@@ -245,6 +248,18 @@ class StageContext:
         if name not in STAGE_TABLES.get(stage, ()):
             raise ValueError(f"stage {stage} keeps table {name}, which STAGE_TABLES does not list")
         return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """The partition a keyed message goes to (the producers' murmur2 partitioner): a stage that
+    acts on every conversation of one partition picks the table keys that live there."""
+    every = list(range(partitions))
+    return int(DefaultPartitioner()(key.encode(), every, every))
+
+
+def keys_in_partition(table: TableT, partition: int, partitions: int) -> list[str]:
+    """The keys of ``table`` (this worker's copy) that belong to ``partition``."""
+    return [key for key in list(table.keys()) if key_partition(key, partitions) == partition]
 
 
 def init_series(metric: Any, *label_values: Sequence[str]) -> None:

@@ -1,19 +1,24 @@
-"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay."""
+"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay. Forgets enter
+the pipeline here: a request on ``control`` goes onto its partition of ``turns`` (behind the turns
+it must catch), and leaves a tombstone that drops covered turns arriving later."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timezone
 
-from memstream.processors.compress import compress_turn
-from memstream.schemas import SchemaError, Turn
-from memstream.schemas.topics import Topic
+from memstream.processors.compress import compress_turn, split_turn
+from memstream.processors.forget import ForgetScope, add_tombstone, tombstoned
+from memstream.schemas import Forget, SchemaError, Turn, decode_message
+from memstream.schemas.topics import Topic, message_kind
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 
 STAGE = "compress"
 INPUT = Topic.TURNS
 OUTPUTS = (Topic.TURNS_COMPRESSED,)
+TABLE = "forgets"  # tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition)
 
 
 class TurnRejected(SchemaError):
@@ -24,21 +29,57 @@ def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
     compressor = services.compressor  # loaded once, at start-up
     out_topic = s.topic(OUTPUTS[0])
+    turns_topic = s.topic(INPUT)
+    tombstones = ctx.table(STAGE, TABLE)
+
+    async def on_forget(record: Record, forget: Forget) -> StageResult:
+        key = f"{record.partition}/{forget.tenant_id}"
+        entries = add_tombstone(tombstones.get(key), ForgetScope.of(forget), time.time(), s.topic_retention_s)
+        await ctx.save_state(tombstones, key, entries)
+        return StageResult([Out(out_topic, forget.key, forget, partition=record.partition)])
 
     async def handler(record: Record) -> StageResult:
-        turn = Turn.from_bytes(record.value)
-        if len(turn.text) > s.max_turn_chars:
-            raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars}")
+        message = decode_message(INPUT, record.value)
+        if isinstance(message, Forget):
+            return await on_forget(record, message)
+        assert isinstance(message, Turn)
+        turn = message
+        if len(turn.text) > s.max_turn_chars_hard:
+            raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars_hard}")
+        if tombstoned(tombstones.get(f"{record.partition}/{turn.tenant_id}"), turn, time.time()):
+            ctx.metrics.forgotten.labels("dropped").inc()
+            return StageResult()
+        try:
+            chunks = split_turn(turn, s.max_turn_chars)  # a long turn goes on as chunks of its id
+        except ValueError as exc:
+            raise TurnRejected(f"turn cannot be split into chunks: {exc}") from exc
         received_at = datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp else None
-        if compressor is None:
-            item = compress_turn(turn, None, s.compress_rate, received_at)
-        else:
-            item = await asyncio.to_thread(compress_turn, turn, compressor, s.compress_rate, received_at)
-        ctx.metrics.compress_tokens.labels("in").inc(item.tokens_in)
-        ctx.metrics.compress_tokens.labels("out").inc(item.tokens_out)
-        ctx.metrics.turn_tokens.labels("in").observe(item.tokens_in)
-        ctx.metrics.turn_tokens.labels("out").observe(item.tokens_out)
-        return StageResult([Out(out_topic, item.key, item)])
+        outs = []
+        for chunk in chunks:
+            if compressor is None:
+                item = compress_turn(chunk, None, s.compress_rate, received_at)
+            else:
+                item = await asyncio.to_thread(compress_turn, chunk, compressor, s.compress_rate, received_at)
+            ctx.metrics.compress_tokens.labels("in").inc(item.tokens_in)
+            ctx.metrics.compress_tokens.labels("out").inc(item.tokens_out)
+            ctx.metrics.turn_tokens.labels("in").observe(item.tokens_in)
+            ctx.metrics.turn_tokens.labels("out").observe(item.tokens_out)
+            outs.append(Out(out_topic, item.key, item))
+        if len(chunks) > 1:
+            ctx.metrics.turn_chunks.inc(len(chunks))
+        return StageResult(outs)
+
+    async def on_control(record: Record) -> StageResult:
+        # Consolidate commands are the store group's; a forget request is this stage's.
+        if message_kind(record.value) != "forget":
+            return StageResult()
+        forget = Forget.from_bytes(record.value)
+        if forget.phase != "request":
+            return StageResult()
+        moving = forget.model_copy(update={"phase": "pipeline", "part": record.partition})
+        return StageResult([Out(turns_topic, moving.key, moving, partition=record.partition)])
 
     ctx.agent(STAGE, INPUT, handler)
+    ctx.agent(f"{STAGE}.forget", Topic.CONTROL, on_control)
     init_series(ctx.metrics.compress_tokens, ("in", "out"))
+    init_series(ctx.metrics.forgotten, ("dropped",))

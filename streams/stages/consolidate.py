@@ -8,10 +8,18 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
-from memstream.processors.consolidate import ConsolidateParams, Decider, LlmDecider, RuleDecider, apply_update
+from memstream.processors.consolidate import (
+    ConsolidateParams,
+    Decider,
+    LlmDecider,
+    RuleDecider,
+    apply_update,
+    refers_to_erased_cards,
+)
+from memstream.processors.forget import ForgetScope, existing_cards, scrub_pending
 from memstream.processors.sleep import (
     broadcast_keys,
     cards_to_run,
@@ -21,17 +29,26 @@ from memstream.processors.sleep import (
     mark_pending,
     run_needed,
 )
-from memstream.schemas import ConsolidateCommand, ConsolidationUpdate, MemoryWrite
+from memstream.schemas import (
+    ConsolidateCommand,
+    ConsolidationUpdate,
+    Forget,
+    ForgetAudit,
+    ForgetReply,
+    MemoryWrite,
+    RetainedCopy,
+    decode_message,
+)
 from memstream.schemas.memory import ConsolidationAction
-from memstream.schemas.topics import Topic
+from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series, keys_in_partition
 
 log = logging.getLogger(__name__)
 
 STAGE = "consolidate"
-INPUT = Topic.CARDS  # marks cards pending; CONTROL runs a conversation, UPDATES applies outcomes
-OUTPUTS = (Topic.CONTROL, Topic.UPDATES)
+INPUT = Topic.CARDS  # marks cards pending; CONTROL runs a conversation (or ends a forget), UPDATES applies outcomes
+OUTPUTS = (Topic.CONTROL, Topic.UPDATES, Topic.REPLIES, Topic.AUDIT)
 TABLE = "consolidation"
 RUN_CHUNK = 64  # update queues a run decides before it sends their outcomes
 
@@ -52,7 +69,9 @@ def register(ctx: StageContext) -> None:
     )
 
     async def on_write(record: Record) -> StageResult:
-        write = MemoryWrite.from_bytes(record.value)
+        write = decode_message(INPUT, record.value)
+        if not isinstance(write, MemoryWrite):  # a forget: the index stage erases, control brings it back
+            return StageResult()
         if write.cards:
             state = mark_pending(pending.get(write.key), [c.card_id for c in write.cards], time.time())
             await ctx.save_state(pending, write.key, state)
@@ -75,7 +94,61 @@ def register(ctx: StageContext) -> None:
             outs.append(Out(updates, update.key, update))
         return outs
 
+    async def on_forget(record: Record, forget: Forget) -> StageResult:
+        """The last step of a forget, after the store erased it: pending cards that no longer exist
+        leave the table, then the reply and the audit record go out."""
+        scope, removed = ForgetScope.of(forget), 0
+        for key in keys_in_partition(pending, record.partition, s.topic_partitions):
+            tenant, conversation = key.split("/", 1)
+            state = pending.get(key)
+            if not scope.covers_conversation(tenant, conversation) or not state:
+                continue
+            existing = await asyncio.to_thread(existing_cards, services.store, tenant, state["cards"])
+            state, n = scrub_pending(state, existing)
+            if n:
+                removed += n
+                await ctx.save_state(pending, key, state)
+        metrics.forgotten.labels("table").inc(removed)
+        counts = {**forget.counts, "table:consolidation": forget.counts.get("table:consolidation", 0) + removed}
+        done_at = datetime.now(timezone.utc)
+        until = done_at + timedelta(seconds=s.topic_retention_s + s.topic_segment_s)
+        retained = [
+            RetainedCopy(topic=s.topic(name), until=until) for name in TOPIC_PAYLOADS if name not in COMPACTED_TOPICS
+        ]
+        reply = ForgetReply(
+            forget_id=forget.forget_id,
+            tenant_id=forget.tenant_id,
+            part=forget.part,
+            parts=forget.parts,
+            counts=counts,
+            retained=retained,
+            done_at=done_at,
+        )
+        audit = ForgetAudit(
+            forget_id=forget.forget_id,
+            tenant_id=forget.tenant_id,
+            conversation_id=forget.conversation_id,
+            by_speaker=forget.speaker is not None,
+            turn_ids_given=len(forget.turn_ids),
+            part=forget.part,
+            parts=forget.parts,
+            counts=counts,
+            requested_at=forget.requested_at,
+            done_at=done_at,
+        )
+        log.info("forget %s part %d/%d done: %s", forget.forget_id, forget.part, forget.parts, counts)
+        return StageResult(
+            [
+                Out(forget.reply_topic, forget.key, reply),
+                Out(s.topic(Topic.AUDIT), f"{forget.forget_id}/{forget.part}", audit),
+            ]
+        )
+
     async def on_command(record: Record) -> StageResult:
+        if message_kind(record.value) == "forget":
+            forget = Forget.from_bytes(record.value)
+            # A request is the ingest group's (it enters the pipeline there); this group ends it.
+            return await on_forget(record, forget) if forget.phase == "erased" else StageResult()
         command = ConsolidateCommand.from_bytes(record.value)
         if command.conversation_id is None:
             # A broadcast: a keyed command per pending conversation here, so each runs in the
@@ -141,9 +214,17 @@ def register(ctx: StageContext) -> None:
         log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)
         return StageResult()
 
+    def apply(update: ConsolidationUpdate) -> None:
+        with services.store_lock:
+            if refers_to_erased_cards(services.store, update):
+                log.info("update %s names an erased card: not applied", update.update_id)
+                metrics.forgotten.labels("update").inc()
+                return
+            apply_update(services.store, services.embedder, update)
+
     async def on_update(record: Record) -> StageResult:
         update = ConsolidationUpdate.from_bytes(record.value)
-        await asyncio.to_thread(apply_update, services.store, services.embedder, update)
+        await asyncio.to_thread(apply, update)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, on_write)

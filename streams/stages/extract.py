@@ -8,7 +8,7 @@ from functools import partial
 from typing import get_args
 
 from memstream.processors.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
-from memstream.schemas import StmFlush
+from memstream.schemas import Forget, StmFlush, decode_message
 from memstream.schemas.memory import ExtractionMode
 from memstream.schemas.topics import Topic
 
@@ -34,7 +34,11 @@ def register(ctx: StageContext) -> None:
     out_topic = s.topic(OUTPUTS[0])
 
     async def handler(record: Record) -> StageResult:
-        flush = StmFlush.from_bytes(record.value)
+        message = decode_message(INPUT, record.value)
+        if isinstance(message, Forget):  # behind the flushes it follows: on to the index stage
+            return StageResult([Out(out_topic, message.key, message, partition=record.partition)])
+        assert isinstance(message, StmFlush)
+        flush = message
         # An unreachable LLM (a restart, an outage) holds the partition for up to LLM_OUTAGE_S, then
         # the flush falls back to the extractive mode: memories from a short outage stay the LLM's.
         waited, delay = 0.0, 1.0

@@ -1,23 +1,26 @@
-"""index: a memory write's cards, scenes, triggers, turns and profile items embedded and upserted."""
+"""index: a memory write's cards, scenes, triggers, turns and profile items embedded and upserted; a
+forget that reaches it (behind every write of the turns it covers) erases them from the store."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
 
+from memstream.processors.forget import ForgetScope, erase
 from memstream.processors.index import COLLECTIONS, index_write
-from memstream.schemas import MemoryWrite
+from memstream.schemas import Forget, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Record, StageContext, StageResult, init_series
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
 
 STAGE = "index"
 INPUT = Topic.CARDS
-OUTPUTS: tuple[str, ...] = ()  # writes to the vector store
+OUTPUTS: tuple[str, ...] = (Topic.CONTROL,)  # writes to the vector store; erased forgets go back to control
 
 
 def register(ctx: StageContext) -> None:
-    services, metrics = ctx.services, ctx.metrics
+    s, services, metrics = ctx.s, ctx.services, ctx.metrics
+    control = s.topic(Topic.CONTROL)
 
     def index(write: MemoryWrite) -> None:
         written = index_write(write, services.embedder, services.store)
@@ -28,9 +31,25 @@ def register(ctx: StageContext) -> None:
             if turn.received_at is not None:
                 metrics.turn_to_memory.observe(max(0.0, (now - turn.received_at).total_seconds()))
 
+    def erase_scope(forget: Forget) -> dict[str, int]:
+        with services.store_lock:
+            counts = erase(services.store, ForgetScope.of(forget))
+        services.embedder.clear_cache()
+        for where, n in counts.items():
+            metrics.forgotten.labels(where).inc(n)
+        return counts
+
     async def handler(record: Record) -> StageResult:
-        write = MemoryWrite.from_bytes(record.value)
-        await asyncio.to_thread(index, write)
+        message = decode_message(INPUT, record.value)
+        if isinstance(message, Forget):
+            counts = await asyncio.to_thread(erase_scope, message)
+            merged = {**message.counts}
+            for where, n in counts.items():
+                merged[where] = merged.get(where, 0) + n
+            erased = message.model_copy(update={"phase": "erased", "counts": merged})
+            return StageResult([Out(control, message.key, erased, partition=record.partition)])
+        assert isinstance(message, MemoryWrite)
+        await asyncio.to_thread(index, message)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)

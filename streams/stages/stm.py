@@ -7,12 +7,13 @@ import time
 from datetime import datetime, timezone
 from typing import get_args
 
+from memstream.processors.forget import ForgetScope, scrub_buffer
 from memstream.processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
-from memstream.schemas import StmTick, decode_segments_message
+from memstream.schemas import Forget, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series, keys_in_partition
 
 STAGE = "stm"
 INPUT = Topic.SEGMENTS
@@ -27,8 +28,25 @@ def register(ctx: StageContext) -> None:
     out_topic = s.topic(OUTPUTS[0])
     in_topic = s.topic(INPUT)
 
+    async def on_forget(record: Record, forget: Forget) -> StageResult:
+        scope, removed = ForgetScope.of(forget), 0
+        for key in keys_in_partition(buffers, record.partition, s.topic_partitions):
+            tenant, conversation = key.split("/", 1)
+            if not scope.covers_conversation(tenant, conversation):
+                continue
+            state = StmState.from_dict(buffers.get(key))
+            if n := scrub_buffer(state, scope):
+                removed += n
+                await ctx.save_state(buffers, key, state.to_dict())
+        ctx.metrics.forgotten.labels("buffer").inc(removed)
+        counts = {**forget.counts, "buffer:stm": forget.counts.get("buffer:stm", 0) + removed}
+        onward = forget.model_copy(update={"counts": counts})
+        return StageResult([Out(out_topic, forget.key, onward, partition=record.partition)])
+
     async def handler(record: Record) -> StageResult:
         message = decode_segments_message(record.value)
+        if isinstance(message, Forget):
+            return await on_forget(record, message)
         state = StmState.from_dict(buffers.get(message.key))
         now = time.time()
         if isinstance(message, StmTick):

@@ -507,3 +507,23 @@ def test_set_payload_persists_after_close_and_reopen(kind, tmp_path):
         assert ids(s.scroll(COLL, "t1", where=StoreFilter(is_null=["superseded_by"]))) == [pid(1), pid(3)]
     finally:
         s.close()
+
+
+def test_delete_keeps_to_the_tenant_and_counts_what_it_deleted(store, kind, tmp_path):
+    fill(store)
+    # pid(4) is t2's: a t1 delete naming it leaves it; unknown ids and an empty list delete nothing
+    assert store.delete(COLL, "t1", [pid(1), pid(4), pid(99), pid(1)]) == 1
+    assert ids(store.scroll(COLL, "t1")) == [pid(2), pid(3)]
+    assert ids(store.scroll(COLL, "t2")) == [pid(4)]
+    assert store.delete(COLL, "t1", []) == 0
+    assert store.delete("never_created", "t1", [pid(2)]) == 0
+    assert store.delete(COLL, "t1", [pid(1)]) == 0  # again: idempotent
+    with pytest.raises(ValueError):
+        store.delete(COLL, "", [pid(2)])
+    # deleted for good: not found after a reopen either
+    store.close()
+    again = _open(kind, tmp_path / "q")
+    try:
+        assert ids(again.scroll(COLL, "t1")) == [pid(2), pid(3)]
+    finally:
+        again.close()

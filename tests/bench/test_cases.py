@@ -70,3 +70,8 @@ def test_longmemeval_set_makes_each_haystack_a_conversation_with_gold_turns() ->
     assert {t.turn_id for t in turns} >= set(ku.gold_turns)
     assert by_id["demo-ssu-2_abs"].abstention and not by_id["demo-ssu-2_abs"].retrieval_scored
     assert len(bench.conversations) == 3
+
+
+def test_a_chunk_of_a_long_turn_counts_as_its_turn_in_the_recall():
+    q = BenchQuestion("x", "x", "?", T0, "multi-session", "a", ("s1:2",), ("s1", "s3"))
+    assert score(q, ["s1:2#3"]) == {"session_recall": 0.5, "turn_recall": 1.0}

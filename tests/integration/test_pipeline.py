@@ -177,7 +177,10 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(m
     }
     for value in bad.values():
         pipe.produce_raw("turns", key, value)
-    pipe.produce([*turns[:2], turns[2].model_copy(update={"last_in_session": True})])
+    # Long, not too long: 80,000 characters go on as three chunks of the turn's id.
+    long_text = " ".join(f"Line {i} of a very long pasted document." for i in range(2000))[:80_000]
+    long_turn = turns[0].model_copy(update={"turn_id": "D1:900", "text": long_text})
+    pipe.produce([*turns[:2], long_turn, turns[2].model_copy(update={"last_in_session": True})])
     pipe.drain()
 
     letters = pipe.dead_letters()
@@ -190,6 +193,12 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(m
 
     reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation)
     assert turns[1].turn_id in {tid for e in reply.evidence for tid in e.turn_ids}
+    pipe.stop_workers()
+    with pipe.store() as store:
+        stored = {h.payload["turn_id"]: h.payload["text"] for h in store.scroll(TURNS, "acme", limit=1000)}
+    chunks = sorted(t for t in stored if t.startswith("D1:900#"))
+    assert chunks == ["D1:900#1", "D1:900#2", "D1:900#3"]
+    assert " ".join(stored[c] for c in chunks).split() == long_text.split()
 
 
 def test_a_client_waiting_past_its_timeout_gets_a_clear_error(make_pipeline):

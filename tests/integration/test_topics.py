@@ -40,3 +40,39 @@ def test_ensure_topics_creates_the_compacted_changelogs_of_a_stage_set(kafka):
         return {t["topic"]: (len(t["partitions"]), policy[t["topic"]]) for t in topics}
 
     assert asyncio.run(described()) == {t: (settings.topic_partitions, "compact") for t in wanted}
+
+
+async def topic_config(settings, names: list[str]) -> dict[str, dict[str, str]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    finally:
+        await admin.close()
+    return {r[3]: {e[0]: e[1] for e in r[4]} for response in responses for r in response.resources}
+
+
+def test_topics_get_the_configured_retention_and_existing_ones_are_brought_to_it(kafka):
+    """Raw text lives in the topics until retention removes it (a forget cannot delete records):
+    every delete-policy topic gets MEMSTREAM_TOPIC_RETENTION_S, also when it existed before."""
+    settings = kafka.model_copy(update={"topic_prefix": f"t{uuid.uuid4().hex[:10]}", "topic_retention_s": 86400.0})
+    turns, audit = settings.topic("turns"), settings.topic("audit")
+    changelog = changelog_topics(settings.topic_prefix, ["segment"])[0]
+
+    async def go() -> tuple[dict, dict]:
+        await ensure_topics(settings, stages=["segment"])
+        first = await topic_config(settings, [turns, audit, changelog])
+        longer = settings.model_copy(update={"topic_retention_s": 2 * 86400.0})
+        await ensure_topics(longer, stages=["segment"])  # the topics exist: their config is aligned
+        return first, await topic_config(settings, [turns, audit, changelog])
+
+    first, second = asyncio.run(go())
+    day = str(86400 * 1000)
+    assert first[turns]["cleanup.policy"] == "delete" and first[turns]["retention.ms"] == day
+    assert int(first[turns]["segment.ms"]) < int(day)
+    assert first[audit]["cleanup.policy"] == "compact" and first[audit]["max.compaction.lag.ms"] == day
+    assert first[changelog]["cleanup.policy"] == "compact" and first[changelog]["max.compaction.lag.ms"] == day
+    assert second[turns]["retention.ms"] == str(2 * 86400 * 1000)
+    assert second[changelog]["max.compaction.lag.ms"] == str(2 * 86400 * 1000)
+    assert second[changelog]["cleanup.policy"] == "compact"  # the whole config was sent, not reset
+    assert second[turns]["max.message.bytes"] == str(settings.max_message_bytes)

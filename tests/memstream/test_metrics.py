@@ -26,6 +26,7 @@ BOUNDED_LABELS = {
     "outcome",
     "step",
     "operation",
+    "where",  # a fixed set: store:<collection>, window, buffer, table, dropped, update
 }
 
 
