@@ -200,6 +200,40 @@ def scale(
     _write_json(result, json_out)
 
 
+@bench.command("fuzz")
+def fuzz(
+    n: int = typer.Option(10_000, "--n", min=10, help="Messages to send (about 40% good turns)"),
+    seed: int = typer.Option(0, help="Seed of the generator"),
+    workdir: Path = typer.Option(Path(".data/bench/fuzz"), help="Data folder of the deployment"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Hostile input on turns, queries and control, interleaved with good turns: every bad message
+    must be dead-lettered with its reason, every good turn stored, no worker crash."""
+    from memstream.bench.fuzz import run_fuzz_bench
+
+    with _progress() as progress:
+        task = progress.add_task("starting", total=None)
+        result = run_fuzz_bench(n, seed=seed, workdir=workdir, status=lambda t: progress.update(task, description=t))
+    table = Table(title=f"fuzz: {n} messages, seed {seed}")
+    for column in ("figure", "value"):
+        table.add_column(column)
+    for key in (
+        "sent_bad",
+        "dead_lettered",
+        "bad_not_dead_lettered",
+        "extra_dead_letters",
+        "crashes",
+        "worker_restarts",
+        "good_turns",
+        "good_stored",
+        "good_queries",
+        "good_queries_answered",
+    ):
+        table.add_row(key, str(result[key]))
+    console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("erasure")
 def erasure(
     data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared dev data when present)"),

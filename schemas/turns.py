@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -21,8 +21,8 @@ class Turn(TenantScoped):
     role: Role = "user"
     text: str = Field(min_length=1)
     event_time: UtcDatetime
-    image_captions: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    image_captions: list[Annotated[str, Field(max_length=4000)]] = Field(default_factory=list, max_length=64)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
     last_in_session: bool = Field(False, description="Producer marks the session's last turn: the STM flushes then")
 
 

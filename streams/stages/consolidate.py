@@ -37,6 +37,7 @@ from memstream.schemas import (
     ForgetReply,
     MemoryWrite,
     RetainedCopy,
+    SchemaError,
     decode_message,
 )
 from memstream.schemas.memory import ConsolidationAction
@@ -146,8 +147,12 @@ def register(ctx: StageContext) -> None:
 
     async def on_command(record: Record) -> StageResult:
         if message_kind(record.value) == "forget":
-            forget = Forget.from_bytes(record.value)
-            # A request is the ingest group's (it enters the pipeline there); this group ends it.
+            # A request is the ingest group's: it enters the pipeline there (and a malformed one is
+            # dead-lettered there, once). This group ends a forget the index stage erased.
+            try:
+                forget = Forget.from_bytes(record.value)
+            except SchemaError:
+                return StageResult()
             return await on_forget(record, forget) if forget.phase == "erased" else StageResult()
         command = ConsolidateCommand.from_bytes(record.value)
         if command.conversation_id is None:
