@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memstream.schemas.topics import Topic
@@ -73,6 +73,18 @@ class Settings(BaseSettings):
 
     # --- Kafka -------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port]")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How every producer, consumer, admin client and faust worker talks to the broker"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism (with a SASL_* protocol)"
+    )
+    kafka_sasl_username: str | None = Field(None, description="SASL user (with a SASL_* protocol)")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password (with a SASL_* protocol)")
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle that signed the broker's certificate (TLS)")
+    kafka_ssl_certfile: Path | None = Field(None, description="Client certificate, for brokers that require one")
+    kafka_ssl_keyfile: Path | None = Field(None, description="Client key, with kafka_ssl_certfile")
+    kafka_ssl_check_hostname: bool = Field(True, description="Check the broker's certificate names its host")
     broker_wait_s: float = Field(
         300.0,
         ge=0,
@@ -219,6 +231,19 @@ class Settings(BaseSettings):
         description="While the worker ingests, a run pauses this many times "
         "as long as each chunk of queues took (0 = never gives way)",
     )
+
+    @model_validator(mode="after")
+    def _kafka_security_is_complete(self) -> Settings:
+        if self.kafka_security_protocol.startswith("SASL") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"MEMSTREAM_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "MEMSTREAM_KAFKA_SASL_USERNAME and MEMSTREAM_KAFKA_SASL_PASSWORD"
+            )
+        if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
+            raise ValueError("MEMSTREAM_KAFKA_SSL_CERTFILE and MEMSTREAM_KAFKA_SSL_KEYFILE go together")
+        return self
 
     @property
     def topic_segment_s(self) -> float:

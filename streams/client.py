@@ -27,6 +27,7 @@ from memstream.schemas import (
     decode_message,
 )
 from memstream.schemas.topics import Topic
+from memstream.streams.kafka_options import client_options
 
 
 class QueryTimeout(TimeoutError):
@@ -54,7 +55,7 @@ class TurnProducer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            **client_options(settings),
             acks="all",
             enable_idempotence=True,
             max_request_size=settings.max_message_bytes,
@@ -87,7 +88,7 @@ async def request_consolidation(settings: Settings, command: ConsolidateCommand)
     without a conversation, onto every partition (each worker then consolidates what it holds).
     Returns how many messages were sent."""
     topic = settings.topic("control")
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    producer = AIOKafkaProducer(**client_options(settings), acks="all")
     await producer.start()
     try:
         if command.conversation_id is not None:
@@ -116,7 +117,7 @@ class MemoryClient:
     def __init__(self, settings: Settings, reply_topic: str | None = None):
         self.settings = settings
         self.reply_topic = reply_topic or settings.topic("replies")
-        self._producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=0)
+        self._producer = AIOKafkaProducer(**client_options(settings), acks="all", linger_ms=0)
         self._consumer: AIOKafkaConsumer | None = None
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._forgets: dict[str, tuple[int, list[ForgetReply], asyncio.Future[list[ForgetReply]]]] = {}
@@ -125,7 +126,7 @@ class MemoryClient:
     async def __aenter__(self) -> MemoryClient:
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **client_options(self.settings),
             enable_auto_commit=False,
             fetch_max_wait_ms=20,
             max_partition_fetch_bytes=self.settings.max_message_bytes,
@@ -277,8 +278,8 @@ class MemoryClient:
 
 @contextlib.asynccontextmanager
 async def _offset_clients(settings: Settings) -> AsyncIterator[tuple[AIOKafkaAdminClient, AIOKafkaConsumer]]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     try:
@@ -332,7 +333,7 @@ async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> di
 
 async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]:
     """The partitions of existing topics (waits for their metadata), over one connection."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = AIOKafkaProducer(**client_options(settings))
     await producer.start()
     try:
         return {topic: await asyncio.wait_for(producer.partitions_for(topic), 30) for topic in topics}

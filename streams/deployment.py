@@ -19,6 +19,7 @@ from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
 from memstream.schemas import ConsolidateCommand, DeadLetter, Reply, Turn
 from memstream.schemas.topics import DRAIN_TOPICS
+from memstream.streams.kafka_options import client_options
 
 from . import runtime
 from .client import (
@@ -39,6 +40,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def kafka_security_env(settings: Settings) -> dict[str, str]:
+    """The broker security settings as MEMSTREAM_* variables, for worker processes."""
+    if settings.kafka_security_protocol == "PLAINTEXT":
+        return {}
+    env = {
+        "MEMSTREAM_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
+        "MEMSTREAM_KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
+        "MEMSTREAM_KAFKA_SSL_CHECK_HOSTNAME": str(settings.kafka_ssl_check_hostname).lower(),
+    }
+    if settings.kafka_sasl_username and settings.kafka_sasl_password:
+        env["MEMSTREAM_KAFKA_SASL_USERNAME"] = settings.kafka_sasl_username
+        env["MEMSTREAM_KAFKA_SASL_PASSWORD"] = settings.kafka_sasl_password.get_secret_value()
+    for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+        if getattr(settings, name):
+            env[f"MEMSTREAM_{name.upper()}"] = str(getattr(settings, name))
+    return env
+
+
 class Deployment:
     """One isolated deployment: nothing of another deployment's topics or memories is visible."""
 
@@ -53,6 +72,7 @@ class Deployment:
         (data_dir / self.MANIFEST).write_text(json.dumps({"topic_prefix": prefix}) + "\n")
         self.env = {
             "MEMSTREAM_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
+            **kafka_security_env(base),
             "MEMSTREAM_TOPIC_PREFIX": prefix,
             "MEMSTREAM_DATA_DIR": str(data_dir),
             "MEMSTREAM_METRICS_PORT": str(free_port()),
@@ -211,7 +231,7 @@ class Deployment:
 
         async def go() -> list[tuple[bytes | None, bytes]]:
             consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.settings.kafka_bootstrap,
+                **client_options(self.settings),
                 enable_auto_commit=False,
                 max_partition_fetch_bytes=self.settings.max_message_bytes,
                 fetch_max_bytes=self.settings.max_message_bytes,
@@ -245,7 +265,7 @@ class Deployment:
 
         async def go() -> int:
             name = self.settings.topic(topic)
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+            consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
             await consumer.start()
             try:
                 tps = [TopicPartition(name, p) for p in (await partitions_of(self.settings, name))[name]]

@@ -14,13 +14,14 @@ from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from memstream.config import STAGE_TABLES, Settings, changelog_topics
 from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
+from memstream.streams.kafka_options import client_options
 
 log = logging.getLogger(__name__)
 
 
 async def broker_reachable(settings: Settings) -> bool:
     """The broker answers a metadata request now."""
-    client = AIOKafkaClient(bootstrap_servers=settings.kafka_bootstrap)
+    client = AIOKafkaClient(**client_options(settings))
     try:
         await client.bootstrap()
         return True
@@ -41,7 +42,11 @@ async def wait_for_broker(settings: Settings, timeout_s: float | None = None, po
         if time.monotonic() >= deadline:
             raise KafkaConnectionError(f"broker {settings.kafka_bootstrap} unreachable for {timeout_s:.0f}s")
         if not warned:
-            log.warning("broker %s unreachable: waiting up to %.0fs for it", settings.kafka_bootstrap, timeout_s)
+            log.warning(
+                "broker %s unreachable (down, or refusing these credentials): waiting up to %.0fs for it",
+                settings.kafka_bootstrap,
+                timeout_s,
+            )
             warned = True
         await asyncio.sleep(poll_s)
     if warned:
@@ -86,7 +91,7 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
     deadline = time.monotonic() + settings.broker_wait_s
     while True:
         await wait_for_broker(settings, max(0.0, deadline - time.monotonic()))
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        admin = AIOKafkaAdminClient(**client_options(settings))
         try:
             await admin.start()
             existing = set(await admin.list_topics())

@@ -1,10 +1,12 @@
 // memstream: readiness probe for the local Kafka broker (used by kafka.sh).
 //
-// Usage: java -cp "<kafka libs>/*:<dir>" KafkaReady <bootstrap> <timeout_s> [broker_pid]
+// Usage: java -cp "<kafka libs>/*:<dir>" KafkaReady <bootstrap> <timeout_s> [broker_pid] [client.properties]
 //
 // Retries real Kafka requests (DescribeCluster + ListTopics via the Admin
 // client) until they succeed or the timeout expires. If broker_pid is given
 // and that process dies, gives up at once. Exit 0 = ready, 1 = not ready.
+import java.io.FileInputStream;
+import java.io.InputStream;
 import java.util.Properties;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
@@ -14,7 +16,7 @@ import org.apache.kafka.clients.admin.DescribeClusterResult;
 public class KafkaReady {
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: KafkaReady <bootstrap> <timeout_s> [broker_pid]");
+            System.err.println("usage: KafkaReady <bootstrap> <timeout_s> [broker_pid] [client.properties]");
             System.exit(2);
         }
         String bootstrap = args[0];
@@ -22,6 +24,11 @@ public class KafkaReady {
         long pid = args.length > 2 ? Long.parseLong(args[2]) : -1;
 
         Properties p = new Properties();
+        if (args.length > 3) {  // the security settings (SASL_SSL) the broker wants from its clients
+            try (InputStream in = new FileInputStream(args[3])) {
+                p.load(in);
+            }
+        }
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "memstream-kafka-ready");
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "3000");

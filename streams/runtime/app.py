@@ -11,6 +11,7 @@ import faust
 from memstream.config import Settings, group_id
 
 from ..client import group_positions
+from ..kafka_options import faust_credentials
 from ..services import Services
 from ..stages import REGISTRY
 from .context import StageContext
@@ -32,6 +33,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     app = faust.App(
         app_id,
         broker=[f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
+        broker_credentials=faust_credentials(s),
         value_serializer="raw",
         key_serializer="raw",
         topic_partitions=s.topic_partitions,

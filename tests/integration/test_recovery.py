@@ -66,7 +66,7 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(ka
         worker = runtime.spawn_worker(pipe.env, pipe.settings.data_dir / "logs" / "early.log")
         pipe.workers.append(worker)
         deadline = time.monotonic() + 180
-        while "unreachable: waiting" not in worker.log_text():
+        while "unreachable (down, or refusing these credentials): waiting" not in worker.log_text():
             assert worker.alive(), worker.log_tail()
             assert time.monotonic() < deadline, worker.log_tail()
             time.sleep(0.5)
