@@ -179,9 +179,8 @@ class SafeCommits:
             known = [n for n in nexts if n is not None]
             if known and len(known) == len(nexts):
                 targets[TopicPartition(*tp)] = min(known)
-        if targets:
-            await faust_compat.seek(self.app.consumer, targets)
-        return [Partition(tp.topic, tp.partition) for tp in targets]
+        sought = await faust_compat.seek(self.app.consumer, targets) if targets else []
+        return [Partition(tp.topic, tp.partition) for tp in sought]
 
     async def lag(self) -> dict[Partition, int]:
         """Per partition this worker owns and reads: log end (as last fetched) minus the group's position."""

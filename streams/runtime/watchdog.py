@@ -62,7 +62,15 @@ def watchdog(ctx: StageContext) -> None:
             logging.shutdown()
             os._exit(EXIT_RESTART)
 
-    ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(check)
+    async def guarded() -> None:
+        # An exception in a faust timer crashes the worker: a look that fails (the broker away, a
+        # rebalance under way) is logged, and the next tick looks again.
+        try:
+            await check()
+        except Exception:  # noqa: BLE001
+            log.exception("watchdog check failed; trying again at the next tick")
+
+    ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(guarded)
 
 
 def lag_gauges(ctx: StageContext, interval_s: float = 5.0) -> None:

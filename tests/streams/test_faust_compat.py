@@ -37,3 +37,37 @@ def test_trim_bookkeeping_drops_acked_offsets_below_the_commit():
     faust_compat.trim_bookkeeping(c, {("t", 0): 5})
     assert c._committed_offset == {("t", 0): 5}
     assert c._acked[("t", 0)] == [5, 7] and c._acked_index[("t", 0)] == {5, 7}
+
+
+class Consumer:
+    """The two calls ``seek`` makes, with a rebalance that can land between them."""
+
+    def __init__(self, assigned, revoke_on_seek=False):
+        self.assigned = set(assigned)
+        self.revoke_on_seek = revoke_on_seek
+        self.sought = {}
+
+    def assignment(self):
+        return set(self.assigned)
+
+    async def seek_wait(self, positions):
+        from aiokafka.errors import IllegalStateError
+
+        if self.revoke_on_seek:
+            raise IllegalStateError("No current assignment for partition")
+        self.sought.update(positions)
+
+
+def test_seek_moves_only_assigned_partitions_and_survives_a_rebalance_in_between():
+    import asyncio
+
+    from aiokafka import TopicPartition
+
+    from memstream.streams.runtime.faust_compat import seek
+
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    consumer = Consumer([a])
+    assert asyncio.run(seek(consumer, {a: 5, b: 7})) == [a]
+    assert consumer.sought == {a: 5}
+    assert asyncio.run(seek(Consumer([a], revoke_on_seek=True), {a: 5})) == []  # no crash
+    assert asyncio.run(seek(Consumer([]), {a: 5})) == []
