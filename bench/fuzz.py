@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -229,9 +229,15 @@ def run_fuzz_bench(
             status("starting a worker")
             worker = dep.start_worker("fuzz")
             status(f"sending {len(messages)} messages")
+            # Queries name the deployment's reply topic: the bytes sent are what a dead letter keeps.
+            messages = [
+                replace(m, value=m.value.replace(b'"REPLIES"', orjson.dumps(replies)))
+                if m.topic == Topic.QUERIES
+                else m
+                for m in messages
+            ]
             for m in messages:
-                value = m.value.replace(b'"REPLIES"', orjson.dumps(replies)) if m.topic == Topic.QUERIES else m.value
-                dep.produce_raw(m.topic, m.key, value)
+                dep.produce_raw(m.topic, m.key, m.value)
             status("draining")
             deadline = time.monotonic() + 1800
             while True:

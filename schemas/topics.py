@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from .base import Payload, SchemaError
+from .base import Payload
 from .dlq import DeadLetter
 from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlush
@@ -55,13 +55,6 @@ FRONT_TOPICS = INGEST_TOPICS[:-1]
 DRAIN_TOPICS = (*INGEST_TOPICS, Topic.CONTROL, Topic.UPDATES)
 
 
-def _kind(raw: bytes) -> object:
-    try:
-        return orjson.loads(raw).get("kind")
-    except (orjson.JSONDecodeError, AttributeError) as exc:
-        raise SchemaError(f"not a JSON object: {exc}") from exc
-
-
 def message_kind(raw: bytes) -> object:
     """A message's ``kind``, or None when it is no JSON object (for routing: it raises nothing)."""
     try:
@@ -75,7 +68,7 @@ def decode_message(topic: str, raw: bytes) -> Payload:
     """A message of ``topic`` (logical name) as the payload its ``kind`` names; a message without a
     known kind is validated as the topic's main payload (whose error then says what is wrong)."""
     payloads = TOPIC_PAYLOADS[topic]
-    kind = _kind(raw)
+    kind = message_kind(raw)  # not JSON: the main payload's parse says so
     for payload in payloads:
         if payload.model_fields["kind"].default == kind:
             return payload.from_bytes(raw)

@@ -12,7 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
-from memstream.config import STAGE_TABLES, Settings, changelog_topics
+from memstream.config import Settings, changelog_topics
 from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
 from memstream.streams.kafka_options import client_options
 
@@ -53,8 +53,9 @@ async def wait_for_broker(settings: Settings, timeout_s: float | None = None, po
         log.info("broker %s reachable again", settings.kafka_bootstrap)
 
 
-def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
-    """The broker config of every memstream topic and of the changelogs of every stage (full names).
+def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, dict[str, str]]:
+    """The broker config of every memstream topic and of the changelogs that workers of ``stages``
+    keep (full names).
 
     Deleted by age: the topics that carry raw text (nothing else removes it after a forget).
     Compacted: the audit topic and the changelogs, which must not lose a conversation's latest
@@ -73,7 +74,7 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
     configs = {
         settings.topic(name): dict(compacted) if name in COMPACTED_TOPICS else dict(deleted) for name in ALL_TOPICS
     }
-    for full in changelog_topics(settings.topic_prefix, list(STAGE_TABLES)):
+    for full in changelog_topics(settings.topic_prefix, stages):
         configs[full] = dict(compacted)
     return configs
 
@@ -86,7 +87,7 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
     A worker creates its changelogs before it subscribes: a topic created after the consumer read
     its metadata stays unassigned until the next metadata refresh (5 minutes), and meanwhile faust
     fails every write to that table ("changelog topic ... has 0 partitions")."""
-    configs = topic_configs(settings)
+    configs = topic_configs(settings, stages)
     mine = [settings.topic(name) for name in ALL_TOPICS] + changelog_topics(settings.topic_prefix, stages)
     deadline = time.monotonic() + settings.broker_wait_s
     while True:
