@@ -191,7 +191,11 @@ def find_time_mentions(text: str, anchor: datetime) -> list[TimeMention]:
         for m in pattern.finditer(text):
             if any(m.start() < end and start < m.end() for start, end, _ in found):
                 continue
-            resolved = _resolve(kind, m, anchor)
+            try:
+                resolved = _resolve(kind, m, anchor)
+            except (OverflowError, ValueError):
+                # Outside the calendar (a turn dated 0001-01-01 said "yesterday", "year 0"): no time.
+                continue
             if resolved is None:
                 continue
             found.append((m.start(), m.end(), TimeMention(m.group(0), resolved[0], resolved[1])))

@@ -51,3 +51,15 @@ def test_locomo_session_dates_parse():
     assert parse_locomo_datetime("12:09 am on 13 September, 2023").hour == 0
     with pytest.raises(ValueError):
         parse_locomo_datetime("yesterday")
+
+
+def test_phrases_that_resolve_outside_the_calendar_are_left_unresolved():
+    from datetime import datetime, timezone
+
+    from memstream.processors.timeparse import find_time_mentions
+
+    first = datetime(1, 1, 1, tzinfo=timezone.utc)
+    last = datetime(9999, 12, 31, tzinfo=timezone.utc)
+    assert find_time_mentions("I saw her yesterday, last week and last year.", first) == []
+    assert find_time_mentions("See you tomorrow, next week and next year.", last) == []
+    assert [m.phrase for m in find_time_mentions("yesterday and tomorrow", last)] == ["yesterday"]
