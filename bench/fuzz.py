@@ -60,7 +60,10 @@ class FuzzMessage:
 
 def _good_turn(rng: random.Random, base: dict[str, Any], i: int) -> tuple[dict[str, Any], str]:
     turn = {**base, "turn_id": f"F{i}", "metadata": {"seq": i}}
-    kind = rng.choice(["plain", "plain", "injection", "odd", "far_past", "far_future", "long"])
+    # Long turns are rare (each becomes chunks whose extraction costs far more than a turn).
+    kind = (
+        "long" if rng.random() < 0.02 else rng.choice(["plain", "plain", "injection", "odd", "far_past", "far_future"])
+    )
     if kind == "injection":
         turn["text"] = rng.choice(INJECTIONS)
     elif kind == "odd":

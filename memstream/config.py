@@ -34,6 +34,14 @@ STAGE_TABLES: dict[str, tuple[str, ...]] = {
 STORE_STAGES = frozenset({"index", "consolidate", "query"})
 
 
+def _tls_or_loopback(url: str) -> bool:
+    """An https URL, or one to this machine (where no one else can read the key on the way)."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    return parsed.scheme == "https" or parsed.hostname in ("localhost", "127.0.0.1", "::1")
+
+
 def group_id(prefix: str, stages: Sequence[str]) -> str:
     """The consumer group (faust app id) of workers running ``stages``: one group per stage set, so
     workers with the same stages share its partitions."""
@@ -121,7 +129,7 @@ class Settings(BaseSettings):
 
     # --- Vector store ------------------------------------------------------------------------
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")
-    qdrant_api_key: str | None = None
+    qdrant_api_key: SecretStr | None = Field(None, description="Qdrant server API key (sent only over https)")
     qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant-<engine>)")
     qdrant_embedded: Literal["edge", "local"] = Field(
         "edge",
@@ -243,6 +251,8 @@ class Settings(BaseSettings):
             )
         if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
             raise ValueError("MEMSTREAM_KAFKA_SSL_CERTFILE and MEMSTREAM_KAFKA_SSL_KEYFILE go together")
+        if self.qdrant_api_key and self.qdrant_url and not _tls_or_loopback(self.qdrant_url):
+            raise ValueError("MEMSTREAM_QDRANT_API_KEY is sent only over https: use an https:// MEMSTREAM_QDRANT_URL")
         return self
 
     @property

@@ -14,7 +14,8 @@ def open_store(settings: Settings) -> VectorStore:
     if settings.qdrant_url:
         from .qdrant_store import QdrantStore
 
-        return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return QdrantStore(url=settings.qdrant_url, api_key=api_key)
     if settings.qdrant_embedded == "edge":
         from .qdrant_edge_store import QdrantEdgeStore
 

@@ -43,7 +43,8 @@ from memstream.schemas import (
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series, keys_in_partition
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +99,17 @@ def register(ctx: StageContext) -> None:
     async def on_forget(record: Record, forget: Forget) -> StageResult:
         """The last step of a forget, after the store erased it: pending cards that no longer exist
         leave the table, then the reply and the audit record go out."""
-        scope, removed = ForgetScope.of(forget), 0
-        for key in keys_in_partition(pending, record.partition, s.topic_partitions):
-            tenant, conversation = key.split("/", 1)
-            state = pending.get(key)
-            if not scope.covers_conversation(tenant, conversation) or not state:
-                continue
-            existing = await asyncio.to_thread(existing_cards, services.store, tenant, state["cards"])
-            state, n = scrub_pending(state, existing)
-            if n:
-                removed += n
-                await ctx.save_state(pending, key, state)
+        scope = ForgetScope.of(forget)
+
+        async def scrub(state: Any) -> tuple[Any, int]:
+            # Which pending cards the index stage erased: a store read, off the loop.
+            cards = state.get("cards", [])
+            existing = await asyncio.to_thread(existing_cards, services.store, scope.tenant_id, cards)
+            return scrub_pending(state, existing)
+
+        removed = await scrub_table(ctx, pending, record.partition, scope, scrub)
         metrics.forgotten.labels("table").inc(removed)
-        counts = {**forget.counts, "table:consolidation": forget.counts.get("table:consolidation", 0) + removed}
+        counts = onward(forget, {"table:consolidation": removed}).counts
         done_at = datetime.now(timezone.utc)
         until = done_at + timedelta(seconds=s.topic_retention_s + s.topic_segment_s)
         retained = [

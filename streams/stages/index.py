@@ -12,6 +12,7 @@ from memstream.schemas import Forget, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .forgetting import onward
 
 STAGE = "index"
 INPUT = Topic.CARDS
@@ -43,10 +44,7 @@ def register(ctx: StageContext) -> None:
         message = decode_message(INPUT, record.value)
         if isinstance(message, Forget):
             counts = await asyncio.to_thread(erase_scope, message)
-            merged = {**message.counts}
-            for where, n in counts.items():
-                merged[where] = merged.get(where, 0) + n
-            erased = message.model_copy(update={"phase": "erased", "counts": merged})
+            erased = onward(message, counts, phase="erased")
             return StageResult([Out(control, message.key, erased, partition=record.partition)])
         assert isinstance(message, MemoryWrite)
         await asyncio.to_thread(index, message)

@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
-from typing import get_args
+from typing import Any, get_args
 
 from memstream.processors.forget import ForgetScope, scrub_window
 from memstream.processors.segment import Segmenter, SegmenterState, window_is_idle
 from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series, keys_in_partition
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +42,20 @@ def register(ctx: StageContext) -> None:
     )
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
-        # Every window of the scope in this partition drops the covered turns (its changelog record
-        # rewritten, so a restart does not bring them back); cached embeddings of their text go.
-        scope, removed = ForgetScope.of(forget), 0
-        for key in keys_in_partition(states, record.partition, s.topic_partitions):
-            tenant, conversation = key.split("/", 1)
-            if not scope.covers_conversation(tenant, conversation):
-                continue
-            state = SegmenterState.from_dict(states.get(key))
-            if n := scrub_window(state, scope):
-                removed += n
-                await ctx.save_state(states, key, state.to_dict())
+        # Every window of the scope in this partition drops the covered turns; cached embeddings
+        # of their text go too.
+        scope = ForgetScope.of(forget)
+
+        def scrub(data: Any) -> tuple[Any, int]:
+            state = SegmenterState.from_dict(data)
+            removed = scrub_window(state, scope)
+            return state.to_dict(), removed
+
+        removed = await scrub_table(ctx, states, record.partition, scope, scrub)
         services.embedder.clear_cache()
         ctx.metrics.forgotten.labels("window").inc(removed)
-        counts = {**forget.counts, "window:segmenter": forget.counts.get("window:segmenter", 0) + removed}
-        onward = forget.model_copy(update={"counts": counts})
-        return StageResult([Out(out_topic, forget.key, onward, partition=record.partition)])
+        passed = onward(forget, {"window:segmenter": removed})
+        return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
 
     async def handler(record: Record) -> StageResult:
         message = decode_compressed_message(record.value)

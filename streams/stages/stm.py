@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import get_args
+from typing import Any, get_args
 
 from memstream.processors.forget import ForgetScope, scrub_buffer
 from memstream.processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
@@ -13,7 +13,8 @@ from memstream.schemas import Forget, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series, keys_in_partition
+from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .forgetting import onward, scrub_table
 
 STAGE = "stm"
 INPUT = Topic.SEGMENTS
@@ -29,19 +30,17 @@ def register(ctx: StageContext) -> None:
     in_topic = s.topic(INPUT)
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
-        scope, removed = ForgetScope.of(forget), 0
-        for key in keys_in_partition(buffers, record.partition, s.topic_partitions):
-            tenant, conversation = key.split("/", 1)
-            if not scope.covers_conversation(tenant, conversation):
-                continue
-            state = StmState.from_dict(buffers.get(key))
-            if n := scrub_buffer(state, scope):
-                removed += n
-                await ctx.save_state(buffers, key, state.to_dict())
+        scope = ForgetScope.of(forget)
+
+        def scrub(data: Any) -> tuple[Any, int]:
+            state = StmState.from_dict(data)
+            removed = scrub_buffer(state, scope)
+            return state.to_dict(), removed
+
+        removed = await scrub_table(ctx, buffers, record.partition, scope, scrub)
         ctx.metrics.forgotten.labels("buffer").inc(removed)
-        counts = {**forget.counts, "buffer:stm": forget.counts.get("buffer:stm", 0) + removed}
-        onward = forget.model_copy(update={"counts": counts})
-        return StageResult([Out(out_topic, forget.key, onward, partition=record.partition)])
+        passed = onward(forget, {"buffer:stm": removed})
+        return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
 
     async def handler(record: Record) -> StageResult:
         message = decode_segments_message(record.value)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+import orjson
 import pytest
 
 from memstream.config import Settings
@@ -84,3 +85,13 @@ def first_sessions(sessions: int = 2, *, tenant: str = "acme") -> tuple[str, lis
     sample = load_locomo(locomo_path())[0]
     turns = list(locomo_turns(sample, tenant_id=tenant, max_sessions=sessions))
     return sample.sample_id, turns, sample
+
+
+def latest_table_value(pipe: Deployment, table: str, key: str) -> dict:
+    """The newest value of ``key`` in a table's changelog topic (what a restarted worker recovers)."""
+    values = [
+        orjson.loads(v)
+        for k, v in pipe.read_topic(f"{pipe.group}-{table}-changelog", prefixed=False)
+        if k and orjson.loads(k) == key
+    ]
+    return values[-1] if values and values[-1] else {}

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import time
 
-import orjson
 import pytest
 
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.processors.index import CARDS, COLLECTIONS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import ForgetAudit
 
-from .conftest import first_sessions
+from .conftest import first_sessions, latest_table_value
 
 pytestmark = pytest.mark.integration
 
@@ -44,19 +43,9 @@ def derived_from(points: dict[str, list[dict]], turn_ids: set[str]) -> list[dict
     return bad + [p for p in points[TRIGGERS] if p["host_id"] not in hosts]
 
 
-def latest_value(pipe, table: str, key: str) -> dict:
-    """The newest changelog record of ``key`` in a table (what a restarted worker recovers)."""
-    values = [
-        orjson.loads(v)
-        for k, v in pipe.read_topic(f"{pipe.group}-{table}-changelog", prefixed=False)
-        if k and orjson.loads(k) == key
-    ]
-    return values[-1] if values and values[-1] else {}
-
-
 def table_turns(pipe, table: str, key: str) -> list[str]:
     """Turn ids a window (segmenter) or buffer (stm) holds, as its changelog says."""
-    state = latest_value(pipe, table, key)
+    state = latest_table_value(pipe, table, key)
     pending = [t["turn"]["turn_id"] for t in state.get("pending", [])]
     buffered = [t["turn"]["turn_id"] for g in state.get("groups", []) for t in g["turns"]]
     return pending + buffered
@@ -134,7 +123,7 @@ def test_forgetting_a_speaker_mid_stream_leaves_no_copy_and_survives_a_crash(mak
     points = snapshot(pipe, TENANT, conversation)
     assert not derived_from(points, forgotten_ids)
     assert {p["turn_id"] for p in points[TURNS]} == {t.turn_id for t in turns} - forgotten_ids
-    pending = latest_value(pipe, "consolidation", key).get("cards", [])
+    pending = latest_table_value(pipe, "consolidation", key).get("cards", [])
     assert set(pending) <= {p["id"] for p in points[CARDS]}, "an erased card still waits for consolidation"
     assert sizes(snapshot(pipe, OTHER_TENANT)) == other_tenant_before
     assert sizes(snapshot(pipe, TENANT, other_conversation)) == other_conversation_before

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 
-import orjson
 import pytest
 
 from memstream.processors.index import TURNS
 from memstream.streams import runtime
 
-from .conftest import first_sessions
+from .conftest import first_sessions, latest_table_value
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +25,8 @@ def test_kill_9_mid_ingestion_then_restart_every_turn_indexed_exactly_once(make_
     pipe.produce(session1[:half])
     pipe.drain()  # offsets committed: these turns now live only in the segmenter and STM tables
     key = f"acme/{conversation}"
-    in_stm = [t["turn"]["turn_id"] for g in latest(pipe, "stm", key).get("groups", []) for t in g["turns"]]
-    in_window = [t["turn"]["turn_id"] for t in latest(pipe, "segmenter", key).get("pending", [])]
+    in_stm = [t["turn"]["turn_id"] for g in latest_table_value(pipe, "stm", key).get("groups", []) for t in g["turns"]]
+    in_window = [t["turn"]["turn_id"] for t in latest_table_value(pipe, "segmenter", key).get("pending", [])]
     assert in_window, "the sensory window's changelog holds the newest turns"
     assert in_stm + in_window == [t.turn_id for t in session1[:half]]
 
@@ -45,16 +44,6 @@ def test_kill_9_mid_ingestion_then_restart_every_turn_indexed_exactly_once(make_
     ids = [h.payload["turn_id"] for h in raw]
     assert len(ids) == len(set(ids)) == len(turns)
     assert set(ids) == {t.turn_id for t in turns}
-
-
-def latest(pipe, table: str, key: str) -> dict:
-    """The newest value of ``key`` in a table's changelog topic."""
-    values = [
-        orjson.loads(v)
-        for k, v in pipe.read_topic(f"{pipe.group}-{table}-changelog", prefixed=False)
-        if k and orjson.loads(k) == key
-    ]
-    return values[-1] if values and values[-1] else {}
 
 
 def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(kafka, make_pipeline):
