@@ -26,9 +26,13 @@ def test_each_stage_set_names_the_changelogs_of_its_tables():
     from memstream.config import STAGES, changelog_topics
 
     assert changelog_topics("memory", list(STAGES)) == [
+        "memory-memstream-forgets-changelog",
         "memory-memstream-segmenter-changelog",
         "memory-memstream-stm-changelog",
         "memory-memstream-consolidation-changelog",
     ]
-    assert changelog_topics("p", ["compress", "segment"]) == ["p-memstream-compress-segment-segmenter-changelog"]
+    assert changelog_topics("p", ["compress", "segment"]) == [
+        "p-memstream-compress-segment-forgets-changelog",
+        "p-memstream-compress-segment-segmenter-changelog",
+    ]
     assert changelog_topics("p", ["query"]) == []
