@@ -156,16 +156,11 @@ def forgotten_turns(store: VectorStore, scope: ForgetScope) -> dict[str, set[str
     return out
 
 
-def erase(
-    store: VectorStore, scope: ForgetScope, extra_turns: Mapping[str, Iterable[str]] | None = None
-) -> dict[str, int]:
-    """Delete every point derived from a covered turn (or from ``extra_turns``: conversation -> turn
-    ids known from elsewhere), then the triggers of deleted cards and scenes, then repair the cards
-    that pointed at a deleted card. Returns the points deleted (``store:<collection>``) and the
-    cards repaired (``store:repaired``)."""
+def erase(store: VectorStore, scope: ForgetScope) -> dict[str, int]:
+    """Delete every point derived from a covered turn, then the triggers of deleted cards and
+    scenes, then repair the cards that pointed at a deleted card. Returns the points deleted
+    (``store:<collection>``) and the cards repaired (``store:repaired``)."""
     turns = forgotten_turns(store, scope)
-    for conversation, ids in (extra_turns or {}).items():
-        turns.setdefault(conversation, set()).update(ids)
     counts: dict[str, int] = {f"store:{c}": 0 for c in (*BY_TURNS, TRIGGERS)}
     counts["store:repaired"] = 0
     deleted_hosts: set[str] = set()
