@@ -33,6 +33,16 @@ def _progress() -> Progress:
     )
 
 
+def _print_figures(title: str, result: dict, keys: tuple[str, ...]) -> None:
+    """A two-column table of these figures of a result."""
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in keys:
+        table.add_row(key, str(result[key]))
+    console.print(table)
+
+
 def _write_json(result: dict, out: Optional[Path]) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -214,23 +224,22 @@ def fuzz(
     with _progress() as progress:
         task = progress.add_task("starting", total=None)
         result = run_fuzz_bench(n, seed=seed, workdir=workdir, status=lambda t: progress.update(task, description=t))
-    table = Table(title=f"fuzz: {n} messages, seed {seed}")
-    for column in ("figure", "value"):
-        table.add_column(column)
-    for key in (
-        "sent_bad",
-        "dead_lettered",
-        "bad_not_dead_lettered",
-        "extra_dead_letters",
-        "crashes",
-        "worker_restarts",
-        "good_turns",
-        "good_stored",
-        "good_queries",
-        "good_queries_answered",
-    ):
-        table.add_row(key, str(result[key]))
-    console.print(table)
+    _print_figures(
+        f"fuzz: {n} messages, seed {seed}",
+        result,
+        (
+            "sent_bad",
+            "dead_lettered",
+            "bad_not_dead_lettered",
+            "extra_dead_letters",
+            "crashes",
+            "worker_restarts",
+            "good_turns",
+            "good_stored",
+            "good_queries",
+            "good_queries_answered",
+        ),
+    )
     _write_json(result, json_out)
 
 
@@ -309,31 +318,30 @@ def chaos(
             status=lambda text: progress.update(task, description=text),
             on_progress=lambda _elapsed, sent: progress.update(task, completed=sent),
         )
-    table = Table(title=f"chaos: {minutes:g} min, seed {seed}")
-    for column in ("figure", "value"):
-        table.add_column(column)
-    for key in (
-        "kills",
-        "stops",
-        "rebalances",
-        "broker_restarts",
-        "llm_restarts",
-        "crashes",
-        "turns",
-        "lost",
-        "duplicated",
-        "extra_points",
-        "missing_points",
-        "dead_letters",
-        "queries",
-        "answered",
-        "error_replies",
-        "send_errors",
-        "unanswered",
-        "reply_p99_ms",
-    ):
-        table.add_row(key, str(result[key]))
-    console.print(table)
+    _print_figures(
+        f"chaos: {minutes:g} min, seed {seed}",
+        result,
+        (
+            "kills",
+            "stops",
+            "rebalances",
+            "broker_restarts",
+            "llm_restarts",
+            "crashes",
+            "turns",
+            "lost",
+            "duplicated",
+            "extra_points",
+            "missing_points",
+            "dead_letters",
+            "queries",
+            "answered",
+            "error_replies",
+            "send_errors",
+            "unanswered",
+            "reply_p99_ms",
+        ),
+    )
     _write_json(result, json_out)
     if json_out is not None:
         from memstream.bench.chaos import plot_timeline

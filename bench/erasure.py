@@ -26,7 +26,7 @@ import orjson
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.ports import StoreFilter
-from memstream.processors.forget import ForgetScope
+from memstream.processors.forget import ForgetScope, remaining
 from memstream.processors.index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Forget, Turn
 from memstream.streams import runtime
@@ -112,9 +112,8 @@ def count_remaining(dep: Deployment, gone: dict[tuple[str, str], set[str]]) -> d
         for (tenant, conversation), ids in gone.items():
             if not ids:
                 continue
-            where = StoreFilter(equals={"conversation_id": conversation}, any_of={"turn_ids": sorted(ids)})
-            for c in (TURNS, CARDS, SCENES, PROFILES):
-                out[c] += store.count(c, tenant, where=where)
+            for c, n in remaining(store, tenant, {conversation: ids}).items():
+                out[c] += n
             conv = StoreFilter(equals={"conversation_id": conversation})
             hosts = {h.id for c in (CARDS, SCENES) for h in store.scroll(c, tenant, where=conv, limit=100_000)}
             triggers = store.scroll(TRIGGERS, tenant, where=conv, limit=100_000)

@@ -219,14 +219,16 @@ def repair_lineage(store: VectorStore, tenant_id: str, deleted: set[str]) -> int
     return changed
 
 
-def remaining(store: VectorStore, scope: ForgetScope, turns: Mapping[str, Iterable[str]]) -> dict[str, int]:
-    """Points that still derive from ``turns`` (conversation -> turn ids): what erasure must leave at 0."""
+def remaining(store: VectorStore, tenant_id: str, turns: Mapping[str, Iterable[str]]) -> dict[str, int]:
+    """Points of a tenant that still derive from ``turns`` (conversation -> turn ids), per
+    collection: what erasure must leave at 0."""
     out: dict[str, int] = {}
     for conversation, ids in turns.items():
+        if not ids:
+            continue
         where = StoreFilter(equals={"conversation_id": conversation}, any_of={"turn_ids": sorted(set(ids))})
         for collection in BY_TURNS:
-            n = store.count(collection, scope.tenant_id, where=where)
-            out[collection] = out.get(collection, 0) + n
+            out[collection] = out.get(collection, 0) + store.count(collection, tenant_id, where=where)
     return out
 
 

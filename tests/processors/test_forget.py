@@ -225,7 +225,7 @@ def test_forgetting_a_speaker_erases_every_point_derived_from_their_turns_and_no
     # D1:1's raw turn; its card, the mixed card; the scene holding it; its profile item; their triggers
     assert done["store:turns"] == 1 and done["store:cards"] == 2 and done["store:scenes"] == 1
     assert done["store:profiles"] == 1 and done["store:triggers"] >= 2
-    assert remaining(store, scope, {"c1": {"D1:1"}}) == {c: 0 for c in (CARDS, SCENES, PROFILES, TURNS)}
+    assert remaining(store, "t1", {"c1": {"D1:1"}}) == {c: 0 for c in (CARDS, SCENES, PROFILES, TURNS)}
     left = store.scroll(TRIGGERS, "t1", where=conv("c1"))
     assert {h.payload["host_id"] for h in left} <= {ID["card-mel"], ID["scene2"]}
     assert {h.payload["turn_id"] for h in store.scroll(TURNS, "t1", where=conv("c1"))} == {"D1:2"}
