@@ -11,14 +11,21 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 SCHEMA_VERSION = 1
 
 # Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain. '#'
-# marks a chunk of a long turn (``D3:4#2``).
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#\-]{0,127}$"
+# marks a chunk of a long turn (``D3:4#2``), '~' a later version of an edited turn (``1712.05~1713``).
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#~\-]{0,127}$"
 CHUNK_MARK = "#"
+VERSION_MARK = "~"
 
 
 def base_turn_id(turn_id: str) -> str:
-    """The turn a chunk id belongs to (``D3:4#2`` -> ``D3:4``); other ids are their own base."""
-    return turn_id.split(CHUNK_MARK, 1)[0]
+    """The turn a chunk or a version belongs to (``D3:4#2``, ``D3:4~17`` -> ``D3:4``): forgetting a
+    turn forgets all of them; other ids are their own base."""
+    return turn_id.split(CHUNK_MARK, 1)[0].split(VERSION_MARK, 1)[0]
+
+
+def versioned_turn_id(turn_id: str, version: str) -> str:
+    """The id of a later version of a turn (an edit on a chat platform): ``<turn>~<version>``."""
+    return f"{base_turn_id(turn_id)}{VERSION_MARK}{version}"
 
 
 class SchemaError(ValueError):
