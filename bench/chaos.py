@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, Reply, Turn
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
-from memstream.streams.client import MemoryClient, QueryTimeout, TurnProducer
 from memstream.streams.deployment import Deployment, free_port
 
 INGEST = "compress,segment,stm,extract"
@@ -302,7 +302,7 @@ def produce(
     async def go() -> int:
         sent = retries = 0
         started = time.monotonic()
-        producer: TurnProducer | None = None
+        producer: AsyncMemoryClient | None = None
         while sent < len(turns) and not stop.is_set():
             due = started + seconds * sent / max(1, len(turns))
             if (wait := due - time.monotonic()) > 0:
@@ -310,9 +310,9 @@ def produce(
                 continue
             try:
                 if producer is None:
-                    producer = TurnProducer(settings)
+                    producer = AsyncMemoryClient(settings)
                     await asyncio.wait_for(producer.__aenter__(), 20)
-                await asyncio.wait_for(producer.send_turns([turns[sent]]), 20)
+                await asyncio.wait_for(producer.remember([turns[sent]]), 20)
                 sent += 1
                 on_sent(sent)
             except Exception:  # noqa: BLE001 - broker restarting: a new producer, the same turn again
@@ -343,13 +343,13 @@ def ask_continuously(
     rng = random.Random(options.seed + 1)
 
     async def go() -> None:
-        client: MemoryClient | None = None
+        client: AsyncMemoryClient | None = None
         while not stop.is_set():
             tenant, conversation, question = rng.choice(list(questions))
             t0 = time.monotonic()
             try:
                 if client is None:
-                    client = MemoryClient(settings)
+                    client = AsyncMemoryClient(settings)
                     await asyncio.wait_for(client.__aenter__(), 30)
                 reply: Reply = await client.ask(
                     question,
@@ -357,6 +357,7 @@ def ask_continuously(
                     conversation_id=conversation,
                     answer=answer,
                     timeout_s=options.ask_timeout_s,
+                    raise_on_error=False,
                 )
             except QueryTimeout:
                 asked.unanswered += 1

@@ -31,6 +31,7 @@ from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, full_context,
 from memstream.bench.deploy import worker_samples
 from memstream.bench.report import source_commit, summarize_run, write_outputs
 from memstream.bench.scoring import take_nearest_budget
+from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, VectorStore
 from memstream.processors.index import CARDS, TURNS
@@ -38,7 +39,6 @@ from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply
 from memstream.schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
 from memstream.streams import runtime
-from memstream.streams.client import MemoryClient
 from memstream.streams.deployment import Deployment
 
 STATE = "state.json"
@@ -415,7 +415,7 @@ class Runner:
         judge = Judge(endpoints.judge) if endpoints.judge is not None else None
         timeout = self.options.ask_timeout_s
         commit = source_commit()
-        async with MemoryClient(settings) as client:
+        async with AsyncMemoryClient(settings) as client:
             for q in questions:
                 t0 = time.perf_counter()
                 reply = await client.ask(
@@ -426,6 +426,7 @@ class Runner:
                     answer=self.options.llm,
                     question_time=q.asked_at,
                     timeout_s=timeout,
+                    raise_on_error=False,  # an error reply is a scored outcome
                 )
                 record = question_record(q, reply, (time.perf_counter() - t0) * 1000.0)
                 record["commit"] = commit

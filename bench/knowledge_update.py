@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from memstream.bench.deploy import deploy_worker, worker_samples
+from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
@@ -42,7 +43,6 @@ from memstream.processors.retrieve import RETIRED
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply, Turn
 from memstream.schemas.topics import INGEST_TOPICS
-from memstream.streams.client import MemoryClient
 from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
@@ -134,7 +134,7 @@ async def _ask_all(
     settings: Settings, cases: Sequence[UpdateCase], k: int | None, on_question: Callable[[], None]
 ) -> list[Reply]:
     replies = []
-    async with MemoryClient(settings) as client:
+    async with AsyncMemoryClient(settings) as client:
         for case in cases:
             replies.append(
                 await client.ask(

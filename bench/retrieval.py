@@ -24,6 +24,7 @@ import numpy as np
 
 from memstream.bench.deploy import deploy_worker
 from memstream.bench.scoring import evidence_recall, percentile, take_within_budget
+from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
@@ -35,7 +36,6 @@ from memstream.processors.timeparse import parse_locomo_datetime
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Query, Reply, Turn
 from memstream.streams import runtime
-from memstream.streams.client import MemoryClient
 
 TENANT = "bench"
 METHODS = ("adaptive", "lookup", "compose", "replay")
@@ -382,7 +382,7 @@ def grow_store(
 
 async def _reply_latency(settings: Settings, questions: Sequence[Question]) -> list[float]:
     out = []
-    async with MemoryClient(settings) as client:
+    async with AsyncMemoryClient(settings) as client:
         for q in questions[:3]:  # warm-up: first fetches, model load in the worker
             await client.ask(
                 q.text,

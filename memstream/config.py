@@ -240,6 +240,20 @@ class Settings(BaseSettings):
         "as long as each chunk of queues took (0 = never gives way)",
     )
 
+    # --- Gateway (memstream gateway: HTTP and MCP) ----------------------------------------------
+    gateway_host: str = Field("127.0.0.1", description="Address the gateway listens on")
+    gateway_port: int = Field(8480, ge=0, le=65535, description="Port of the gateway's HTTP API, /metrics and /mcp")
+    gateway_api_keys: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Tenant -> SHA-256 hex digests of its API keys (JSON; `memstream gateway hash-key` makes "
+        "one): a request's bearer key names its tenant; keys themselves are never stored",
+    )
+    gateway_max_request_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body (413 above)")
+    gateway_slack_signing_secret: SecretStr | None = Field(
+        None, description="Slack app signing secret: /v1/webhooks/slack refuses unsigned or stale requests"
+    )
+    gateway_retry_after_s: int = Field(5, ge=1, description="Retry-After of a 503 when the broker is unavailable")
+
     @model_validator(mode="after")
     def _kafka_security_is_complete(self) -> Settings:
         if self.kafka_security_protocol.startswith("SASL") and not (

@@ -18,13 +18,14 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from memstream.client import AsyncMemoryClient, ForgetOutcome, MemstreamError, QueryTimeout
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
-from memstream.schemas import ConsolidateCommand, Plan, Reply, Turn
+from memstream.schemas import Plan, Reply, Turn
 from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
-from .client import ForgetOutcome, MemoryClient, QueryTimeout, TurnProducer, request_consolidation, wait_drained
+from .lag import wait_drained
 from .topics import ensure_topics
 
 cli = typer.Typer(
@@ -32,6 +33,8 @@ cli = typer.Typer(
 )
 models = typer.Typer(no_args_is_help=True, help="Local model folders (offline)")
 cli.add_typer(models, name="models")
+gateway = typer.Typer(help="The HTTP and MCP gateway: a stateless bridge to memstream's topics")
+cli.add_typer(gateway, name="gateway")
 console = Console(stderr=False)
 
 
@@ -147,32 +150,61 @@ def _load_turns(
     return turns
 
 
+def _progress(label: str) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
 async def _ingest(settings: Settings, turns: list[Turn]) -> float:
-    await ensure_topics(settings)
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with _progress("ingest") as progress:
         task = progress.add_task("turns", total=len(turns))
-        async with TurnProducer(settings) as producer:
-            await producer.send_turns(turns, on_sent=lambda _t: progress.advance(task))
+        async with AsyncMemoryClient(settings, create_topics=True) as client:
+            await client.remember(turns, on_sent=lambda _t: progress.advance(task))
     return time.perf_counter() - started
+
+
+async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str | None, conversation: str | None):  # noqa: ANN202
+    from memstream.platforms import load_events, map_events
+
+    mapped = map_events(fmt, load_events(fmt, file), tenant_id=tenant, conversation_id=conversation)
+    async with AsyncMemoryClient(settings, create_topics=True) as client:
+        return await client.ingest(mapped, source=f"{fmt}:{file.name}")
 
 
 @cli.command()
 def ingest(
-    file: Path = typer.Argument(..., exists=True, help="LoCoMo JSON or JSONL of turns"),
-    tenant: str = typer.Option("default", help="Tenant id of the turns"),
-    conversation: Optional[str] = typer.Option(None, help="Conversation id (default: the sample id)"),
+    file: Path = typer.Argument(..., exists=True, help="LoCoMo JSON, JSONL of turns, or chat-platform events"),
+    fmt: str = typer.Option(
+        "locomo", "--format", help="locomo (JSON or JSONL of turns) | slack | discord | openai | telegram"
+    ),
+    tenant: Optional[str] = typer.Option(
+        None, help="Tenant id (default: 'default'; platform events: the team/guild they name)"
+    ),
+    conversation: Optional[str] = typer.Option(None, help="Conversation id (default: the sample id / the channel)"),
     sample: Optional[str] = typer.Option(None, help="Only this LoCoMo sample_id"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
     wait: bool = typer.Option(False, help="Wait until the pipeline has processed everything"),
 ) -> None:
-    """Produce a conversation's turns onto memory.turns."""
+    """Produce a conversation's turns onto memory.turns: a LoCoMo file, or a chat platform's events
+    (edits become new versions of a turn, deletions forget it, malformed events are dead-lettered)."""
     s = _settings()
-    turns = _load_turns(file, tenant, conversation, sample, sessions)
-    seconds = asyncio.run(_ingest(s, turns))
-    console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
+    try:
+        if fmt == "locomo":
+            turns = _load_turns(file, tenant or "default", conversation, sample, sessions)
+            seconds = asyncio.run(_ingest(s, turns))
+            console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
+        else:
+            outcome = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation))
+            skipped = ", ".join(f"{k} {n}" for k, n in sorted(outcome.skipped.items())) or "none"
+            console.print(
+                f"produced {outcome.turns} turns and {len(outcome.forgets)} forgets (edits, deletions); "
+                f"{outcome.dead_letters} malformed events dead-lettered; skipped: {skipped}"
+            )
+    except (MemstreamError, ValueError) as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
     if wait:
         asyncio.run(wait_drained(s, own_reading(s)))
         console.print("pipeline drained")
@@ -248,9 +280,8 @@ async def _ask(
     question_time: datetime | None = None,
 ) -> list[tuple[str, Reply | QueryTimeout, float]]:
     """Each question's reply, or the QueryTimeout it got instead (the others are still asked)."""
-    await ensure_topics(settings)
     out: list[tuple[str, Reply | QueryTimeout, float]] = []
-    async with MemoryClient(settings) as client:
+    async with AsyncMemoryClient(settings, create_topics=True) as client:
         for q in questions:
             t0 = time.perf_counter()
             try:
@@ -263,6 +294,7 @@ async def _ask(
                     answer=answer,
                     question_time=question_time,
                     timeout_s=timeout,
+                    raise_on_error=False,  # printed with the others
                 )
             except QueryTimeout as exc:
                 reply = exc
@@ -314,15 +346,14 @@ def consolidate(
     """Consolidate now (sleep time on demand): a command on memory.control for the workers running
     the consolidate stage. Without options, every conversation with new cards."""
     s = _settings()
-    command = ConsolidateCommand(
-        tenant_id=tenant,
-        conversation_id=conversation,
-        reason="command",
-        requested_at=datetime.now(timezone.utc),
-        scope="all" if all_cards else "pending",
-    )
-    asyncio.run(ensure_topics(s))
-    sent = asyncio.run(request_consolidation(s, command))
+
+    async def go() -> int:
+        async with AsyncMemoryClient(s, create_topics=True) as client:
+            return await client.consolidate(
+                tenant_id=tenant, conversation_id=conversation, scope="all" if all_cards else "pending"
+            )
+
+    sent = asyncio.run(go())
     scope = f"{tenant}/{conversation}" if conversation else (f"tenant {tenant}" if tenant else "every tenant")
     console.print(f"consolidation requested for {scope} ({sent} message(s) on {s.topic('control')})")
 
@@ -330,8 +361,7 @@ def consolidate(
 async def _forget(
     s: Settings, tenant: str, conversation: str | None, speaker: str | None, turn_ids: list[str], timeout: float
 ) -> ForgetOutcome:
-    await ensure_topics(s)
-    async with MemoryClient(s) as client:
+    async with AsyncMemoryClient(s, create_topics=True) as client:
         return await client.forget(
             tenant_id=tenant, conversation_id=conversation, speaker=speaker, turn_ids=turn_ids, timeout_s=timeout
         )
@@ -353,7 +383,7 @@ def forget(
     s = _settings()
     try:
         outcome = asyncio.run(_forget(s, tenant, conversation, speaker, list(turn_id), timeout))
-    except (QueryTimeout, ValueError) as exc:  # ValueError: an invalid scope (turn ids without a conversation)
+    except (MemstreamError, ValueError) as exc:  # ValueError: an invalid scope (turn ids without a conversation)
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if as_json:
@@ -388,24 +418,17 @@ def export(
     """Every memory of the scope as JSONL (data portability): raw turns, cards with their provenance
     and versions, scenes, profile items and triggers. Opens the store itself: with the embedded
     store, stop the workers first (it is single-process); a Qdrant server needs no stop."""
-    from memstream.adapters import open_store
-    from memstream.processors.export import export_records
-
-    s = _settings()
-    try:
-        store = open_store(s)
-    except RuntimeError as exc:
-        console.print(f"[red]cannot open the store: {exc}[/]")
-        raise typer.Exit(2) from None
     n = 0
     try:
         with contextlib.ExitStack() as stack:
+            records = AsyncMemoryClient(_settings()).export(tenant_id=tenant, conversation_id=conversation)
             fh = sys.stdout.buffer if str(out) == "-" else stack.enter_context(out.open("wb"))
-            for record in export_records(store, tenant, conversation):
+            for record in records:
                 fh.write(orjson.dumps(record) + b"\n")
                 n += 1
-    finally:
-        store.close()
+    except MemstreamError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
     if str(out) != "-":
         console.print(f"exported {n} records of {tenant}{'/' + conversation if conversation else ''} to {out}")
 
@@ -511,6 +534,49 @@ def convert_smollm2(
         console.print(f"[red]{exc}[/]", highlight=False)
         raise typer.Exit(1) from None
     sys.stdout.write(f"{convert_gguf_to_hf(gguf, out or DEFAULT_SMOLLM2_HF_DIR)}\n")
+
+
+@gateway.callback(invoke_without_command=True)
+def gateway_serve(
+    ctx: typer.Context,
+    host: Optional[str] = typer.Option(None, help="Listen address (default MEMSTREAM_GATEWAY_HOST)"),
+    port: Optional[int] = typer.Option(None, help="Port (default MEMSTREAM_GATEWAY_PORT)"),
+) -> None:
+    """Serve the HTTP API (/v1/turns, /v1/ask, /v1/forget, /v1/webhooks/slack, /healthz, /metrics)
+    and the MCP server (/mcp) in the foreground. Stateless: run as many as the load needs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import uvicorn
+
+    from memstream.gateway.http import create_app
+
+    s = _settings()
+    if not s.gateway_api_keys:
+        console.print("[yellow]no MEMSTREAM_GATEWAY_API_KEYS: every keyed request will get 401[/]")
+    uvicorn.run(create_app(s), host=host or s.gateway_host, port=port or s.gateway_port, log_level="warning")
+
+
+@gateway.command("hash-key")
+def gateway_hash_key(key: str = typer.Argument(..., help="An API key to give a tenant")) -> None:
+    """The SHA-256 digest to list under the tenant in MEMSTREAM_GATEWAY_API_KEYS (the key itself is
+    never configured)."""
+    from memstream.gateway.auth import hash_key
+
+    sys.stdout.write(hash_key(key) + "\n")
+
+
+@gateway.command("mcp")
+def gateway_mcp(tenant: str = typer.Option(..., help="The tenant this stdio server reads and writes")) -> None:
+    """The MCP server over stdio (for agent frameworks that start their tools as processes): the
+    remember, recall and forget tools, for one tenant."""
+    import logging
+
+    from memstream.gateway.auth import TenantKeys
+    from memstream.gateway.http import SharedClient
+    from memstream.gateway.mcp_server import build_mcp_server
+
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # stdout is the protocol; logs go to stderr
+    build_mcp_server(SharedClient(_settings()), TenantKeys({}), stdio_tenant=tenant).run("stdio")
 
 
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -8,29 +8,21 @@ import contextlib
 import json
 import socket
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream.adapters import open_store
+from memstream.client import AsyncMemoryClient, ForgetOutcome
 from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
-from memstream.schemas import ConsolidateCommand, DeadLetter, Reply, Turn
+from memstream.schemas import DeadLetter, Reply, Turn
 from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams.kafka_options import client_options
 
 from . import runtime
-from .client import (
-    ForgetOutcome,
-    MemoryClient,
-    TurnProducer,
-    partitions_of,
-    request_consolidation,
-    topics_lag,
-    wait_drained,
-)
+from .lag import partitions_of, topics_lag, wait_drained
 from .topics import ensure_topics
 
 
@@ -131,15 +123,15 @@ class Deployment:
 
     def produce(self, turns: Iterable[Turn], on_sent=None) -> int:  # noqa: ANN001
         async def go() -> int:
-            async with TurnProducer(self.settings) as p:
-                return await p.send_turns(turns, on_sent=on_sent)
+            async with AsyncMemoryClient(self.settings) as client:
+                return await client.remember(turns, on_sent=on_sent)
 
         return asyncio.run(go())
 
     def produce_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         async def go() -> None:
-            async with TurnProducer(self.settings) as p:
-                await p.send_raw(self.settings.topic(topic), key, value)
+            async with AsyncMemoryClient(self.settings) as client:
+                await client.send_raw(self.settings.topic(topic), key, value)
 
         asyncio.run(go())
 
@@ -161,14 +153,11 @@ class Deployment:
         return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None, scope: str = "pending") -> int:
-        command = ConsolidateCommand(
-            tenant_id=tenant,
-            conversation_id=conversation,
-            reason="command",
-            requested_at=datetime.now(timezone.utc),
-            scope=scope,
-        )  # type: ignore[arg-type]
-        return asyncio.run(request_consolidation(self.settings, command))
+        async def go() -> int:
+            async with AsyncMemoryClient(self.settings) as client:
+                return await client.consolidate(tenant_id=tenant, conversation_id=conversation, scope=scope)  # type: ignore[arg-type]
+
+        return asyncio.run(go())
 
     def ask(
         self,
@@ -181,7 +170,7 @@ class Deployment:
         timeout_s: float = 60.0,
     ) -> Reply:
         async def go() -> Reply:
-            async with MemoryClient(self.settings) as client:
+            async with AsyncMemoryClient(self.settings) as client:
                 return await client.ask(
                     question,
                     tenant_id=tenant,
@@ -189,6 +178,7 @@ class Deployment:
                     profile=profile,
                     answer=answer,
                     timeout_s=timeout_s,
+                    raise_on_error=False,  # tests look at error replies themselves
                 )
 
         return asyncio.run(go())
@@ -203,7 +193,7 @@ class Deployment:
         timeout_s: float = 300.0,
     ) -> ForgetOutcome:
         async def go() -> ForgetOutcome:
-            async with MemoryClient(self.settings) as client:
+            async with AsyncMemoryClient(self.settings) as client:
                 return await client.forget(
                     tenant_id=tenant,
                     conversation_id=conversation,

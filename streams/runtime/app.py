@@ -10,8 +10,8 @@ import faust
 
 from memstream.config import Settings, group_id
 
-from ..client import group_positions
 from ..kafka_options import faust_credentials
+from ..lag import group_positions
 from ..services import Services
 from ..stages import REGISTRY
 from .context import StageContext

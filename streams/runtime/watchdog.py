@@ -10,7 +10,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from ..client import partition_lag
+from ..lag import partition_lag
 from .context import StageContext
 from .processes import EXIT_RESTART
 

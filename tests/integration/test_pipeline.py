@@ -10,7 +10,7 @@ import pytest
 
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush
-from memstream.streams.client import QueryTimeout
+from memstream.client import QueryTimeout
 
 from .conftest import first_sessions
 

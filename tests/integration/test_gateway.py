@@ -1,0 +1,265 @@
+"""The ways in, end to end over the real broker and a real worker: the Python SDK (sync), the HTTP
+gateway (JSON API, Slack webhook, keys, limits, 503 without a broker) and the MCP server over
+streamable HTTP and over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import orjson
+import pytest
+
+from memstream.client import BrokerUnavailable, MemoryClient
+from memstream.config import Settings
+from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.gateway.auth import hash_key, slack_signature
+from memstream.streams.deployment import free_port
+
+from .conftest import Pipeline
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"T0ACME": "key-of-acme", "T0GLOBEX": "key-of-globex"}
+SLACK_SECRET = "slack-signing-secret-for-tests"
+CHANNEL = "C0GENERAL"
+SLACK_MESSAGES = [
+    ("1714560000.000100", "U01NORA", "I adopted a three-legged cat called Biscuit from the shelter on Elm Street."),
+    ("1714560060.000200", "U02TOMAS", "Lovely! Does Biscuit get along with your parrot?"),
+    ("1714560120.000300", "U01NORA", "Mostly. The parrot, Captain, taught himself to meow within a week."),
+]
+
+
+def auth(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[tenant]}"}
+
+
+def slack_envelope(ts: str, user: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "event_callback",
+        "team_id": "T0ACME",
+        "api_app_id": "A0MEMSTREAM",
+        "event_id": f"Ev{ts.replace('.', '')}",
+        "event_time": int(float(ts)),
+        "event": {
+            "type": "message",
+            "channel": CHANNEL,
+            "channel_type": "channel",
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+        },
+    }
+
+
+def signed(body: bytes, secret: str = SLACK_SECRET, at: float | None = None) -> dict[str, str]:
+    timestamp = str(int(at if at is not None else time.time()))
+    return {
+        "X-Slack-Request-Timestamp": timestamp,
+        "X-Slack-Signature": slack_signature(secret, timestamp, body),
+        "Content-Type": "application/json",
+    }
+
+
+def gateway_env(pipe: Pipeline, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        **pipe.env,
+        "MEMSTREAM_GATEWAY_API_KEYS": json.dumps({t: [hash_key(k)] for t, k in KEYS.items()}),
+        "MEMSTREAM_GATEWAY_SLACK_SIGNING_SECRET": SLACK_SECRET,
+        "MEMSTREAM_GATEWAY_MAX_REQUEST_BYTES": str(64 * 1024),
+        **extra,
+    }
+
+
+class Gateway:
+    """``memstream gateway`` as a user runs it: a process on a port."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memstream.streams.cli", "gateway", "--port", str(self.port)],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, log.read_text()
+            try:
+                httpx.get(self.url + "/metrics", timeout=2)
+                return
+            except httpx.TransportError:
+                time.sleep(0.3)
+        raise AssertionError(f"the gateway did not start: {log.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, Gateway]]:
+    pipe = Pipeline(kafka, tmp_path_factory.mktemp("gateway"), {"MEMSTREAM_EXTRACT_MODE": "extractive"})
+    pipe.start_worker()
+    gateway = Gateway(gateway_env(pipe), pipe.settings.data_dir / "logs" / "gateway.log")
+    try:
+        yield pipe, gateway
+    finally:
+        gateway.stop()
+        pipe.stop_workers()
+
+
+def test_the_sync_sdk_remembers_a_conversation_and_answers_only_its_tenant(stack):
+    pipe, _ = stack
+    sample = load_locomo(demo_conversation_path())[0]
+    turns = list(locomo_turns(sample, tenant_id="T0ACME", max_sessions=1))
+    with MemoryClient(pipe.settings) as memory:
+        assert memory.remember(turns) == len(turns)
+        pipe.drain()
+        reply = memory.ask(
+            "Who teaches Nora's pottery class?", tenant_id="T0ACME", conversation_id=sample.sample_id, answer=False
+        )
+        assert "D1:3" in {t for e in reply.evidence for t in e.turn_ids}
+        other = memory.ask(
+            "Who teaches Nora's pottery class?", tenant_id="T0GLOBEX", conversation_id=sample.sample_id, answer=False
+        )
+        assert other.ok and other.evidence == []
+
+
+def test_the_sdk_says_clearly_when_the_broker_cannot_be_reached(kafka):
+    dead = kafka.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{free_port()}"})
+    with pytest.raises(BrokerUnavailable, match="cannot reach Kafka at 127.0.0.1"):
+        with MemoryClient(dead):
+            pass
+
+
+def test_a_slack_webhook_becomes_memory_that_http_and_mcp_can_ask(stack):
+    pipe, gateway = stack
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        challenge = orjson.dumps({"type": "url_verification", "challenge": "c-123", "token": "x"})
+        assert http.post("/v1/webhooks/slack", content=challenge, headers=signed(challenge)).json() == {
+            "challenge": "c-123"
+        }
+        first = orjson.dumps(slack_envelope(*SLACK_MESSAGES[0]))
+        assert http.post("/v1/webhooks/slack", content=first, headers=signed(first, "wrong")).status_code == 401
+        stale = signed(first, at=time.time() - 3600)
+        assert http.post("/v1/webhooks/slack", content=first, headers=stale).status_code == 401
+        for message in SLACK_MESSAGES:
+            body = orjson.dumps(slack_envelope(*message))
+            response = http.post("/v1/webhooks/slack", content=body, headers=signed(body))
+            assert response.status_code == 200 and response.json()["turns"] == 1, response.text
+        # Slack redelivers when it does not hear back in time: the same event again changes nothing.
+        assert http.post("/v1/webhooks/slack", content=first, headers=signed(first)).status_code == 200
+        pipe.drain()
+
+        question = {"conversation_id": CHANNEL, "question": "What is the name of the cat?", "answer": False}
+        reply = http.post("/v1/ask", json=question, headers=auth("T0ACME"))
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["tenant_id"] == "T0ACME"
+        assert SLACK_MESSAGES[0][0] in {t for e in reply.json()["evidence"] for t in e["turn_ids"]}
+        assert http.post("/v1/ask", json=question, headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert http.post("/v1/ask", json=question).status_code == 401
+        assert http.post("/v1/ask", json=question, headers=auth("T0GLOBEX")).json()["evidence"] == []
+
+    mcp = asyncio.run(mcp_over_http(gateway.url, "What is the name of the cat?"))
+    assert mcp["tools"] >= {"remember", "recall", "forget"}
+    assert SLACK_MESSAGES[0][0] in {t for e in mcp["evidence"] for t in e["turn_ids"]}
+    assert mcp["unauthorized_status"] == 401
+
+
+async def mcp_over_http(url: str, question: str) -> dict[str, Any]:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=auth("T0ACME"), timeout=60) as http:
+        async with Client(streamable_http_client(url + "/mcp", http_client=http)) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("recall", {"question": question, "conversation_id": CHANNEL})
+    async with httpx2.AsyncClient(timeout=10) as anonymous:
+        refused = await anonymous.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert not result.is_error, result
+    return {
+        "tools": tools,
+        "evidence": result.structured_content["evidence"],
+        "unauthorized_status": refused.status_code,
+    }
+
+
+def test_the_mcp_stdio_server_recalls_for_its_tenant(stack):
+    pipe, _ = stack
+    question = "What did the parrot teach himself?"
+
+    async def go(tenant: str) -> list[dict[str, Any]]:
+        from mcp import Client, StdioServerParameters
+
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memstream.streams.cli", "gateway", "mcp", "--tenant", tenant],
+            env={**os.environ, **pipe.env},
+        )
+        async with Client(params, read_timeout_seconds=60) as client:
+            result = await client.call_tool("recall", {"question": question, "conversation_id": CHANNEL})
+        assert not result.is_error, result
+        return result.structured_content["evidence"]
+
+    assert SLACK_MESSAGES[2][0] in {t for e in asyncio.run(go("T0ACME")) for t in e["turn_ids"]}
+    assert asyncio.run(go("T0GLOBEX")) == []
+
+
+def test_the_http_api_refuses_bad_input_with_a_clear_status(stack):
+    _, gateway = stack
+    good = {
+        "conversation_id": "c-http",
+        "session_id": "S1",
+        "turn_id": "m1",
+        "speaker": "Ana",
+        "text": "I keep bees on the roof of the library.",
+        "event_time": "2024-05-01T10:00:00Z",
+    }
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        ok = http.post("/v1/turns", json={"turns": [good]}, headers=auth("T0ACME"))
+        assert ok.status_code == 202 and ok.json() == {"accepted": 1, "tenant_id": "T0ACME"}
+        other = http.post("/v1/turns", json={"turns": [{**good, "tenant_id": "T0GLOBEX"}]}, headers=auth("T0ACME"))
+        assert other.status_code == 403 and "T0GLOBEX" in other.json()["detail"]
+        bad = http.post("/v1/turns", json={"turns": [{**good, "event_time": "yesterday"}]}, headers=auth("T0ACME"))
+        assert bad.status_code == 422 and "turn 0" in bad.json()["detail"] and "event_time" in bad.json()["detail"]
+        huge = {"turns": [{**good, "text": "x" * (100 * 1024)}]}
+        assert http.post("/v1/turns", json=huge, headers=auth("T0ACME")).status_code == 413
+        assert http.get("/healthz").json() == {"status": "ok", "broker": "up"}
+        metrics = http.get("/metrics").text
+        assert 'memstream_gateway_requests_total{route="/v1/turns",status="403"} 1.0' in metrics
+
+
+def test_without_a_broker_the_gateway_answers_503_with_retry_after(stack, tmp_path):
+    pipe, _ = stack
+    dead = gateway_env(pipe, MEMSTREAM_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}")
+    gateway = Gateway(dead, tmp_path / "gateway-no-broker.log")
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            turn = {
+                "conversation_id": "c1",
+                "session_id": "S1",
+                "turn_id": "m1",
+                "speaker": "Ana",
+                "text": "hello",
+                "event_time": "2024-05-01T10:00:00Z",
+            }
+            response = http.post("/v1/turns", json={"turns": [turn]}, headers=auth("T0ACME"))
+            assert response.status_code == 503 and response.headers["retry-after"] == "5"
+            assert "broker is unavailable" in response.json()["detail"]
+            assert http.get("/healthz").status_code == 503
+    finally:
+        gateway.stop()
