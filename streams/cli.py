@@ -199,9 +199,10 @@ def ingest(
             outcome = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation))
             skipped = ", ".join(f"{k} {n}" for k, n in sorted(outcome.skipped.items())) or "none"
             console.print(
-                f"produced {outcome.turns} turns and {len(outcome.forgets)} forgets (edits, deletions); "
-                f"{outcome.dead_letters} malformed events dead-lettered; skipped: {skipped}"
+                f"produced {outcome.turns} turns and {len(outcome.forgets)} forgets (edits, deletions)", soft_wrap=True
             )
+            console.print(f"{outcome.dead_letters} malformed events dead-lettered", soft_wrap=True)
+            console.print(f"skipped: {skipped}", soft_wrap=True, highlight=False)
     except (MemstreamError, ValueError) as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None

@@ -1,0 +1,82 @@
+"""The gateway's refusals, in process (FastAPI's test client): none of these requests reaches the
+broker, so none is needed. The accepted paths run against the real stack in
+tests/integration/test_gateway.py."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from memstream.config import Settings
+from memstream.gateway.auth import hash_key, slack_signature
+from memstream.gateway.http import create_app
+
+TURN = {
+    "conversation_id": "c1",
+    "session_id": "S1",
+    "turn_id": "m1",
+    "speaker": "Ana",
+    "text": "I keep bees.",
+    "event_time": "2024-05-01T10:00:00Z",
+}
+
+
+@pytest.fixture
+def http() -> TestClient:
+    settings = Settings(
+        gateway_api_keys={"acme": [hash_key("k-acme")]},
+        gateway_max_request_bytes=4096,
+        gateway_slack_signing_secret="s3cret",
+        kafka_bootstrap="127.0.0.1:1",  # nothing here needs it
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def test_requests_without_a_valid_key_get_401(http):
+    assert http.post("/v1/turns", json={"turns": [TURN]}).status_code == 401
+    wrong = http.post("/v1/ask", json={"conversation_id": "c1", "question": "q"}, headers={"Authorization": "Bearer x"})
+    assert wrong.status_code == 401 and "API key" in wrong.json()["detail"]
+    assert http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
+
+
+def test_without_configured_keys_every_keyed_request_is_refused():
+    with TestClient(create_app(Settings(kafka_bootstrap="127.0.0.1:1"), mcp=False)) as client:
+        refused = client.post("/v1/turns", json={"turns": [TURN]}, headers={"Authorization": "Bearer anything"})
+    assert refused.status_code == 401 and "MEMSTREAM_GATEWAY_API_KEYS" in refused.json()["detail"]
+
+
+def test_a_turn_of_another_tenant_is_403_and_an_invalid_one_422(http):
+    key = {"Authorization": "Bearer k-acme"}
+    other = http.post("/v1/turns", json={"turns": [TURN, {**TURN, "tenant_id": "globex"}]}, headers=key)
+    assert other.status_code == 403 and "turn 1 names tenant 'globex'" in other.json()["detail"]
+    bad = http.post("/v1/turns", json={"turns": [{**TURN, "turn_id": "has space"}]}, headers=key)
+    assert bad.status_code == 422 and "turn 0" in bad.json()["detail"] and "turn_id" in bad.json()["detail"]
+    assert http.post("/v1/turns", json={"turns": []}, headers=key).status_code == 422
+    assert http.post("/v1/ask", json={"question": "q"}, headers=key).status_code == 422  # no conversation
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read(http):
+    big = {"turns": [{**TURN, "text": "x" * 5000}]}
+    response = http.post("/v1/turns", json=big, headers={"Authorization": "Bearer k-acme"})
+    assert response.status_code == 413 and "MEMSTREAM_GATEWAY_MAX_REQUEST_BYTES" in response.json()["detail"]
+
+
+def test_the_slack_webhook_checks_the_signature_and_answers_the_challenge(http):
+    body = orjson.dumps({"type": "url_verification", "challenge": "abc"})
+    now = str(int(time.time()))
+    good = {"X-Slack-Request-Timestamp": now, "X-Slack-Signature": slack_signature("s3cret", now, body)}
+    assert http.post("/v1/webhooks/slack", content=body, headers=good).json() == {"challenge": "abc"}
+    forged = {**good, "X-Slack-Signature": slack_signature("guess", now, body)}
+    refused = http.post("/v1/webhooks/slack", content=body, headers=forged)
+    assert refused.status_code == 401 and "bad signature" in refused.json()["detail"]
+    assert http.post("/v1/webhooks/slack", content=body).status_code == 401
+
+
+def test_metrics_count_requests_by_route_and_status(http):
+    http.post("/v1/turns", json={"turns": [TURN]})
+    text = http.get("/metrics").text
+    assert 'memstream_gateway_requests_total{route="/v1/turns",status="401"} 1.0' in text
