@@ -279,6 +279,40 @@ def erasure(
     _write_json(result, json_out)
 
 
+@bench.command("gateway")
+def gateway(
+    requests: int = typer.Option(400, min=10, help="Requests per route"),
+    concurrency: int = typer.Option(8, min=1, help="Requests in flight"),
+    batch: int = typer.Option(1, min=1, help="Turns per /v1/turns request"),
+    workdir: Path = typer.Option(Path(".data/bench/gateway"), help="Data folder of the deployment"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a latency PNG beside it)"),
+) -> None:
+    """Requests/s and p50/p99 of POST /v1/turns and POST /v1/ask through one gateway process, with a
+    worker and the broker on this machine."""
+    from memstream.bench.gateway import GatewayBenchOptions, plot_latencies, run_gateway_bench
+
+    options = GatewayBenchOptions(requests=requests, concurrency=concurrency, batch=batch, workdir=workdir)
+    with _progress() as progress:
+        task = progress.add_task("starting", total=2 * requests)
+        result = run_gateway_bench(
+            options,
+            status=lambda text: progress.update(task, description=text),
+            on_request=lambda: progress.advance(task),
+        )
+    table = Table(title=f"gateway: {concurrency} in flight, {batch} turn(s) per /v1/turns request")
+    for column in ("route", "requests", "failed", "requests/s", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    for route, label in (("turns", "POST /v1/turns"), ("ask", "POST /v1/ask")):
+        r = result[route]
+        table.add_row(
+            label, str(r["requests"]), str(r["failed"]), str(r["requests_per_s"]), str(r["p50_ms"]), str(r["p99_ms"])
+        )
+    console.print(table)
+    _write_json(result, json_out)
+    if json_out:
+        plot_latencies(result, json_out.with_suffix(".png"))
+
+
 @bench.command("chaos")
 def chaos(
     minutes: float = typer.Option(2.0, min=0.5, help="Length of the run with failures"),

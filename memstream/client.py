@@ -203,9 +203,10 @@ class AsyncMemoryClient:
         if self._reader:
             self._reader.cancel()
             self._reader = None
-        for fut in [*self._waiting.values(), *(f for _, _, f in self._forgets.values())]:
-            if not fut.done():
-                fut.cancel()
+        for waiting in self._waiting.values():
+            waiting.cancel()
+        for _, _, forgetting in self._forgets.values():
+            forgetting.cancel()
         if self._consumer:
             await self._consumer.stop()
             self._consumer = None
@@ -319,7 +320,7 @@ class AsyncMemoryClient:
             scope=scope,
         )
         topic = self.settings.topic(Topic.CONTROL)
-        partitions: list[int | None] = [None] if conversation_id else sorted(await self._partitions(topic))
+        partitions: list[int | None] = [None] if conversation_id else [p for p in sorted(await self._partitions(topic))]
         futures = [await self._send(topic, command_key(command), command.to_bytes(), p) for p in partitions]
         await self._acked(futures)
         return len(futures)
@@ -349,7 +350,9 @@ class AsyncMemoryClient:
             reply_topic=self.reply_topic,
         )
         control = self.settings.topic(Topic.CONTROL)
-        partitions: list[int | None] = [None] if conversation_id else sorted(await self._partitions(control))
+        partitions: list[int | None] = (
+            [None] if conversation_id else [p for p in sorted(await self._partitions(control))]
+        )
         forget.parts = len(partitions)
         fut: asyncio.Future[list[ForgetReply]] = asyncio.get_running_loop().create_future()
         if wait:

@@ -6,8 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import subprocess
+import sys
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
@@ -30,6 +35,51 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass
+class GatewayProcess:
+    """A ``memstream gateway`` subprocess, listening on ``url``."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def spawn_gateway(env: Mapping[str, str], log_path: Path, timeout_s: float = 60.0) -> GatewayProcess:
+    """Start a gateway with ``env`` (MEMSTREAM_* settings) on a free port; returns once it serves."""
+    import httpx
+
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memstream.streams.cli", "gateway", "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the gateway exited ({process.returncode}): {log_path.read_text()[-2000:]}")
+        try:
+            httpx.get(gateway.url + "/metrics", timeout=2)
+            return gateway
+        except httpx.TransportError:
+            time.sleep(0.3)
+    gateway.stop()
+    raise RuntimeError(f"the gateway did not serve within {timeout_s:.0f}s: {log_path.read_text()[-2000:]}")
 
 
 def kafka_security_env(settings: Settings) -> dict[str, str]:
@@ -72,6 +122,7 @@ class Deployment:
         }
         self.settings = Settings.model_validate({k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
         self.workers: list[runtime.WorkerProcess] = []
+        self.gateways: list[GatewayProcess] = []
         self.stage_sets: list[tuple[str, ...]] = []  # of the workers started (each set is a consumer group)
         asyncio.run(ensure_topics(self.settings))
 
@@ -120,6 +171,21 @@ class Deployment:
         for w in self.workers:
             w.stop()
         self.workers = []
+        for g in self.gateways:
+            g.stop()
+        self.gateways = []
+
+    def start_gateway(self, api_keys: Mapping[str, str], env: Mapping[str, str] | None = None) -> GatewayProcess:
+        """A gateway of this deployment; ``api_keys``: tenant -> key (configured as its digest)."""
+        from memstream.gateway.auth import hash_key
+
+        digests = {tenant: [hash_key(key)] for tenant, key in api_keys.items()}
+        gateway = spawn_gateway(
+            {**self.env, "MEMSTREAM_GATEWAY_API_KEYS": json.dumps(digests), **(env or {})},
+            self.settings.data_dir / "logs" / f"gateway-{len(self.gateways)}.log",
+        )
+        self.gateways.append(gateway)
+        return gateway
 
     def produce(self, turns: Iterable[Turn], on_sent=None) -> int:  # noqa: ANN001
         async def go() -> int:

@@ -5,12 +5,9 @@ streamable HTTP and over stdio."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
@@ -20,8 +17,8 @@ import pytest
 from memstream.client import BrokerUnavailable, MemoryClient
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.gateway.auth import hash_key, slack_signature
-from memstream.streams.deployment import free_port
+from memstream.gateway.auth import slack_signature
+from memstream.streams.deployment import GatewayProcess, free_port
 
 from .conftest import Pipeline
 
@@ -69,55 +66,19 @@ def signed(body: bytes, secret: str = SLACK_SECRET, at: float | None = None) -> 
     }
 
 
-def gateway_env(pipe: Pipeline, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        **pipe.env,
-        "MEMSTREAM_GATEWAY_API_KEYS": json.dumps({t: [hash_key(k)] for t, k in KEYS.items()}),
-        "MEMSTREAM_GATEWAY_SLACK_SIGNING_SECRET": SLACK_SECRET,
-        "MEMSTREAM_GATEWAY_MAX_REQUEST_BYTES": str(64 * 1024),
-        **extra,
-    }
-
-
-class Gateway:
-    """``memstream gateway`` as a user runs it: a process on a port."""
-
-    def __init__(self, env: dict[str, str], log: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.streams.cli", "gateway", "--port", str(self.port)],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, log.read_text()
-            try:
-                httpx.get(self.url + "/metrics", timeout=2)
-                return
-            except httpx.TransportError:
-                time.sleep(0.3)
-        raise AssertionError(f"the gateway did not start: {log.read_text()}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
-        self._log.close()
+GATEWAY_ENV = {
+    "MEMSTREAM_GATEWAY_SLACK_SIGNING_SECRET": SLACK_SECRET,
+    "MEMSTREAM_GATEWAY_MAX_REQUEST_BYTES": str(64 * 1024),
+}
 
 
 @pytest.fixture(scope="module")
-def stack(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, Gateway]]:
+def stack(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, GatewayProcess]]:
     pipe = Pipeline(kafka, tmp_path_factory.mktemp("gateway"), {"MEMSTREAM_EXTRACT_MODE": "extractive"})
-    pipe.start_worker()
-    gateway = Gateway(gateway_env(pipe), pipe.settings.data_dir / "logs" / "gateway.log")
     try:
-        yield pipe, gateway
+        pipe.start_worker()
+        yield pipe, pipe.start_gateway(KEYS, GATEWAY_ENV)
     finally:
-        gateway.stop()
         pipe.stop_workers()
 
 
@@ -243,10 +204,9 @@ def test_the_http_api_refuses_bad_input_with_a_clear_status(stack):
         assert 'memstream_gateway_requests_total{route="/v1/turns",status="403"} 1.0' in metrics
 
 
-def test_without_a_broker_the_gateway_answers_503_with_retry_after(stack, tmp_path):
+def test_without_a_broker_the_gateway_answers_503_with_retry_after(stack):
     pipe, _ = stack
-    dead = gateway_env(pipe, MEMSTREAM_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}")
-    gateway = Gateway(dead, tmp_path / "gateway-no-broker.log")
+    gateway = pipe.start_gateway(KEYS, {**GATEWAY_ENV, "MEMSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}"})
     try:
         with httpx.Client(base_url=gateway.url, timeout=60) as http:
             turn = {
