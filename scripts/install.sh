@@ -38,4 +38,14 @@ if command -v npm >/dev/null 2>&1; then
 else
     echo "install: npm not found, using the committed dashboards/schema/dashboard.schema.json"
 fi
+# The Node.js client (clients/node, pinned in its package-lock.json): tests/integration/test_node_client.py runs it.
+if command -v npm >/dev/null 2>&1; then
+    if [[ ! -d clients/node/node_modules || clients/node/package-lock.json -nt clients/node/node_modules ]]; then
+        echo "install: Node client packages (npm ci in clients/node)"
+        npm ci --prefix clients/node --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+        touch clients/node/node_modules
+    fi
+else
+    echo "install: npm not found: tests/integration/test_node_client.py will fail without Node.js >= 20 and npm"
+fi
 echo "install: done"

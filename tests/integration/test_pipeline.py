@@ -8,9 +8,9 @@ import urllib.request
 import orjson
 import pytest
 
+from memstream.client import QueryTimeout
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush
-from memstream.client import QueryTimeout
 
 from .conftest import first_sessions
 
