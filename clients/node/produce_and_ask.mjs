@@ -20,6 +20,8 @@
 //   --timeout-ms MS             how long to wait for the reply (ask; it is the query's deadline) and
 //                               for the broker (60000)
 //   --schemas DIR               MEMSTREAM_SCHEMAS_DIR      (../../schemas/json from this file)
+//   broker security: MEMSTREAM_KAFKA_SECURITY_PROTOCOL, _SASL_MECHANISM, _SASL_USERNAME, _SASL_PASSWORD,
+//   _SSL_CAFILE, _SSL_CERTFILE, _SSL_KEYFILE, _SSL_CHECK_HOSTNAME (as for the Python clients)
 //
 // Exit status: 0 done; 1 a payload failed its schema (refused, or an invalid reply); 2 bad usage or
 // input; 3 Kafka error or no reply in time; 4 the reply says ok=false (it is printed all the same).
@@ -168,7 +170,31 @@ function kafkaClient(opts) {
     brokers: opts.bootstrap.split(",").map((b) => b.trim()).filter(Boolean),
     logLevel: logLevel.WARN,
     logCreator: toStderr,
+    ...securityOptions(process.env),
   });
+}
+
+// The broker's security, from the same MEMSTREAM_KAFKA_* variables the Python clients read.
+function securityOptions(env) {
+  const protocol = (env.MEMSTREAM_KAFKA_SECURITY_PROTOCOL ?? "PLAINTEXT").toUpperCase();
+  const out = {};
+  if (protocol === "SSL" || protocol === "SASL_SSL") {
+    out.ssl = { rejectUnauthorized: true };
+    if (env.MEMSTREAM_KAFKA_SSL_CAFILE) out.ssl.ca = [readFileSync(env.MEMSTREAM_KAFKA_SSL_CAFILE, "utf8")];
+    if (env.MEMSTREAM_KAFKA_SSL_CERTFILE) out.ssl.cert = readFileSync(env.MEMSTREAM_KAFKA_SSL_CERTFILE, "utf8");
+    if (env.MEMSTREAM_KAFKA_SSL_KEYFILE) out.ssl.key = readFileSync(env.MEMSTREAM_KAFKA_SSL_KEYFILE, "utf8");
+    if ((env.MEMSTREAM_KAFKA_SSL_CHECK_HOSTNAME ?? "true").toLowerCase() === "false") {
+      out.ssl.checkServerIdentity = () => undefined;
+    }
+  }
+  if (protocol.startsWith("SASL_")) {
+    out.sasl = {
+      mechanism: (env.MEMSTREAM_KAFKA_SASL_MECHANISM ?? "SCRAM-SHA-512").toLowerCase(),
+      username: env.MEMSTREAM_KAFKA_SASL_USERNAME ?? "",
+      password: env.MEMSTREAM_KAFKA_SASL_PASSWORD ?? "",
+    };
+  }
+  return out;
 }
 
 async function produce(opts, contract) {

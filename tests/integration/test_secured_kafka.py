@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
+import orjson
 import pytest
 from pydantic import SecretStr
 
@@ -19,6 +20,7 @@ from memstream.streams.deployment import Deployment, free_port
 from memstream.streams.topics import broker_reachable
 
 from .conftest import first_sessions
+from .test_node_client import node, run  # noqa: F401 - node is a fixture
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +87,24 @@ def test_a_worker_ingests_and_answers_over_sasl_ssl_with_scram(secured_broker, t
         pipe.drain()
         reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation, answer=False)
         assert reply.ok and turns[1].turn_id in {t for e in reply.evidence for t in e.turn_ids}
+    finally:
+        pipe.stop_workers()
+
+
+def test_the_node_client_asks_over_sasl_ssl_with_the_same_settings(secured_broker, tmp_path, node):  # noqa: F811
+    conversation, turns, _ = first_sessions(1)
+    pipe = Deployment(secured_broker, tmp_path / "p", {"MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
+    try:
+        pipe.start_worker()
+        pipe.produce(turns)
+        pipe.drain()
+        env = {k: v for k, v in pipe.env.items() if k.startswith(("MEMSTREAM_KAFKA", "MEMSTREAM_TOPIC"))}
+        asked = ["ask", "--tenant", "acme", "--conversation", conversation, "--question", turns[1].text]
+        done = run(node, *asked, env=env)
+        assert done.returncode == 0, done.stderr
+        assert turns[1].turn_id in {t for e in orjson.loads(done.stdout)["evidence"] for t in e["turn_ids"]}
+        refused = run(node, *asked, "--timeout-ms", "8000", env={**env, "MEMSTREAM_KAFKA_SASL_PASSWORD": "wrong"})
+        assert refused.returncode == 3
     finally:
         pipe.stop_workers()
 
