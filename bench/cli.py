@@ -279,6 +279,27 @@ def erasure(
     _write_json(result, json_out)
 
 
+@bench.command("profile")
+def profile(
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Precision and recall of the extractive profile (is a filed sentence its speaker's own taste?)
+    on labelled lines: the rules' tuning file and the held-out report file, against the old keyword rule."""
+    from memstream.bench.profile import run_profile_bench
+
+    result = run_profile_bench()
+    table = Table(title="extractive profile items: statements of the speaker's own taste")
+    for column in ("lines", "rule", "filed", "precision", "recall", "F1"):
+        table.add_column(column, justify="right")
+    for split, by_rule in result["splits"].items():
+        for rule, r in by_rule.items():
+            table.add_row(
+                f"{split} ({r['lines']})", rule, str(r["filed"]), str(r["precision"]), str(r["recall"]), str(r["f1"])
+            )
+    console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("gateway")
 def gateway(
     requests: int = typer.Option(400, min=10, help="Requests per route"),

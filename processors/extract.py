@@ -32,6 +32,7 @@ from memstream.schemas.memory import CardType
 
 from . import prompts
 from .ids import point_id, stable_id
+from .statements import speakers_preference, states_preference
 from .structured import call_with_repair, clean_strings, parse_output
 from .text import keywords, names, sentences
 from .timeparse import resolve_first
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 _PLAN = re.compile(
     r"\b(will|going to|gonna|plan(?:ning)? to|want to|hope to|next (?:week|month|year)|tomorrow)\b", re.I
 )
-_PREF = re.compile(r"\b(love|like|enjoy|prefer|favou?rite|hate|dislike|can't stand|fan of)\b", re.I)
 _STATE = re.compile(r"\b(i am|i'm|we are|we're|feel|feeling|currently|these days|still)\b", re.I)
 _EVENT = re.compile(
     r"\b(went|did|took|made|got|had|was|were|visited|started|finished|joined|bought|moved|met|saw|ran|painted)\b", re.I
@@ -49,12 +49,18 @@ _EVENT = re.compile(
 _MIN_CARD_WORDS = 4
 
 
+def card_sentences(text: str) -> list[str]:
+    """The sentences of a turn that become cards (and profile items): those of four words or more,
+    or the whole turn, so every turn stays reachable through at least one card."""
+    return [s for s in sentences(text) if len(s.split()) >= _MIN_CARD_WORDS] or [text.strip()]
+
+
 def classify(sentence: str, role: str) -> CardType:
     if role == "assistant":
         return "assistant_output"
     if _PLAN.search(sentence):
         return "plan"
-    if _PREF.search(sentence):
+    if states_preference(sentence):
         return "preference"
     if _EVENT.search(sentence):
         return "event"
@@ -182,9 +188,7 @@ class ExtractiveExtractor:
     ) -> list[Card]:
         turn = ct.turn
         speaker = turn.speaker
-        chunks = [s for s in sentences(turn.text) if len(s.split()) >= _MIN_CARD_WORDS]
-        if not chunks:
-            chunks = [turn.text.strip()]  # every turn stays reachable through at least one card
+        chunks = card_sentences(turn.text)
         chunks += [f"shared an image: {c}" for c in turn.image_captions]
         out: list[Card] = []
         for sentence in chunks:
@@ -207,7 +211,7 @@ class ExtractiveExtractor:
                     turn_ids=[turn.turn_id],
                 )
             )
-            if ctype == "preference":
+            if turn.role != "assistant" and speakers_preference(sentence):  # the speaker's own taste only
                 profiles.setdefault(speaker, ProfileUpdate(speaker=speaker))
                 profiles[speaker].preferences.append(sentence)
                 profiles[speaker].source_turn_ids.append(turn.turn_id)

@@ -44,6 +44,19 @@ def test_extractive_cards_have_subjects_times_provenance_and_triggers():
     assert [t.turn_id for t in write.source_turns] == ["D1:1", "D1:2"]
 
 
+def test_the_extractive_profile_holds_the_speakers_own_taste_only():
+    write = ExtractiveExtractor().extract(
+        flush_of(
+            turn("D1:1", "What did it look like? It's like a cool form of self-expression.", speaker="Caroline"),
+            turn("D1:2", "My sister loves jazz. I really enjoy hiking in the hills.", speaker="Melanie", seq=1),
+        )
+    )
+    assert [(p.speaker, p.preferences) for p in write.profile_updates] == [
+        ("Melanie", ["I really enjoy hiking in the hills."])
+    ]
+    assert write.profile_updates[0].source_turn_ids == ["D1:2"]
+
+
 def test_extractive_mode_is_deterministic():
     flush = flush_of(*FLUSH_TURNS)
     a, b = ExtractiveExtractor().extract(flush), ExtractiveExtractor().extract(flush)
