@@ -198,6 +198,9 @@ class Settings(BaseSettings):
         24, ge=1, description="Most cards one extraction call may return (bounds the output)"
     )
     extract_max_tokens: int = Field(2048, ge=64, description="Completion token limit of an extraction call")
+    extract_max_card_turns: int = Field(
+        4, ge=1, description="Most turns an LLM card may cite: more are cut to those that support its text best"
+    )
     llm_outage_s: float = Field(
         120.0,
         ge=0,

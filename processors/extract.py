@@ -32,6 +32,7 @@ from memstream.schemas.memory import CardType
 
 from . import prompts
 from .ids import point_id, stable_id
+from .provenance import capped_provenance
 from .statements import speakers_preference, states_preference
 from .structured import call_with_repair, clean_strings, parse_output
 from .text import keywords, names, sentences
@@ -273,11 +274,18 @@ class LlmExtractor:
     mode = "llm"
 
     def __init__(
-        self, llm: LLM, *, max_tokens: int = 1024, max_cards: int = 24, fallback: ExtractiveExtractor | None = None
+        self,
+        llm: LLM,
+        *,
+        max_tokens: int = 1024,
+        max_cards: int = 24,
+        max_card_turns: int = 4,
+        fallback: ExtractiveExtractor | None = None,
     ):
         self.llm = llm
         self.max_tokens = max_tokens
         self.max_cards = max_cards
+        self.max_card_turns = max_card_turns
         self.fallback = fallback or ExtractiveExtractor()
         self.repairs = 0
         self.fallbacks = 0
@@ -341,9 +349,11 @@ class LlmExtractor:
             scene_of_turn.update({t.turn.turn_id: scene.scene_id for t in segment.turns})
         cards: list[Card] = []
         for c in out.cards:
-            turn_ids = [tid for tid in c.turn_ids if tid in by_id]
-            if not turn_ids:
+            cited = [tid for tid in dict.fromkeys(c.turn_ids) if tid in by_id]
+            if not cited:
                 continue  # provenance must point at real source turns
+            # A card rests on a few turns: citing half the flush would show a reader turns that say nothing of it.
+            turn_ids = capped_provenance(c.content, [(t, by_id[t].turn.text) for t in cited], self.max_card_turns)
             anchor = by_id[turn_ids[0]]
             mention = resolve_first(c.time_phrase or c.content, anchor.turn.event_time)
             # The subject is a precise name, so it is always an entity trigger (as in the extractive mode).

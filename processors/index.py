@@ -13,10 +13,12 @@ from memstream.ports import Embedder, StorePoint, VectorStore
 from memstream.schemas import Card, MemoryWrite
 
 from .ids import point_id
+from .provenance import supporting_turns
 
 CARDS, SCENES, TRIGGERS, TURNS, PROFILES = "cards", "scenes", "triggers", "turns", "profiles"
 COLLECTIONS = (CARDS, SCENES, TRIGGERS, TURNS, PROFILES)
 LEXICAL = (CARDS, SCENES, TURNS)  # collections also searchable by BM25 over their embedded text
+PROFILE_ITEM_TURNS = 2  # a profile item's provenance: the turns of its speaker that support it best
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,15 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
         for family, triggers in (("entity", entity), ("bridge", card.bridge_triggers)):
             specs += _triggers(write, base, card.card_id, "card", family, triggers)
     for profile in write.profile_updates:
+        said = [
+            (t.turn_id, t.text)
+            for t in write.source_turns
+            if t.speaker == profile.speaker and (not profile.source_turn_ids or t.turn_id in profile.source_turn_ids)
+        ]
         for field in ("traits", "preferences", "relationships", "constraints"):
             for item in getattr(profile, field):
+                # Its own turn, not every turn of the speaker in the flush (those say nothing of it).
+                turn_ids = supporting_turns(item, said, PROFILE_ITEM_TURNS) or list(profile.source_turn_ids)
                 specs.append(
                     PointSpec(
                         PROFILES,
@@ -109,7 +118,7 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
                             "subject": profile.speaker,
                             "field": field,
                             "text": item,
-                            "turn_ids": profile.source_turn_ids,
+                            "turn_ids": turn_ids,
                         },
                     )
                 )

@@ -26,7 +26,9 @@ def register(ctx: StageContext) -> None:
     llm = services.llm_for("extract")
     mode = s.effective_extract_mode
     extractor = (
-        LlmExtractor(llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards)
+        LlmExtractor(
+            llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards, max_card_turns=s.extract_max_card_turns
+        )
         if mode == "llm" and llm
         else ExtractiveExtractor()
     )
