@@ -387,6 +387,7 @@ class AsyncMemoryClient:
         conversation_id: str,
         profile: Profile | str = "auto",
         k: int | None = None,
+        max_tokens: int | None = None,
         answer: bool = True,
         question_time: datetime | None = None,
         timeout_s: float | None = None,
@@ -406,6 +407,7 @@ class AsyncMemoryClient:
             question_time=question_time,
             profile=profile,  # type: ignore[arg-type]
             k=k,
+            max_tokens=max_tokens,
             answer=answer,
             sent_at=sent_at,  # type: ignore[arg-type]
             deadline=sent_at + timedelta(seconds=timeout),  # type: ignore[arg-type]
@@ -542,6 +544,7 @@ class MemoryClient:
         conversation_id: str,
         profile: Profile | str = "auto",
         k: int | None = None,
+        max_tokens: int | None = None,
         answer: bool = True,
         question_time: datetime | None = None,
         timeout_s: float | None = None,
@@ -555,6 +558,7 @@ class MemoryClient:
                 conversation_id=conversation_id,
                 profile=profile,
                 k=k,
+                max_tokens=max_tokens,
                 answer=answer,
                 question_time=question_time,
                 timeout_s=timeout_s,

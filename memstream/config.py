@@ -216,6 +216,15 @@ class Settings(BaseSettings):
         "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner"
     )
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
+    evidence_policy: Literal["fixed", "adaptive"] = Field(
+        "fixed",
+        description="fixed = EVIDENCE_K items; adaptive = as many as the fused scores hold up for, "
+        "within the query's max_tokens or EVIDENCE_MAX_TOKENS",
+    )
+    evidence_dropoff: float = Field(
+        0.5, gt=0, le=1, description="Adaptive: stop at the first item scoring under this share of the best"
+    )
+    evidence_max_tokens: int = Field(1000, ge=16, description="Adaptive: the evidence budget when a query sets none")
     trigger_threshold: float = Field(
         0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)"
     )

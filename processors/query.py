@@ -21,7 +21,7 @@ from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
 from .plan import LlmPlanner, Planner, RulePlanner
-from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, rerank, top_k
+from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, adaptive_count, rerank, top_k, within_budget
 from .tokens import count_tokens
 
 log = logging.getLogger(__name__)
@@ -150,10 +150,10 @@ class QueryEngine:
         latency["embed_ms"] = _ms(t0)
 
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
-        chosen = self.retrieve(plan, scope, texts, vectors, k, latency)
+        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, query.max_tokens)
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.
-            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency)
+            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, query.max_tokens)
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)
         evidence = [card_evidence(f"E{i + 1}", c) for i, c in enumerate(chosen)]
@@ -214,9 +214,17 @@ class QueryEngine:
         )
 
     def retrieve(
-        self, plan: Plan, scope: Scope, texts: Sequence[str], vectors: np.ndarray, k: int, latency: dict[str, float]
+        self,
+        plan: Plan,
+        scope: Scope,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        k: int,
+        latency: dict[str, float],
+        max_tokens: int | None = None,
     ) -> list[Candidate]:
-        """The profile's candidate pool, reranked, cut to ``k``; per-step latencies into ``latency``."""
+        """The profile's candidate pool, reranked, cut to ``k`` (or, with the adaptive policy, where
+        the scores drop off) within ``max_tokens``; per-step latencies into ``latency``."""
         pool = Pool()
         r = self.retriever
         t0 = time.perf_counter()
@@ -231,9 +239,24 @@ class QueryEngine:
             r.cascade(pool, scope, vectors[0])
             latency["cascade_ms"] = _ms(t0)
         t0 = time.perf_counter()
-        chosen = top_k(rerank(pool, vectors, plan.entities, r.params), k, new_turns_only=r.params.new_turns_only)
+        p = r.params
+        adaptive = p.evidence_policy == "adaptive"
+        ranked = rerank(pool, vectors, plan.entities, p)
+        chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
+        tokens = [count_tokens(str(c.payload.get("text", ""))) for c in chosen]
+        if adaptive:
+            budget = max_tokens or p.evidence_max_tokens
+            n = adaptive_count(
+                [c.score for c in chosen],
+                tokens,
+                budget=budget,
+                dropoff=p.evidence_dropoff,
+                min_items=p.evidence_min_items,
+            )
+        else:
+            n = within_budget(tokens, max_tokens)
         latency["rerank_ms"] = _ms(t0)
-        return chosen
+        return chosen[:n]
 
     def _replay(self, scope: Scope, evidence: list[Evidence]) -> list[Evidence]:
         """Follow provenance to the raw turns (± window), token-capped, source turns first."""

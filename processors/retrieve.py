@@ -46,6 +46,12 @@ class RetrievalParams:
     neighbour_s: float = 3600.0  # scenes this close in time to a chosen one are its neighbours
     entity_weight: float = 0.25  # in first-rank RRF votes
     new_turns_only: bool = True  # one evidence item per source turn: more of the conversation in K
+    # "fixed": K items; "adaptive": as many as the fused scores hold up for (see ``adaptive_count``).
+    evidence_policy: str = "fixed"
+    evidence_dropoff: float = 0.5  # adaptive: stop at the first item scoring under this share of the best
+    evidence_min_items: int = 3  # adaptive: at least this many (when they fit the budget)
+    evidence_max_items: int = 40  # adaptive: never more
+    evidence_max_tokens: int = 1000  # adaptive: the budget when the query sets none
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,35 @@ def top_k(ranked: Sequence[Candidate], k: int, *, new_turns_only: bool = False) 
         if len(out) == k:
             break
     return out
+
+
+def adaptive_count(
+    scores: Sequence[float], tokens: Sequence[int], *, budget: int | None, dropoff: float, min_items: int
+) -> int:
+    """How many of the ranked items (best first) to keep: those that fit ``budget`` tokens, and of
+    them, past the first ``min_items``, none after the first whose score falls under ``dropoff`` times
+    the best score (where the fused score drops off, the rest is noise). At least one item."""
+    keep, used = 0, 0
+    top = scores[0] if scores else 0.0
+    for i, (score, n) in enumerate(zip(scores, tokens)):
+        if budget is not None and used + n > budget and keep:
+            break
+        if i >= min_items and score < dropoff * top:
+            break
+        keep, used = keep + 1, used + n
+    return keep
+
+
+def within_budget(tokens: Sequence[int], budget: int | None) -> int:
+    """How many of the ranked items fit ``budget`` tokens (at least one; all without a budget)."""
+    if budget is None:
+        return len(tokens)
+    used = 0
+    for i, n in enumerate(tokens):
+        if used + n > budget and i:
+            return i
+        used += n
+    return len(tokens)
 
 
 class Retriever:

@@ -24,6 +24,9 @@ class Query(TenantScoped):
     question_time: UtcDatetime | None = Field(None, description="Anchor for relative phrases; default now")
     profile: AccessProfile | Literal["auto"] = "auto"
     k: int | None = Field(None, ge=1, le=100)
+    max_tokens: int | None = Field(
+        None, ge=1, le=32_000, description="Most evidence tokens the asker wants (the adaptive policy's budget)"
+    )
     answer: bool = Field(True, description="False = evidence only, no answer call")
     sent_at: UtcDatetime
     deadline: UtcDatetime | None = Field(

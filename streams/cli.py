@@ -277,6 +277,7 @@ async def _ask(
     timeout: float | None,
     *,
     k: int | None = None,
+    max_tokens: int | None = None,
     answer: bool = True,
     question_time: datetime | None = None,
 ) -> list[tuple[str, Reply | QueryTimeout, float]]:
@@ -292,6 +293,7 @@ async def _ask(
                     conversation_id=conversation,
                     profile=profile,
                     k=k,
+                    max_tokens=max_tokens,
                     answer=answer,
                     question_time=question_time,
                     timeout_s=timeout,
@@ -311,6 +313,7 @@ def ask(
     profile: str = typer.Option("auto", help="auto | lookup | compose | replay"),
     timeout: Optional[float] = typer.Option(None, help="Seconds to wait for the reply"),
     k: Optional[int] = typer.Option(None, help="Evidence items (default MEMSTREAM_EVIDENCE_K)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Most evidence tokens (a budget)"),
     evidence_only: bool = typer.Option(False, "--evidence-only", help="No answer call: the evidence alone"),
     at: Optional[datetime] = typer.Option(
         None, help="The question's own time, for relative phrases (default now, UTC)"
@@ -322,7 +325,18 @@ def ask(
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=timezone.utc)
     [(q, reply, ms)] = asyncio.run(
-        _ask(s, [question], tenant, conversation, profile, timeout, k=k, answer=not evidence_only, question_time=at)
+        _ask(
+            s,
+            [question],
+            tenant,
+            conversation,
+            profile,
+            timeout,
+            k=k,
+            max_tokens=max_tokens,
+            answer=not evidence_only,
+            question_time=at,
+        )
     )
     if isinstance(reply, QueryTimeout):
         console.print(f"[red]{reply}[/]")

@@ -60,6 +60,9 @@ class Services:
             candidates=s.query_candidates,
             trigger_threshold=s.trigger_threshold,
             cascade_topics=s.cascade_topics,
+            evidence_policy=s.evidence_policy,
+            evidence_dropoff=s.evidence_dropoff,
+            evidence_max_tokens=s.evidence_max_tokens,
         )
         return QueryOptions(
             retrieval=retrieval,

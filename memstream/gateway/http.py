@@ -40,6 +40,7 @@ class AskIn(BaseModel):
     question: str = Field(min_length=1, max_length=4000)
     profile: Literal["auto", "lookup", "compose", "replay"] = "auto"
     k: int | None = Field(None, ge=1, le=100)
+    max_tokens: int | None = Field(None, ge=1, le=32_000, description="Most evidence tokens wanted")
     answer: bool = True
     question_time: datetime | None = None
     timeout_s: float | None = Field(None, gt=0, le=300)
@@ -272,6 +273,7 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
                 conversation_id=body.conversation_id,
                 profile=body.profile,
                 k=body.k,
+                max_tokens=body.max_tokens,
                 answer=body.answer,
                 question_time=body.question_time,
                 timeout_s=body.timeout_s,

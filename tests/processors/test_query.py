@@ -13,6 +13,7 @@ from memstream.processors.query import (
     search_roles,
     seconds_left,
 )
+from memstream.processors.tokens import count_tokens
 from memstream.schemas import Query
 
 
@@ -110,3 +111,53 @@ def test_a_query_past_its_deadline_gets_an_error_reply():
     reply = expired_reply(q, NOW)
     assert not reply.ok and reply.correlation_id == "q1" and "5.0s after its deadline" in reply.error
     assert seconds_left(q.deadline, NOW) == -6.0 and seconds_left(None, NOW) is None
+
+
+# --- evidence budget -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored_engine(tmp_path_factory):  # noqa: ANN001, ANN201
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+    from memstream.processors.index import COLLECTIONS, index_write
+    from memstream.processors.retrieve import RetrievalParams
+    from tests.processors.test_forget import DIM, HashEmbedder, write
+
+    store = QdrantEdgeStore(tmp_path_factory.mktemp("budget") / "q")
+    store.ensure_collections(COLLECTIONS, DIM)
+    index_write(write("acme", "c1"), HashEmbedder(), store)
+
+    def make(**params: object) -> QueryEngine:
+        # Every card, even one whose turns an earlier one covers: this store is three cards small.
+        retrieval = RetrievalParams(**{"new_turns_only": False, **params})  # type: ignore[arg-type]
+        return QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval))
+
+    yield make
+    store.close()
+
+
+def budget_query(max_tokens: int | None) -> Query:
+    return query(None).model_copy(update={"question": "Where did Caroline go in Lisbon?", "max_tokens": max_tokens})
+
+
+def test_a_query_budget_caps_the_evidence_tokens_under_either_policy(stored_engine):
+    for policy in ("fixed", "adaptive"):
+        engine = stored_engine(evidence_policy=policy, evidence_k=10)
+        free = engine.run(budget_query(None), clock=lambda: NOW)
+        sizes = [count_tokens(e.text) for e in free.evidence]
+        assert len(sizes) > 1, policy
+        budget = sizes[0]  # the first item fits, not the first two
+        assert sum(sizes[:2]) > budget, sizes
+        capped = engine.run(budget_query(budget), clock=lambda: NOW)
+        assert [e.point_id for e in capped.evidence] == [free.evidence[0].point_id], policy
+        assert capped.context_tokens <= budget
+
+
+def test_the_adaptive_policy_takes_fewer_items_with_a_stricter_dropoff(stored_engine):
+    loose = stored_engine(evidence_policy="adaptive", evidence_dropoff=0.05, evidence_min_items=1).run(
+        budget_query(None), clock=lambda: NOW
+    )
+    strict = stored_engine(evidence_policy="adaptive", evidence_dropoff=0.99, evidence_min_items=1).run(
+        budget_query(None), clock=lambda: NOW
+    )
+    assert 1 <= len(strict.evidence) < len(loose.evidence)

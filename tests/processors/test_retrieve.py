@@ -153,3 +153,15 @@ def test_only_current_versions_are_evidence_unless_the_question_is_about_the_pas
     assert not rule_plan("What knife do I use to cut bread?", now).history
     assert rule_plan("What did Maria eat in May 2024?", now).history  # a period: superseded versions count
     assert about_the_past("Which team did Ben play for previously?", None, None)
+
+
+def test_the_adaptive_policy_stops_where_the_scores_drop_off_within_the_budget():
+    from memstream.processors.retrieve import adaptive_count, within_budget
+
+    scores = [1.0, 0.9, 0.8, 0.7, 0.3, 0.29, 0.28]
+    tokens = [20] * 7
+    assert adaptive_count(scores, tokens, budget=1000, dropoff=0.5, min_items=2) == 4  # 0.3 < 0.5 × 1.0
+    assert adaptive_count(scores, tokens, budget=50, dropoff=0.5, min_items=2) == 2  # the budget first
+    assert adaptive_count(scores, tokens, budget=1000, dropoff=0.95, min_items=3) == 3  # at least min_items
+    assert adaptive_count([0.5], [5000], budget=100, dropoff=0.5, min_items=1) == 1  # one item always
+    assert within_budget(tokens, 70) == 3 and within_budget(tokens, None) == 7 and within_budget([500], 10) == 1
