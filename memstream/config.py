@@ -225,6 +225,13 @@ class Settings(BaseSettings):
         0.5, gt=0, le=1, description="Adaptive: stop at the first item scoring under this share of the best"
     )
     evidence_max_tokens: int = Field(1000, ge=16, description="Adaptive: the evidence budget when a query sets none")
+    research_rounds: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Retrieval rounds for multi-hop plans (aggregate, compare, distributed): each further round "
+        "searches with the names the best evidence mentions; 1 = no research loop",
+    )
     trigger_threshold: float = Field(
         0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)"
     )

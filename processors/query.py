@@ -21,6 +21,7 @@ from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
 from .plan import LlmPlanner, Planner, RulePlanner
+from .research import follow_ups, needs_research, turns_of
 from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, adaptive_count, rerank, top_k, within_budget
 from .tokens import count_tokens
 
@@ -30,6 +31,7 @@ TEMPORAL_OPERATIONS = ("temporal_select", "sort")
 REPLY_MARGIN_S = 1.0  # kept back from the asker's deadline for the reply to travel back
 MIN_ANSWER_S = 1.0  # an answer call with less time than this left is not started
 PLAN_SHARE = 1 / 3  # of the time left, what an LLM planner may spend (the answer needs the rest)
+ROUNDS_KEY = "research_rounds"
 
 
 def seconds_left(deadline: datetime | None, now: datetime) -> float | None:
@@ -154,6 +156,7 @@ class QueryEngine:
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.
             chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, query.max_tokens)
+        plan = plan.model_copy(update={"rounds": int(latency.pop(ROUNDS_KEY, 1))})
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)
         evidence = [card_evidence(f"E{i + 1}", c) for i, c in enumerate(chosen)]
@@ -242,6 +245,12 @@ class QueryEngine:
         p = r.params
         adaptive = p.evidence_policy == "adaptive"
         ranked = rerank(pool, vectors, plan.entities, p)
+        latency["rerank_ms"] = _ms(t0)
+        if p.research_rounds > 1 and needs_research(plan):
+            t0 = time.perf_counter()
+            ranked = self._research(plan, scope, texts, vectors, pool, ranked, k, latency)
+            latency["research_ms"] = _ms(t0)
+        t0 = time.perf_counter()
         chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
         tokens = [count_tokens(str(c.payload.get("text", ""))) for c in chosen]
         if adaptive:
@@ -255,8 +264,41 @@ class QueryEngine:
             )
         else:
             n = within_budget(tokens, max_tokens)
-        latency["rerank_ms"] = _ms(t0)
+        latency["cut_ms"] = _ms(t0)
         return chosen[:n]
+
+    def _research(
+        self,
+        plan: Plan,
+        scope: Scope,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        pool: Pool,
+        ranked: list[Candidate],
+        k: int,
+        latency: dict[str, float],
+    ) -> list[Candidate]:
+        """Further rounds for a multi-hop plan: search again with what the best evidence names and the
+        question does not, until a round brings no new source turn into the top ``k``."""
+        p, r = self.retriever.params, self.retriever
+        asked = len(texts)
+        rounds = 1
+        for _ in range(p.research_rounds - 1):
+            top = top_k(ranked, k, new_turns_only=p.new_turns_only)
+            queries = follow_ups(texts[0], [c.payload for c in top[: p.research_seeds]], p.research_queries)
+            if not queries:
+                break
+            r.hybrid(
+                pool, scope, queries, np.asarray(self.embedder.embed(queries)), k=k, first=asked, signal="research"
+            )
+            asked += len(queries)
+            rounds += 1
+            before = turns_of(c.payload for c in top)
+            ranked = rerank(pool, vectors, plan.entities, p)
+            if turns_of(c.payload for c in top_k(ranked, k, new_turns_only=p.new_turns_only)) <= before:
+                break  # nothing new: the adaptive stop
+        latency[ROUNDS_KEY] = float(rounds)  # taken out again by ``run``: it goes on the plan
+        return ranked
 
     def _replay(self, scope: Scope, evidence: list[Evidence]) -> list[Evidence]:
         """Follow provenance to the raw turns (± window), token-capped, source turns first."""

@@ -52,6 +52,9 @@ class RetrievalParams:
     evidence_min_items: int = 3  # adaptive: at least this many (when they fit the budget)
     evidence_max_items: int = 40  # adaptive: never more
     evidence_max_tokens: int = 1000  # adaptive: the budget when the query sets none
+    research_rounds: int = 1  # rounds of the research loop for multi-hop plans (1 = no loop)
+    research_queries: int = 3  # follow-up queries per round
+    research_seeds: int = 3  # best evidence items whose names the follow-ups take
 
 
 @dataclass(frozen=True)
@@ -206,21 +209,32 @@ class Retriever:
         self.store = store
         self.params = params
 
-    def hybrid(self, pool: Pool, scope: Scope, texts: Sequence[str], vectors: np.ndarray, *, k: int = 0) -> None:
+    def hybrid(
+        self,
+        pool: Pool,
+        scope: Scope,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        *,
+        k: int = 0,
+        first: int = 0,
+        signal: str | None = None,
+    ) -> None:
         """Dense and BM25 candidates for each query text, one ranking per text and role (at least
-        twice ``k`` per signal, so a large K still has a pool to choose from)."""
+        twice ``k`` per signal, so a large K still has a pool to choose from). ``first`` numbers the
+        rankings after earlier ones; ``signal`` names how they were found (default dense / sparse)."""
         n = max(self.params.candidates, 2 * k)
-        for i, (text, vector) in enumerate(zip(texts, vectors)):
+        for i, (text, vector) in enumerate(zip(texts, vectors), start=first):
             for role in scope.roles:
                 where = scope.cards(role)
                 pool.add(
                     f"dense:{i}:{role}",
-                    "dense",
+                    signal or "dense",
                     self.store.search(CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True),
                 )
                 pool.add(
                     f"sparse:{i}:{role}",
-                    "sparse",
+                    signal or "sparse",
                     self.store.search_text(CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True),
                 )
 

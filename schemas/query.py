@@ -11,7 +11,7 @@ from .memory import CardType, Part, StageCost
 
 AccessProfile = Literal["lookup", "compose", "replay"]
 Operation = Literal["lookup", "aggregate", "temporal_select", "sort", "compare"]
-FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile"]
+FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile", "research"]
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._\-]{1,200}$"
 
@@ -47,6 +47,7 @@ class Plan(Part):
     fidelity: bool = False
     rewrites: list[str] = Field(default_factory=list, max_length=2)
     history: bool = Field(False, description="About the past: superseded versions are evidence too")
+    rounds: int = Field(1, ge=1, description="Retrieval rounds (more than one: the research loop ran)")
     profile: AccessProfile
 
 

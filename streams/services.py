@@ -63,6 +63,7 @@ class Services:
             evidence_policy=s.evidence_policy,
             evidence_dropoff=s.evidence_dropoff,
             evidence_max_tokens=s.evidence_max_tokens,
+            research_rounds=s.research_rounds,
         )
         return QueryOptions(
             retrieval=retrieval,
