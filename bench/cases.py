@@ -3,18 +3,21 @@
 A :class:`BenchSet` is what ``bench locomo`` and ``bench longmemeval`` stream and ask: every
 conversation's turns (LoCoMo: a sample; LongMemEval: one question's haystack, sessions in time
 order) and every question with its gold evidence. Scores are recalls of gold turns (and, for
-LongMemEval, gold sessions) inside the provenance of what a method returned.
+LongMemEval, gold sessions) inside the provenance of what a method returned, whether its texts bear
+the gold answer, and LongMemEval's own ranked metrics. Every question belongs to a tuning split
+(:func:`split_of`), so figures on the part nobody tuned on are reported apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
 
-from memstream.bench.scoring import evidence_recall
+from memstream.bench.scoring import bears_answer, evidence_recall, first_distinct, ndcg, recall_all, recall_any
 from memstream.datasets import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
@@ -50,6 +53,11 @@ class BenchQuestion:
         """Abstention questions have no evidence to find (left out of the recalls, as the protocol says)."""
         return not self.abstention and bool(self.gold_turns or self.gold_sessions)
 
+    @property
+    def answer_scored(self) -> bool:
+        """Answer-bearing recall needs a gold answer to look for: abstention questions are left out."""
+        return not self.abstention and bool(self.gold_answer.strip())
+
 
 @dataclass
 class BenchSet:
@@ -64,10 +72,16 @@ class BenchSet:
     # and text (LongMemEval's speakers are just User/Assistant, and embedding its 6M tokens again
     # would double the run).
     baseline_index: str = "own"
+    # Question id -> "tune" or "report" (:func:`split_of`); a set built without one reports all.
+    splits: dict[str, str] = field(default_factory=dict)
 
     @property
     def turns(self) -> int:
         return sum(len(t) for t in self.conversations.values())
+
+    def split(self, qid: str) -> str:
+        """The question's split: ``"tune"`` or ``"report"``."""
+        return self.splits.get(qid, REPORT)
 
 
 def score(q: BenchQuestion, turn_ids: Sequence[str]) -> dict[str, float]:
@@ -84,9 +98,77 @@ def score(q: BenchQuestion, turn_ids: Sequence[str]) -> dict[str, float]:
     return out
 
 
+def answer_score(q: BenchQuestion, texts: Sequence[str]) -> dict[str, float]:
+    """Answer-bearing recall of a returned context: 1.0 when its texts hold the gold answer
+    (:func:`memstream.bench.scoring.bears_answer`), else 0.0; empty where no answer is scored."""
+    return {"answer_bearing": float(bears_answer(q.gold_answer, texts))} if q.answer_scored else {}
+
+
+LONGMEMEVAL_RANKED = (
+    "session_recall_any",
+    "session_recall_all",
+    "session_ndcg",
+    "turn_recall_any",
+    "turn_recall_all",
+    "turn_ndcg",
+)
+
+
+def ranked_scores(q: BenchQuestion, turn_ids: Sequence[str], k: int, *, cited: bool) -> dict[str, float]:
+    """LongMemEval's own retrieval metrics at ``k``: recall_any, recall_all and NDCG
+    (:func:`memstream.bench.scoring.ndcg`) of the returned units against the gold sessions
+    (``answer_session_ids``) and gold turns (``has_answer``); a level without gold is left out, and
+    so is an abstention question.
+
+    - ``cited=True`` (memstream at K = ``k`` evidence items): ``turn_ids`` is the provenance of the
+      ``k`` items in rank order; the units are all the turns they cite, and all the sessions of those
+      turns (in order of first citation); NDCG's cutoff is ``max(k, units)``.
+    - ``cited=False`` (a baseline): ``turn_ids`` is its ranking of turns; the units are its first
+      ``k`` distinct turns (turn level) and its first ``k`` distinct sessions (session level, as
+      LongMemEval turns a turn ranking into a session ranking); NDCG's cutoff is ``k``.
+    """
+    if not q.retrieval_scored:
+        return {}
+    turns = first_distinct(base_turn_id(t) for t in turn_ids)
+    sessions = first_distinct(session_of(t) for t in turns)
+    out: dict[str, float] = {}
+    for level, ranking, gold in (("session", sessions, q.gold_sessions), ("turn", turns, q.gold_turns)):
+        if not gold:
+            continue
+        units = ranking if cited else ranking[:k]
+        cutoff = max(k, len(units)) if cited else k
+        out[f"{level}_recall_any"] = recall_any(units, gold)
+        out[f"{level}_recall_all"] = recall_all(units, gold)
+        out[f"{level}_ndcg"] = round(ndcg(units, gold, cutoff), 6)
+    return out
+
+
 def session_of(turn_id: str) -> str:
     """The session a LongMemEval turn id names (``<session>:<index>``)."""
     return turn_id.rsplit(":", 1)[0]
+
+
+TUNE, REPORT = "tune", "report"
+TUNE_CONVERSATIONS = 2  # LoCoMo: conversations (first in sorted sample-id order) the rules may be tuned on
+TUNE_BUCKETS = 3  # LongMemEval: one question in three (by a hash of its id) is for tuning
+
+
+def split_of(q: BenchQuestion, *, bench: str, sample_ids: Sequence[str] = ()) -> str:
+    """Which part of a benchmark a question belongs to: ``"tune"`` (figures anyone may look at while
+    changing the rules) or ``"report"`` (the untuned part: every headline figure comes from it).
+
+    - LoCoMo, by conversation: the first :data:`TUNE_CONVERSATIONS` of ``sample_ids`` (every sample
+      id in the data file, so the split does not depend on which conversations a run asks about) in
+      sorted order are tune, the rest report. On the dev file: conv-26 and conv-30 tune; conv-41,
+      conv-42 and conv-43 report.
+    - LongMemEval, by question: tune when the first 8 hex digits of SHA-256 of the question id, as an
+      integer, are divisible by :data:`TUNE_BUCKETS` (about a third), else report. A question keeps
+      its part whatever else is in the file.
+    """
+    if bench == "locomo":
+        return TUNE if q.conversation_id in sorted(sample_ids)[:TUNE_CONVERSATIONS] else REPORT
+    digest = int(hashlib.sha256(q.qid.encode("utf-8")).hexdigest()[:8], 16)
+    return TUNE if digest % TUNE_BUCKETS == 0 else REPORT
 
 
 def subset(questions: Sequence[BenchQuestion], n: int | None, seed: int) -> list[BenchQuestion]:
@@ -124,6 +206,7 @@ def locomo_set(
     """LoCoMo: each sample is a conversation; category 1–4 questions with evidence, asked the day
     after the conversation's last session. With ``questions``, only their conversations stream."""
     samples = load_locomo(data)
+    sample_ids = [s.sample_id for s in samples]  # the whole file: the split ignores ``conversations``
     if conversations:
         unknown = sorted(set(conversations) - {s.sample_id for s in samples})
         if unknown:
@@ -157,6 +240,7 @@ def locomo_set(
         asked,
         ("evidence_recall",),
         {str(c): f"{c} {name}" for c, name in LOCOMO_CATEGORIES.items()},
+        splits={q.qid: split_of(q, bench="locomo", sample_ids=sample_ids) for q in asked},
     )
 
 
@@ -195,12 +279,23 @@ def longmemeval_set(data: Path, *, questions: int | None = None, seed: int = 0) 
     by_id = {q.question_id: q for q in raw}
     asked = subset([longmemeval_question(q) for q in raw], questions, seed)
     convs = {q.conversation_id: longmemeval_turns(by_id[q.qid], tenant_id=TENANT) for q in asked}
-    return BenchSet("longmemeval", data, convs, asked, ("session_recall", "turn_recall"), baseline_index="pipeline")
+    return BenchSet(
+        "longmemeval",
+        data,
+        convs,
+        asked,
+        ("session_recall", "turn_recall"),
+        baseline_index="pipeline",
+        splits={q.qid: split_of(q, bench="longmemeval") for q in asked},
+    )
 
 
 def full_context(turns: Sequence[Turn]) -> str:
-    """What a reader gets without memory: every turn, as ``speaker: text`` lines."""
-    return "\n".join(f"{t.speaker}: {t.text}" for t in turns)
+    """What a reader gets without memory: every turn, one line each, as the whole-turn baselines index
+    it (``speaker: text`` and the turn's image captions)."""
+    from memstream.bench.retrieval import baseline_turn_text  # the heavy module, only when a run needs it
+
+    return "\n".join(baseline_turn_text(t) for t in turns)
 
 
 __all__ = [
@@ -208,6 +303,12 @@ __all__ = [
     "BenchQuestion",
     "BenchSet",
     "score",
+    "answer_score",
+    "ranked_scores",
+    "LONGMEMEVAL_RANKED",
+    "split_of",
+    "TUNE",
+    "REPORT",
     "session_of",
     "subset",
     "locomo_set",

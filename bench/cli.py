@@ -279,6 +279,55 @@ def erasure(
     _write_json(result, json_out)
 
 
+@bench.command("ablate")
+def ablate(
+    run: Path = typer.Option(..., help="A finished `memstream bench locomo --out` folder (its workers stopped)"),
+    data: Path = typer.Option(LOCOMO_DEV, help="The LoCoMo JSON that run used"),
+    k: int = typer.Option(10, min=1, help="Evidence K of the fixed-K variants"),
+    adaptive_budget: int = typer.Option(1000, min=16, help="Token budget of the adaptive variants"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """What each retrieval mechanism adds: every question once per variant, in process over the run's
+    store, with the sentence and whole-turn baselines held to each variant's tokens; tune and report splits."""
+    from memstream.bench.ablate import AblationOptions, run_ablation_bench, variant_count
+    from memstream.bench.cases import locomo_set
+
+    options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget)
+    total = len(locomo_set(data).questions) * variant_count(adaptive_budget)
+    with _progress() as progress:
+        task = progress.add_task("variants × questions", total=total)
+        result = run_ablation_bench(options, on_question=lambda: progress.advance(task))
+    for split in ("report", "tune"):
+        table = Table(title=f"ablation, {split} split ({result['questions'][split]} questions), K = {k}")
+        for column in (
+            "variant",
+            "recall",
+            "answer-bearing",
+            "tokens",
+            "rounds",
+            "best sentence baseline",
+            "RRF sent.",
+        ):
+            table.add_column(column, justify="right")
+        for name, row in result["variants"].items():
+            r = row["splits"][split]
+            best = max(
+                (b for b in r["baselines"] if b.endswith("sentences")),
+                key=lambda b: r["baselines"][b]["evidence_recall"],
+            )
+            table.add_row(
+                name,
+                str(r["memstream"]["evidence_recall"]),
+                str(r["memstream"]["answer_bearing"]),
+                str(r["memstream"]["tokens"]),
+                str(r["memstream"]["rounds"]),
+                f"{best} {r['baselines'][best]['evidence_recall']}",
+                str(r["baselines"]["rrf_sentences"]["evidence_recall"]),
+            )
+        console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("profile")
 def profile(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
@@ -700,27 +749,26 @@ def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
 
 
 def _print_e2e(result: dict) -> None:
-    from memstream.bench.report import METHOD_LABELS, METHODS
+    from memstream.bench.report import COMPARED, METHOD_LABELS, SPLIT_TITLES
 
-    metrics = result["metrics"]
+    metrics = [result["metrics"][0], result["answer_metric"]]
+    split = result["splits"][result["headline_split"]]
     table = Table(
-        title=f"{result['bench']}: {result['retrieval_scored']} questions scored, recall at the same context tokens"
+        title=f"{result['bench']}, {SPLIT_TITLES[result['headline_split']]}: {split['retrieval_scored']} questions "
+        "scored, recall | answer-bearing recall at memstream's tokens"
     )
     table.add_column("group")
-    for metric in metrics:
-        for m in METHODS:
-            table.add_column(f"{METHOD_LABELS[m]}\n{metric.replace('_', ' ')}", justify="right")
-    rows = [("overall", result["recall"]["overall"])] + [
-        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()
+    for m in COMPARED:
+        table.add_column(METHOD_LABELS[m], justify="right")
+    rows = [("overall", split["recall"]["overall"])] + [
+        (result["groups"][g]["name"], row) for g, row in split["recall"]["per_group"].items()
     ]
     for name, row in rows:
         table.add_row(
             name,
-            *(f"{row[m][metric]:.3f}" if row[m][metric] is not None else "–" for metric in metrics for m in METHODS),
+            *(" | ".join(f"{row[m][x]:.3f}" if row[m][x] is not None else "–" for x in metrics) for m in COMPARED),
         )
-    table.add_row(
-        "context tokens", *(f"{result['recall']['overall'][m]['context_tokens']:.0f}" for _ in metrics for m in METHODS)
-    )
+    table.add_row("context tokens", *(f"{split['recall']['overall'][m]['context_tokens']:.0f}" for m in COMPARED))
     console.print(table)
     cost = result["llm_cost"]
     console.print(

@@ -9,9 +9,11 @@ Phases, each resumable from the output folder:
 2. **ask**: every question goes over the request/reply topics, at the configured K (with an answer
    when ``llm``) and at each K of the budget sweep; with ``llm`` the answer is judged. One JSON line
    per finished question in ``<out>/questions.jsonl``: a resumed run asks only the others.
-3. **evaluate**: with the worker stopped, the same-run baselines rank the raw turns (dense, BM25)
-   within each question's memstream context tokens, and the full context is counted; then
-   ``results.json``, ``report.md`` and the plots are written (``bench.report``).
+3. **evaluate**: with the worker stopped, the same-run baselines rank the raw turns, whole and cut
+   into the extractive cards' sentences (one sentence per turn kept), dense, BM25 and fused (RRF),
+   and keep what comes closest to each question's memstream evidence tokens; the full context is
+   counted; then ``results.json``, ``report.md`` and the plots are written (``bench.report``), every
+   figure per tuning split (``bench.cases.split_of``).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, full_context, score
+from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, answer_score, full_context, ranked_scores, score
 from memstream.bench.deploy import worker_samples
-from memstream.bench.report import source_commit, summarize_run, write_outputs
-from memstream.bench.scoring import take_nearest_budget
+from memstream.bench.report import BASELINES, SENTENCES, WHOLE_TURNS, source_commit, summarize_run, write_outputs
+from memstream.bench.scoring import one_per_turn, rrf_fuse, take_nearest_budget
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
-from memstream.ports import Embedder, StoreFilter, VectorStore
+from memstream.ports import Embedder, StoreFilter, StoreHit, VectorStore
+from memstream.processors import prompts
 from memstream.processors.index import CARDS, TURNS
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply
@@ -43,7 +46,7 @@ from memstream.streams.deployment import Deployment
 
 STATE = "state.json"
 RECORDS = "questions.jsonl"
-BASELINES = ("dense_topk", "bm25_topk")
+SENTENCE_STORE = "baseline-sentences"
 INDEX_BACKLOG = 64  # memory writes left for the index stage when the next conversation goes in
 
 
@@ -110,6 +113,7 @@ class RunState:
                     (out / name).unlink(missing_ok=True)
                 _remove_tree(out / "deployment")
                 _remove_tree(out / "baseline")
+                _remove_tree(out / SENTENCE_STORE)
             out.mkdir(parents=True, exist_ok=True)
             state = cls(fingerprint)
             state.save(out)
@@ -440,12 +444,7 @@ class Runner:
                         question_time=q.asked_at,
                         timeout_s=timeout,
                     )
-                    turn_ids = provenance(swept)
-                    record["sweep"][str(k)] = {
-                        "context_tokens": swept.context_tokens,
-                        "turn_ids": turn_ids,
-                        "scores": score(q, turn_ids),
-                    }
+                    record["sweep"][str(k)] = reply_context(q, swept)
                 if judge is not None:
                     record["judge"] = await asyncio.to_thread(
                         judge_answer, judge, self.bench.name, q, record["answer"] or ""
@@ -466,15 +465,20 @@ class Runner:
         settings = deployment.settings
         runtime.apply_torch_threads(settings)
         embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
-        full_tokens = {cid: count_tokens(full_context(turns)) for cid, turns in self.bench.conversations.items()}
+        full_texts = {cid: full_context(turns) for cid, turns in self.bench.conversations.items()}
+        full_tokens = {cid: count_tokens(text) for cid, text in full_texts.items()}
+        top = max([*self.options.sweep_k, settings.evidence_k, self.options.k or 0])
+        limits = Limits(whole=max(50, 4 * top), sentences=max(200, 10 * top))
+        ranked = self.bench.name == "longmemeval"
         with contextlib.ExitStack() as opened:
             store = opened.enter_context(deployment.store())
             if self.bench.baseline_index == "own":
                 self.ui.status("indexing the raw turns for the baselines")
-                baseline = opened.enter_context(contextlib.closing(self._own_baseline(embedder)))
+                whole = opened.enter_context(contextlib.closing(self._own_baseline(embedder)))
             else:
-                baseline = store
-            self.ui.status("ranking raw turns for the baselines")
+                whole = store
+            sentences = opened.enter_context(contextlib.closing(self._sentence_baseline(embedder)))
+            self.ui.status("ranking raw turns and their sentences for the baselines")
             rows: dict[str, dict[str, Any]] = {}
             for q in self.bench.questions:
                 record = records[q.qid]
@@ -482,25 +486,45 @@ class Runner:
                     "main": record["context_tokens"],
                     **{k: s["context_tokens"] for k, s in record["sweep"].items()},
                 }
+                rankings = baseline_rankings(q, whole, sentences, embedder.embed([q.text])[0], limits)
                 rows[q.qid] = {
                     "full_context_tokens": full_tokens[q.conversation_id],
-                    **baseline_rows(
-                        q,
-                        baseline,
-                        embedder,
-                        budgets,
-                        limit=max(50, 4 * max([*self.options.sweep_k, settings.evidence_k])),
-                    ),
+                    "full_context_scores": answer_score(q, [full_texts[q.conversation_id]]),
+                    **baseline_rows(q, rankings, budgets, ranked=ranked),
                 }
             cards = store.count(CARDS, TENANT)
-        return {"baselines": rows, "cards": cards, "embedding_model": embedder_name(settings)}
+        return {
+            "baselines": rows,
+            "cards": cards,
+            "embedding_model": embedder_name(settings),
+            "baseline_limits": asdict(limits),
+        }
 
     def _own_baseline(self, embedder: Embedder) -> VectorStore:
-        """The raw turns as a plain RAG system indexes them (``speaker: text``), kept in ``<out>/baseline``."""
+        """The raw turns as a plain RAG system indexes them (``speaker: text`` and the image captions),
+        kept in ``<out>/baseline``."""
         from memstream.bench.retrieval import baseline_store
 
         return baseline_store(
             self.out / "baseline", [t for ts in self.bench.conversations.values() for t in ts], embedder
+        )
+
+    def _sentence_baseline(self, embedder: Embedder) -> VectorStore:
+        """The raw turns' sentences (and image captions), kept in ``<out>/baseline-sentences``: built
+        once, a conversation at a time, so an interrupted run resumes it."""
+        from memstream.bench.retrieval import sentence_baseline_store
+
+        conversations = len(self.bench.conversations)
+
+        def progress(done: int, total: int) -> None:
+            if done < total:
+                self.ui.status(f"indexing the sentences of the raw turns: conversation {done + 1} of {conversations}")
+
+        return sentence_baseline_store(
+            self.out / SENTENCE_STORE,
+            [t for ts in self.bench.conversations.values() for t in ts],
+            embedder,
+            progress=progress,
         )
 
     def _result(
@@ -530,8 +554,39 @@ def provenance(reply: Reply) -> list[str]:
     return list(seen)
 
 
-def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[str, Any]:
+def reader_context(question: str, reply: Reply) -> str:
+    """Everything the answer call would receive for this reply: the system prompt, then the user
+    message with the evidence lines (id, date, text), the speaker profile and the question. Rendered
+    as ``processors.query.QueryEngine._answer`` renders it (kept in step by a test); no LLM is called."""
+    lines = [
+        f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} {e.text}"
+        for e in reply.evidence
+    ]
+    operation = reply.plan.operation if reply.plan is not None else "lookup"
+    return prompts.ANSWER_SYSTEM + "\n" + prompts.answer_user(question, lines, operation, reply.profile_text)
+
+
+def context_texts(reply: Reply) -> list[str]:
+    """The texts a reader gets from a reply, in rank order: the evidence, then the speaker profile."""
+    return [e.text for e in reply.evidence] + ([reply.profile_text] if reply.profile_text else [])
+
+
+def reply_context(q: BenchQuestion, reply: Reply) -> dict[str, Any]:
+    """What a reply returned, as the report scores it: provenance, tokens (evidence only, and all the
+    answer call would read), texts (answer-bearing recall) and turn ids per evidence item."""
     turn_ids = provenance(reply)
+    return {
+        "evidence_items": len(reply.evidence),
+        "context_tokens": reply.context_tokens,
+        "reader_tokens": count_tokens(reader_context(q.text, reply)),
+        "turns_per_evidence": [len(set(e.turn_ids)) for e in reply.evidence],
+        "turn_ids": turn_ids,
+        "scores": score(q, turn_ids),
+        "context_texts": context_texts(reply),
+    }
+
+
+def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[str, Any]:
     return {
         "qid": q.qid,
         "group": q.group,
@@ -541,10 +596,7 @@ def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[s
         "latency_ms": round(latency_ms, 1),
         "worker_latency_ms": reply.latency_ms,
         "profile": reply.access_profile,
-        "evidence_items": len(reply.evidence),
-        "context_tokens": reply.context_tokens,
-        "turn_ids": turn_ids,
-        "scores": score(q, turn_ids),
+        **reply_context(q, reply),
         "answer": reply.answer,
         "answer_mode": reply.answer_mode,
         "costs": [c.model_dump(mode="json") for c in reply.costs],
@@ -587,25 +639,87 @@ def control_answer(questions: Sequence[BenchQuestion], q: BenchQuestion) -> str 
     return None
 
 
-def ranked_turns(hits: Sequence[Any], budget: int) -> tuple[list[str], int]:
-    """A baseline's top turns whose tokens come closest to ``budget`` (at least one), and their tokens."""
-    texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in hits]
-    keep = take_nearest_budget(texts, budget, count_tokens)
-    return [h.payload["turn_id"] for h in hits[:keep]], sum(count_tokens(t) for t in texts[:keep])
+@dataclass(frozen=True)
+class Limits:
+    """How many hits each baseline search asks for: enough ranked units to fill the largest budget
+    after one chunk per turn is kept (sentences are short, and several may come from one turn)."""
+
+    whole: int
+    sentences: int
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One ranked unit of a baseline: a whole raw turn, or one sentence (or image caption) of one."""
+
+    key: str  # the store point: what fusion ranks
+    turn_id: str
+    text: str  # what the reader would get, and what its tokens count
+
+
+def hit_unit(hit: StoreHit) -> Unit:
+    """A search hit as a unit; points of the pipeline's own turn store carry no ``chunk_text``."""
+    p = hit.payload
+    return Unit(hit.id, p["turn_id"], p.get("chunk_text") or f"{p['speaker']}: {p['text']}")
+
+
+def fuse(dense: Sequence[Unit], sparse: Sequence[Unit]) -> list[Unit]:
+    """Hybrid ranking: reciprocal rank fusion (k = 60) of the dense and BM25 rankings of the same units."""
+    units = {u.key: u for u in (*dense, *sparse)}
+    return [units[key] for key in rrf_fuse([[u.key for u in dense], [u.key for u in sparse]])]
+
+
+def rankings_of(dense: Sequence[Unit], sparse: Sequence[Unit], suffix: str) -> dict[str, list[Unit]]:
+    """Dense, BM25 and their fusion, each with one unit per turn (its best-ranked chunk)."""
+
+    def turn_of(u: Unit) -> str:
+        return u.turn_id
+
+    return {
+        f"dense_{suffix}": one_per_turn(dense, turn_of),
+        f"bm25_{suffix}": one_per_turn(sparse, turn_of),
+        f"rrf_{suffix}": one_per_turn(fuse(dense, sparse), turn_of),
+    }
+
+
+def baseline_rankings(
+    q: BenchQuestion, whole: VectorStore, sentences: VectorStore, vector: Any, limits: Limits
+) -> dict[str, list[Unit]]:
+    """Every baseline's ranking of the question's conversation: whole raw turns (``*_topk``) and
+    the sentences of raw turns (``*_sentences``), dense (same embedder as memstream), BM25 and RRF."""
+    scope = StoreFilter(equals={"conversation_id": q.conversation_id})
+    out: dict[str, list[Unit]] = {}
+    for store, limit, suffix in ((whole, limits.whole, "topk"), (sentences, limits.sentences, "sentences")):
+        dense = [hit_unit(h) for h in store.search(TURNS, TENANT, vector, where=scope, limit=limit)]
+        sparse = [hit_unit(h) for h in store.search_text(TURNS, TENANT, q.text, where=scope, limit=limit)]
+        out |= rankings_of(dense, sparse, suffix)
+    return out
+
+
+def take_units(ranking: Sequence[Unit], budget: int) -> tuple[list[Unit], int]:
+    """A baseline's first units whose tokens come closest to ``budget`` (at least one), and their tokens."""
+    texts = [u.text for u in ranking]
+    keep = take_nearest_budget(texts, budget, count_tokens) if texts else 0
+    return list(ranking[:keep]), sum(count_tokens(t) for t in texts[:keep])
 
 
 def baseline_rows(
-    q: BenchQuestion, store: VectorStore, embedder: Embedder, budgets: dict[str, int], *, limit: int
+    q: BenchQuestion, rankings: dict[str, list[Unit]], budgets: dict[str, int], *, ranked: bool
 ) -> dict[str, dict[str, Any]]:
-    """Dense and BM25 top-K over the question's raw turns at each budget (memstream's tokens)."""
-    scope = StoreFilter(equals={"conversation_id": q.conversation_id})
-    dense = store.search(TURNS, TENANT, embedder.embed([q.text])[0], where=scope, limit=limit)
-    sparse = store.search_text(TURNS, TENANT, q.text, where=scope, limit=limit)
+    """Every baseline at each budget (memstream's tokens for the question at the main K and each
+    swept K): turn recall and answer-bearing recall of the units taken; with ``ranked`` (LongMemEval)
+    also LongMemEval's own metrics of the first K ranked units at each swept K."""
     out: dict[str, dict[str, Any]] = {}
-    for name, hits in (("dense_topk", dense), ("bm25_topk", sparse)):
+    for name, ranking in rankings.items():
         for key, budget in budgets.items():
-            turn_ids, tokens = ranked_turns(hits, max(int(budget), 1))
-            out.setdefault(name, {})[key] = {"context_tokens": tokens, "scores": score(q, turn_ids)}
+            chosen, tokens = take_units(ranking, max(int(budget), 1))
+            entry: dict[str, Any] = {
+                "context_tokens": tokens,
+                "scores": {**score(q, [u.turn_id for u in chosen]), **answer_score(q, [u.text for u in chosen])},
+            }
+            if ranked and key != "main":
+                entry["ranked_scores"] = ranked_scores(q, [u.turn_id for u in ranking], int(key), cited=False)
+            out.setdefault(name, {})[key] = entry
     return out
 
 
@@ -619,7 +733,14 @@ __all__ = [
     "question_record",
     "provenance",
     "baseline_rows",
-    "ranked_turns",
+    "baseline_rankings",
+    "take_units",
+    "fuse",
+    "Unit",
+    "reply_context",
+    "reader_context",
     "judge_answer",
     "BASELINES",
+    "WHOLE_TURNS",
+    "SENTENCES",
 ]

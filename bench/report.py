@@ -14,42 +14,116 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from memstream.bench.cases import BenchQuestion, BenchSet
+from memstream.bench.cases import (
+    LONGMEMEVAL_RANKED,
+    REPORT,
+    TUNE,
+    BenchQuestion,
+    BenchSet,
+    answer_score,
+    ranked_scores,
+)
 from memstream.bench.scoring import percentile
 from memstream.processors.tokens import count_tokens
 
-METHODS = ("memstream", "dense_topk", "bm25_topk", "full_context")
+WHOLE_TURNS = ("dense_topk", "bm25_topk", "rrf_topk")  # baselines that return whole raw turns
+SENTENCES = ("dense_sentences", "bm25_sentences", "rrf_sentences")  # ... sentences of raw turns, one per turn
+BASELINES = (*WHOLE_TURNS, *SENTENCES)
+COMPARED = ("memstream", *BASELINES)  # at memstream's context tokens, question by question
+METHODS = (*COMPARED, "full_context")
 METHOD_LABELS = {
     "memstream": "memstream",
     "dense_topk": "dense top-K turns",
     "bm25_topk": "BM25 top-K turns",
+    "rrf_topk": "RRF top-K turns",
+    "dense_sentences": "dense sentences",
+    "bm25_sentences": "BM25 sentences",
+    "rrf_sentences": "RRF sentences",
     "full_context": "full context",
+}
+ANSWER_METRIC = "answer_bearing"
+# memstream's answer-bearing recall over its evidence alone: the speaker profile the reply also carries
+# is outside the evidence tokens the baselines are held to, so this is the equal-token comparison.
+EVIDENCE_ANSWER_METRIC = "answer_bearing_evidence"
+ALL = "all"
+SPLITS = (REPORT, TUNE, ALL)
+SPLIT_TITLES = {REPORT: "report split (untuned)", TUNE: "tune split", ALL: "all questions"}
+SPLIT_RULES = {
+    "locomo": "by conversation: the first 2 sample ids of the data file in sorted order are the tune split "
+    "(conv-26, conv-30 on the dev file), the others the report split",
+    "longmemeval": "by question: tune when SHA-256 of the question id (first 8 hex digits) is divisible by 3 "
+    "(about a third), else report",
 }
 
 
 def method_point(
-    q: BenchQuestion, record: dict[str, Any], baselines: dict[str, Any], method: str, key: str = "main"
+    q: BenchQuestion,
+    record: dict[str, Any],
+    baselines: dict[str, Any],
+    method: str,
+    key: str = "main",
+    *,
+    ranked: bool = False,
 ) -> dict[str, Any]:
-    """One question's scores and context tokens for one method, at the main K or a swept K."""
+    """One question's scores and context tokens for one method, at the main K or a swept K.
+
+    memstream's answer-bearing recall needs the texts it returned (``context_texts``): a record of an
+    older run has none, and the figure is then missing rather than 0. With ``ranked`` (LongMemEval) a
+    swept K also gets LongMemEval's own metrics (``ranked_scores``) of memstream's K evidence items."""
     if method == "memstream":
         part = record if key == "main" else record["sweep"][key]
-        return {"scores": part["scores"], "context_tokens": part["context_tokens"]}
+        texts = part.get("context_texts")
+        scores = dict(part["scores"])
+        if texts is not None:
+            scores |= answer_score(q, texts)
+            evidence = answer_score(q, texts[: part.get("evidence_items", len(texts))])
+            scores |= {EVIDENCE_ANSWER_METRIC: v for v in evidence.values()}
+        point: dict[str, Any] = {"scores": scores, "context_tokens": part["context_tokens"]}
+        if "reader_tokens" in part:
+            point["reader_tokens"] = part["reader_tokens"]
+        if "turns_per_evidence" in part:
+            point["turns_per_evidence"] = part["turns_per_evidence"]
+        if ranked and key != "main":
+            point["ranked_scores"] = ranked_scores(q, part["turn_ids"], int(key), cited=True)
+        return point
     if method == "full_context":
-        # Every turn is in the context: recall 1 by definition (where the question is scored).
-        return {"scores": {m: 1.0 for m in record["scores"]}, "context_tokens": baselines["full_context_tokens"]}
+        # Every turn is in the context: recall 1 by definition (where the question is scored); whether
+        # the gold answer is written in it at all is measured (the ceiling of answer-bearing recall).
+        return {
+            "scores": {**{m: 1.0 for m in record["scores"]}, **baselines.get("full_context_scores", {})},
+            "context_tokens": baselines["full_context_tokens"],
+        }
     return baselines[method][key]
 
 
+def _mean(values: Sequence[float], digits: int = 4) -> float | None:
+    return round(sum(values) / len(values), digits) if values else None
+
+
 def aggregate(points: Iterable[dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
-    """Mean recall per metric (over the questions it applies to) and mean context tokens (all)."""
+    """Mean recall per metric (over the questions it applies to) and mean context tokens (all); where
+    the points have them, memstream's reader tokens, provenance turns per evidence item (all items of
+    all questions pooled) and LongMemEval's ranked metrics (``ranked``)."""
     points = list(points)
     out: dict[str, Any] = {}
     for m in metrics:
         values = [p["scores"][m] for p in points if m in p["scores"]]
-        out[m] = round(sum(values) / len(values), 4) if values else None
+        out[m] = _mean(values)
         out[f"{m}_questions"] = len(values)
     out["context_tokens"] = round(sum(p["context_tokens"] for p in points) / len(points), 1) if points else 0.0
     out["questions"] = len(points)
+    if any("reader_tokens" in p for p in points):
+        out["evidence_tokens"] = out["context_tokens"]
+        out["reader_tokens"] = _mean([p["reader_tokens"] for p in points if "reader_tokens" in p], 1)
+    if any("turns_per_evidence" in p for p in points):
+        per_item = [n for p in points for n in p.get("turns_per_evidence", [])]
+        out["provenance_turns_per_evidence"] = _mean(per_item, 3)
+    ranked = [p["ranked_scores"] for p in points if "ranked_scores" in p]
+    if ranked:
+        names = sorted({m for r in ranked for m in r})
+        out["ranked"] = {m: _mean([r[m] for r in ranked if m in r]) for m in names} | {
+            f"{m}_questions": sum(m in r for r in ranked) for m in names
+        }
     return out
 
 
@@ -110,21 +184,18 @@ def summarize_run(
 ) -> dict[str, Any]:
     questions = bench.questions
     metrics = list(bench.metrics)
-    base = evaluation["baselines"]
-
-    def points(qs: Sequence[BenchQuestion], method: str, key: str = "main") -> list[dict[str, Any]]:
-        return [method_point(q, records[q.qid], base[q.qid], method, key) for q in qs]
-
+    by_split = {
+        REPORT: [q for q in questions if bench.split(q.qid) == REPORT],
+        TUNE: [q for q in questions if bench.split(q.qid) == TUNE],
+        ALL: list(questions),
+    }
+    splits = {
+        name: split_summary(bench, qs, records, evaluation["baselines"], options.sweep_k)
+        for name, qs in by_split.items()
+    }
+    headline = REPORT if by_split[REPORT] else ALL  # a run of tune questions only has no report split
     groups = sorted({q.group for q in questions}, key=lambda g: (len(g), g))
     by_group = {g: [q for q in questions if q.group == g] for g in groups}
-    recall = {
-        "overall": {m: aggregate(points(questions, m), metrics) for m in METHODS},
-        "per_group": {g: {m: aggregate(points(qs, m), metrics) for m in METHODS} for g, qs in by_group.items()},
-    }
-    sweep = [
-        {"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in METHODS[:3]}}
-        for k in map(str, options.sweep_k)
-    ]
     latencies = [r["latency_ms"] for r in records.values()]
     worker_keys = sorted({k for r in records.values() for k in (r.get("worker_latency_ms") or {})})
     query_costs = _sum_costs(c for r in records.values() for c in r["costs"])
@@ -155,8 +226,13 @@ def summarize_run(
         "retrieval_scored": sum(q.retrieval_scored for q in questions),
         "groups": {g: {"name": bench.group_names.get(g, g), "questions": len(qs)} for g, qs in by_group.items()},
         "metrics": metrics,
-        "recall": recall,
-        "sweep": sweep,
+        "answer_metric": ANSWER_METRIC,
+        "split_rule": SPLIT_RULES.get(bench.name, "none: every question is reported"),
+        "headline_split": headline,
+        "recall": splits[headline]["recall"],
+        "sweep": splits[headline]["sweep"],
+        "splits": splits,
+        "baseline_limits": evaluation.get("baseline_limits"),
         "errors": sum(not r["ok"] for r in records.values()),
         "profiles": _count(r["profile"] or "?" for r in records.values()),
         "latency_ms": {
@@ -209,6 +285,38 @@ def summarize_run(
     return result
 
 
+def split_summary(
+    bench: BenchSet,
+    questions: Sequence[BenchQuestion],
+    records: dict[str, dict[str, Any]],
+    baselines: dict[str, Any],
+    sweep_k: Sequence[int],
+) -> dict[str, Any]:
+    """Every figure of one split: recall and answer-bearing recall per method, overall and per group,
+    at the main K; the same at each swept K (with LongMemEval's ranked metrics there)."""
+    metrics = [*bench.metrics, ANSWER_METRIC, EVIDENCE_ANSWER_METRIC]
+    ranked = bench.name == "longmemeval"
+
+    def points(qs: Sequence[BenchQuestion], method: str, key: str = "main") -> list[dict[str, Any]]:
+        return [method_point(q, records[q.qid], baselines[q.qid], method, key, ranked=ranked) for q in qs]
+
+    groups = sorted({q.group for q in questions}, key=lambda g: (len(g), g))
+    by_group = {g: [q for q in questions if q.group == g] for g in groups}
+    return {
+        "questions": len(questions),
+        "retrieval_scored": sum(q.retrieval_scored for q in questions),
+        "answer_scored": sum(q.answer_scored for q in questions),
+        "recall": {
+            "overall": {m: aggregate(points(questions, m), metrics) for m in METHODS},
+            "per_group": {g: {m: aggregate(points(qs, m), metrics) for m in METHODS} for g, qs in by_group.items()},
+        },
+        "sweep": [
+            {"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in COMPARED}}
+            for k in map(str, sweep_k)
+        ],
+    }
+
+
 def _count(values: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
@@ -259,20 +367,108 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _recall_table(result: dict[str, Any]) -> list[str]:
-    metrics = result["metrics"]
-    header = [
-        "questions",
-        *[f"{METHOD_LABELS[m]} {metric.replace('_', ' ')}" for metric in metrics for m in METHODS[:3]],
-    ]
-    lines = ["| group | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
-    rows = [("overall", result["recall"]["overall"])] + [
-        (result["groups"][g]["name"], row) for g, row in result["recall"]["per_group"].items()
+def _metric_name(metric: str) -> str:
+    return metric.replace("_", " ")
+
+
+def _columns(metric: str, methods: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(label, method, metric) per column; answer-bearing recall gets memstream's evidence-only figure
+    beside the one with the profile."""
+    out = [(METHOD_LABELS[m], m, metric) for m in methods]
+    if metric == ANSWER_METRIC:
+        out.insert(1, ("memstream, evidence only", "memstream", EVIDENCE_ANSWER_METRIC))
+    return out
+
+
+def _recall_table(result: dict[str, Any], split: dict[str, Any], metric: str) -> list[str]:
+    """One metric per group and method at the main K (full context last)."""
+    columns = _columns(metric, METHODS)
+    header = ["group", "questions", *(label for label, _, _ in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    rows = [("**overall**", split["recall"]["overall"])] + [
+        (result["groups"][g]["name"], row) for g, row in split["recall"]["per_group"].items()
     ]
     for name, row in rows:
-        cells = [str(row["memstream"][f"{metrics[0]}_questions"])]
-        cells += [_fmt(row[m][metric]) for metric in metrics for m in METHODS[:3]]
+        cells = [str(row["memstream"][f"{metric}_questions"]), *(_fmt(row[m].get(x)) for _, m, x in columns)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _tokens_line(split: dict[str, Any]) -> list[str]:
+    overall = split["recall"]["overall"]
+    mine = overall["memstream"]
+    return [
+        "| method | context tokens / question |",
+        "|---|---|",
+        f"| memstream evidence (what the baselines are held to) | {_fmt(mine['context_tokens'], 1)} |",
+        f"| memstream reader (all the answer call reads) | {_fmt(mine.get('reader_tokens'), 1)} |",
+        *(f"| {METHOD_LABELS[m]} | {_fmt(overall[m]['context_tokens'], 1)} |" for m in METHODS[1:]),
+        "",
+        f"Provenance: {_fmt(mine.get('provenance_turns_per_evidence'), 3)} turn ids per memstream evidence item.",
+    ]
+
+
+def _sweep_table(split: dict[str, Any], metric: str) -> list[str]:
+    """One metric at each swept K: memstream's tokens, then every method (baselines at its tokens)."""
+    columns = _columns(metric, COMPARED)
+    header = ["K", "evidence tokens", "reader tokens", "turns / evidence", *(label for label, _, _ in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for row in split["sweep"]:
+        mine = row["memstream"]
+        cells = [
+            str(row["k"]),
+            _fmt(mine["context_tokens"], 1),
+            _fmt(mine.get("reader_tokens"), 1),
+            _fmt(mine.get("provenance_turns_per_evidence"), 2),
+            *(_fmt(row[m].get(x)) for _, m, x in columns),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ranked_table(split: dict[str, Any]) -> list[str]:
+    """LongMemEval's own metrics at each swept K, per method."""
+    header = ["K", "method", *(_metric_name(m) for m in LONGMEMEVAL_RANKED)]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for row in split["sweep"]:
+        for m in COMPARED:
+            ranked = row[m].get("ranked", {})
+            lines.append(
+                f"| {row['k']} | {METHOD_LABELS[m]} | "
+                + " | ".join(_fmt(ranked.get(x)) for x in LONGMEMEVAL_RANKED)
+                + " |"
+            )
+    return lines
+
+
+def _split_section(result: dict[str, Any], name: str, headline: bool) -> list[str]:
+    split = result["splits"][name]
+    metrics = [*result["metrics"], result.get("answer_metric", ANSWER_METRIC)]
+    lines = [
+        f"## {SPLIT_TITLES[name].capitalize()}" + (" (the headline)" if headline else ""),
+        "",
+        f"{split['questions']} questions, {split['retrieval_scored']} scored for recall, "
+        f"{split.get('answer_scored', '–')} for answer-bearing recall.",
+        "",
+    ]
+    if not split["questions"]:
+        return lines
+    for metric in metrics:
+        lines += [f"**{_metric_name(metric)}** at the main K (baselines at memstream's tokens per question):", ""]
+        lines += [*_recall_table(result, split, metric), ""]
+    lines += [*_tokens_line(split), ""]
+    if split["sweep"]:
+        for metric in metrics:
+            lines += [f"**{_metric_name(metric)}** against the budget (K = memstream's evidence items):", ""]
+            lines += [*_sweep_table(split, metric), ""]
+        if any("ranked" in row["memstream"] for row in split["sweep"]):
+            lines += [
+                "**LongMemEval's retrieval metrics** at k: memstream's k evidence items (every turn and "
+                "session they cite); a baseline's first k distinct turns (turn level) or sessions (session level):",
+                "",
+                *_ranked_table(split),
+                "",
+            ]
     return lines
 
 
@@ -294,7 +490,6 @@ def _code_note(result: dict[str, Any]) -> str:
 def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
     """The run as Markdown: what was run, recall against the baselines, costs, speed, answers."""
     r = result
-    overall = r["recall"]["overall"]
     lines = [
         f"# memstream on {'LoCoMo' if r['bench'] == 'locomo' else 'LongMemEval'}",
         "",
@@ -307,36 +502,23 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
         f"Memories: {r['models']['extraction']}; embedding model {r['models']['embedding']}; "
         f"evidence K {r['options']['k'] or 'configured'}; seed {r['options']['seed']}.",
         "",
-        "## Evidence recall against the same-run baselines",
+        "## How to read it",
         "",
         "Recall: the share of gold turns (LongMemEval also: gold sessions) inside the provenance of the "
-        "returned context. The baselines rank raw turns and keep the top ones whose tokens come closest to "
-        "memstream's context tokens for the same question; the full context holds every turn (recall 1).",
+        "returned context. Answer-bearing recall: the share of questions whose returned texts contain the gold "
+        "answer (normalised; `bench/scoring.py:bears_answer`). The baselines rank the question's raw turns "
+        "(`*top-K turns`, whole turns) or the sentences of its raw turns (`*sentences`, one sentence per turn "
+        "kept), dense, BM25 or both fused (RRF, k = 60), and keep the top units whose tokens come closest to "
+        "memstream's evidence tokens for the same question. The full context holds every turn (recall 1).",
         "",
-        *_recall_table(r),
-        "",
-        "| method | context tokens / question |",
-        "|---|---|",
-        *[f"| {METHOD_LABELS[m]} | {_fmt(overall[m]['context_tokens'], 1)} |" for m in METHODS],
+        f"Tuning split: {r.get('split_rule', '–')}. Headline figures are those of the "
+        f"{SPLIT_TITLES[r.get('headline_split', ALL)]}.",
         "",
     ]
-    if r["sweep"]:
-        metric = r["metrics"][0]
-        lines += [
-            "## Recall against context budget",
-            "",
-            f"{metric.replace('_', ' ')} at each evidence K (baselines at memstream's tokens):",
-            "",
-            "| K | tokens | memstream | dense top-K | BM25 top-K |",
-            "|---|---|---|---|---|",
-        ]
-        for row in r["sweep"]:
-            lines.append(
-                f"| {row['k']} | {_fmt(row['memstream']['context_tokens'], 1)} | "
-                + " | ".join(_fmt(row[m][metric]) for m in METHODS[:3])
-                + " |"
-            )
-        lines.append("")
+    if "splits" in r:
+        headline = r.get("headline_split", ALL)
+        for name in (headline, *(s for s in SPLITS if s != headline)):
+            lines += _split_section(r, name, name == headline)
     for name, path in plots.items():
         lines += [f"![{name}]({path})", ""]
     cost = r["llm_cost"]
@@ -416,51 +598,82 @@ def _save(plt: Any, fig: Any, out: Path) -> Path:
     return out
 
 
+STYLES = {  # memstream solid; whole-turn baselines dashed; sentence baselines dotted
+    "memstream": "o-",
+    "dense_topk": "s--",
+    "bm25_topk": "^--",
+    "rrf_topk": "D--",
+    "dense_sentences": "s:",
+    "bm25_sentences": "^:",
+    "rrf_sentences": "D:",
+}
+
+
+def _headline_title(result: dict[str, Any]) -> str:
+    split = result.get("headline_split", ALL)
+    questions = result.get("splits", {}).get(split, {}).get("retrieval_scored", result["retrieval_scored"])
+    return f"{result['bench']}, {SPLIT_TITLES[split]}: {questions} questions"
+
+
 def plot_budget(result: dict[str, Any], out: Path) -> Path:
-    """Recall against context tokens per question: memstream at each K, the baselines at its tokens,
-    the full context as one point (log scale: it is orders of magnitude larger)."""
+    """Recall (and answer-bearing recall) against context tokens per question, headline split:
+    memstream at each K, every baseline at its tokens, the full context as one point (log scale: it
+    is orders of magnitude larger)."""
     plt = _pyplot()
-    metrics = result["metrics"]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    metrics = [*result["metrics"], result.get("answer_metric", ANSWER_METRIC)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 5.0), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for method, style in (("memstream", "o-"), ("dense_topk", "s--"), ("bm25_topk", "^--")):
+        for method in COMPARED:
             xs = [row[method]["context_tokens"] for row in result["sweep"]]
-            ys = [row[method][metric] or 0.0 for row in result["sweep"]]
-            ax.plot(xs, ys, style, label=METHOD_LABELS[method])
+            ys = [row[method].get(metric) or 0.0 for row in result["sweep"]]
+            ax.plot(xs, ys, STYLES[method], label=METHOD_LABELS[method], linewidth=2.2 if method == "memstream" else 1)
             if method == "memstream":
                 for row, x, y in zip(result["sweep"], xs, ys):
                     ax.annotate(f"K={row['k']}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        if metric == ANSWER_METRIC:  # memstream without the profile text, the equal-token figure
+            xs = [row["memstream"]["context_tokens"] for row in result["sweep"]]
+            ys = [row["memstream"].get(EVIDENCE_ANSWER_METRIC) or 0.0 for row in result["sweep"]]
+            ax.plot(xs, ys, "o--", color="grey", label="memstream, evidence only")
         full = result["recall"]["overall"]["full_context"]
-        ax.plot([full["context_tokens"]], [1.0], "k*", markersize=12, label=METHOD_LABELS["full_context"])
+        ax.plot(
+            [full["context_tokens"]],
+            [full.get(metric) or 0.0],
+            "k*",
+            markersize=12,
+            label=METHOD_LABELS["full_context"],
+        )
         ax.set_xscale("log")
         ax.set_xlabel("context tokens per question (log)")
         ax.set_ylabel(metric.replace("_", " "))
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(
-        f"{result['bench']}: {result['retrieval_scored']} questions, recall against context budget", fontsize=10
-    )
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{_headline_title(result)}, recall against context budget", fontsize=10)
     return _save(plt, fig, out)
 
 
 def plot_groups(result: dict[str, Any], out: Path) -> Path:
-    """Headline recall per category / question type, memstream against the baselines."""
+    """Headline recall per category / question type (headline split), memstream against every
+    baseline at the same tokens."""
     plt = _pyplot()
     metric = result["metrics"][0] if result["bench"] == "locomo" else result["metrics"][-1]
     groups = [g for g, row in result["recall"]["per_group"].items() if row["memstream"][metric] is not None]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(groups) + 2), 4.5))
-    width = 0.8 / 3
-    for i, method in enumerate(METHODS[:3]):
-        ys = [result["recall"]["per_group"][g][method][metric] for g in groups]
-        ax.bar([x + (i - 1) * width for x in range(len(groups))], ys, width, label=METHOD_LABELS[method])
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.8 * len(groups) + 2), 4.5))
+    width = 0.84 / len(COMPARED)
+    middle = (len(COMPARED) - 1) / 2
+    for i, method in enumerate(COMPARED):
+        ys = [result["recall"]["per_group"][g][method][metric] or 0.0 for g in groups]
+        hatch = "//" if method in SENTENCES else None
+        ax.bar(
+            [x + (i - middle) * width for x in range(len(groups))], ys, width, label=METHOD_LABELS[method], hatch=hatch
+        )
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([result["groups"][g]["name"] for g in groups], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_ylim(0, 1)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{result['bench']}: {metric.replace('_', ' ')} per group (same context tokens)", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"{_headline_title(result)}: {metric.replace('_', ' ')} per group (same tokens)", fontsize=10)
     return _save(plt, fig, out)
 
 
@@ -477,6 +690,12 @@ def write_outputs(out: Path, bench: BenchSet, result: dict[str, Any]) -> dict[st
 
 __all__ = [
     "METHODS",
+    "COMPARED",
+    "BASELINES",
+    "WHOLE_TURNS",
+    "SENTENCES",
+    "SPLITS",
+    "split_summary",
     "method_point",
     "aggregate",
     "summarize_run",

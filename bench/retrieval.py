@@ -223,42 +223,107 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
 
 
 def baseline_turn_text(turn: Turn) -> str:
-    """What a plain RAG baseline indexes per turn: the speaker and the words (the speaker's name is
-    often what a question names)."""
-    return f"{turn.speaker}: {turn.text}"
+    """What a plain RAG baseline indexes per whole turn: the speaker and the words (the speaker's name
+    is often what a question names), then each image caption, which is part of what the turn says
+    (memstream's extractive cards get them too)."""
+    return f"{turn.speaker}: {turn.text}" + "".join(f" (shared an image: {c})" for c in turn.image_captions)
 
 
-def baseline_store(path: Path, turns: Sequence[Turn], embedder: Embedder, *, batch: int = 256) -> VectorStore:
-    """The raw turns in their own store, dense and BM25 over :func:`baseline_turn_text`."""
+def baseline_sentence_chunks(turn: Turn) -> list[str]:
+    """What a sentence-level baseline indexes per turn: the sentences the extractive cards are cut
+    into (:func:`memstream.processors.extract.card_sentences`), each as ``speaker: sentence``, and one
+    ``speaker: shared an image: caption`` per image caption, exactly the texts of the turn's cards.
+    At equal tokens, a baseline of sentences covers as many turns as memstream's cards can."""
+    from memstream.processors.extract import card_sentences
+
+    return [f"{turn.speaker}: {s}" for s in card_sentences(turn.text)] + [
+        f"{turn.speaker}: shared an image: {c}" for c in turn.image_captions
+    ]
+
+
+def _whole_turn(turn: Turn) -> list[str]:
+    return [baseline_turn_text(turn)]
+
+
+def chunk_store(
+    path: Path,
+    turns: Sequence[Turn],
+    embedder: Embedder,
+    chunks: Callable[[Turn], list[str]],
+    *,
+    kind: str,
+    batch: int = 256,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> VectorStore:
+    """The turns cut by ``chunks`` in their own store (collection ``turns``), dense and BM25 over each
+    chunk's text; every point names its turn (``turn_id``) and carries its text (``chunk_text``).
+
+    Built a conversation at a time, in batches of ``batch`` chunks, and resumable: a conversation
+    whose chunks are all there (and were written with ``chunk_text``) is skipped, so a run interrupted
+    while embedding (LongMemEval: millions of tokens) continues where it stopped. ``progress`` gets
+    the conversations done of the total."""
     from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 
     store = QdrantEdgeStore(path)
     store.ensure_collections([TURNS], embedder.dim)
-    if store.count(TURNS, turns[0].tenant_id if turns else "") >= len(turns):
-        return store  # built by an earlier run over these turns (a resumed benchmark)
-    for i in range(0, len(turns), batch):
-        chunk = turns[i : i + batch]
-        texts = [baseline_turn_text(t) for t in chunk]
-        vectors = embedder.embed(texts)
-        store.upsert(
-            TURNS,
-            [
-                StorePoint(
-                    point_id("baseline", t.tenant_id, t.conversation_id, [t.turn_id], ""),
-                    v.tolist(),
-                    {
-                        "tenant_id": t.tenant_id,
-                        "conversation_id": t.conversation_id,
-                        "turn_id": t.turn_id,
-                        "speaker": t.speaker,
-                        "text": t.text,
-                    },
-                    text,
-                )
-                for t, v, text in zip(chunk, vectors, texts)
-            ],
-        )
+    conversations: dict[tuple[str, str], list[Turn]] = {}
+    for t in turns:
+        conversations.setdefault((t.tenant_id, t.conversation_id), []).append(t)
+    for done, ((tenant, conversation), its_turns) in enumerate(conversations.items()):
+        progress(done, len(conversations))
+        units = [(t, i, text) for t in its_turns for i, text in enumerate(chunks(t))]
+        scope = StoreFilter(equals={"conversation_id": conversation})
+        if store.count(TURNS, tenant, where=scope) >= len(units) and all(
+            "chunk_text" in h.payload for h in store.scroll(TURNS, tenant, where=scope, limit=1)
+        ):
+            continue  # built by an earlier run over these turns (a resumed benchmark)
+        for j in range(0, len(units), batch):
+            part = units[j : j + batch]
+            vectors = embedder.embed([text for _, _, text in part])
+            store.upsert(
+                TURNS,
+                [
+                    StorePoint(
+                        point_id(kind, t.tenant_id, t.conversation_id, [t.turn_id], "" if i == 0 else str(i)),
+                        v.tolist(),
+                        {
+                            "tenant_id": t.tenant_id,
+                            "conversation_id": t.conversation_id,
+                            "turn_id": t.turn_id,
+                            "session_id": t.session_id,
+                            "speaker": t.speaker,
+                            "text": t.text,
+                            "chunk": i,
+                            "chunk_text": text,
+                        },
+                        text,
+                    )
+                    for (t, i, text), v in zip(part, vectors)
+                ],
+            )
+    progress(len(conversations), len(conversations))
     return store
+
+
+def baseline_store(path: Path, turns: Sequence[Turn], embedder: Embedder, *, batch: int = 256) -> VectorStore:
+    """The raw turns in their own store, dense and BM25 over :func:`baseline_turn_text`, one point
+    per turn."""
+    return chunk_store(path, turns, embedder, _whole_turn, kind="baseline", batch=batch)
+
+
+def sentence_baseline_store(
+    path: Path,
+    turns: Sequence[Turn],
+    embedder: Embedder,
+    *,
+    batch: int = 256,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> VectorStore:
+    """The raw turns' sentences in their own store (:func:`baseline_sentence_chunks`), one point per
+    sentence or image caption, embedded with the same model as everything else."""
+    return chunk_store(
+        path, turns, embedder, baseline_sentence_chunks, kind="baseline-sentence", batch=batch, progress=progress
+    )
 
 
 TRIGGER_THRESHOLDS = tuple(round(0.30 + 0.05 * i, 2) for i in range(11))
@@ -513,6 +578,11 @@ def _query_options(settings: Settings) -> QueryOptions:
 
 __all__ = [
     "RetrievalOptions",
+    "baseline_turn_text",
+    "baseline_sentence_chunks",
+    "baseline_store",
+    "sentence_baseline_store",
+    "chunk_store",
     "Question",
     "load_questions",
     "evaluate",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,8 +11,16 @@ from types import SimpleNamespace
 import pytest
 
 from memstream.bench.cases import BenchQuestion, BenchSet
-from memstream.bench.e2e import E2EOptions, RunState, append_record, control_answer, ranked_turns, read_records
-from memstream.bench.report import aggregate, method_point, plot_budget, plot_groups, render_report, summarize_run
+from memstream.bench.e2e import E2EOptions, RunState, Unit, append_record, control_answer, read_records, take_units
+from memstream.bench.report import (
+    BASELINES,
+    aggregate,
+    method_point,
+    plot_budget,
+    plot_groups,
+    render_report,
+    summarize_run,
+)
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Turn
 
@@ -74,19 +82,20 @@ def test_records_survive_a_line_cut_short(tmp_path: Path) -> None:
     assert read_records(tmp_path) == {"a": {"qid": "a", "x": 1}, "b": {"qid": "b", "x": 2}}
 
 
-@dataclass
-class _Hit:
-    payload: dict
-
-
-def test_baselines_come_closest_to_the_budget_with_at_least_one_turn() -> None:
-    hits = [_Hit({"speaker": "Ann", "text": "word " * 10, "turn_id": f"D1:{i}"}) for i in range(5)]
+def test_baselines_come_closest_to_the_budget_with_at_least_one_unit() -> None:
+    units = [Unit(f"p{i}", f"D1:{i}", "Ann: " + "word " * 10) for i in range(5)]
     one = count_tokens("Ann: " + "word " * 10)
-    assert ranked_turns(hits, 2 * one) == (["D1:0", "D1:1"], 2 * one)
-    assert ranked_turns(hits, 2 * one + one // 3) == (["D1:0", "D1:1"], 2 * one)  # under by a third
-    assert ranked_turns(hits, 3 * one - one // 3) == (["D1:0", "D1:1", "D1:2"], 3 * one)  # over by a third
-    assert ranked_turns(hits, 1) == (["D1:0"], one)
-    assert ranked_turns(hits, 100 * one) == ([f"D1:{i}" for i in range(5)], 5 * one)
+
+    def taken(budget: int) -> tuple[list[str], int]:
+        chosen, tokens = take_units(units, budget)
+        return [u.turn_id for u in chosen], tokens
+
+    assert taken(2 * one) == (["D1:0", "D1:1"], 2 * one)
+    assert taken(2 * one + one // 3) == (["D1:0", "D1:1"], 2 * one)  # under by a third
+    assert taken(3 * one - one // 3) == (["D1:0", "D1:1", "D1:2"], 3 * one)  # over by a third
+    assert taken(1) == (["D1:0"], one)
+    assert taken(100 * one) == ([f"D1:{i}" for i in range(5)], 5 * one)
+    assert take_units([], 10) == ([], 0)  # a conversation the search found nothing in
 
 
 def _records() -> dict[str, dict]:
@@ -134,7 +143,10 @@ def _evaluation() -> dict:
         "embedding_model": "m",
         "cards": 3,
         "baselines": {
-            qid: {"full_context_tokens": 1000, "dense_topk": base(0.5), "bm25_topk": base(0.0)}
+            qid: {
+                "full_context_tokens": 1000,
+                **{name: base(0.5 if name == "dense_topk" else 0.0) for name in BASELINES},
+            }
             for qid in ("c:q0", "c:q1")
         },
     }
@@ -161,6 +173,10 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert overall["full_context"] == {
         "evidence_recall": 1.0,
         "evidence_recall_questions": 2,
+        "answer_bearing": None,  # an evaluation that did not measure it
+        "answer_bearing_questions": 0,
+        "answer_bearing_evidence": None,  # memstream's alone
+        "answer_bearing_evidence_questions": 0,
         "context_tokens": 1000,
         "questions": 2,
     }
@@ -174,7 +190,7 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert result["llm_cost"]["judge"]["total"]["calls"] == 3  # two verdicts and one control
     json.dumps(result)  # results.json must be writable as is
     report = render_report(result, {"budget": "recall_vs_budget.png"})
-    assert "| overall | 2 | 0.750 | 0.500 | 0.000 |" in report
+    assert "| **overall** | 2 | 0.750 | 0.500 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 1.000 |" in report
     assert "![budget](recall_vs_budget.png)" in report and "accuracy" in report
     assert "accepted as correct at a rate of **1.000**" in report
     assert "commit n3w (memories built at 0ld)" in report

@@ -1,0 +1,200 @@
+"""``memstream bench ablate``: what each retrieval mechanism adds, over the store of a finished
+``memstream bench locomo`` run (its ``deployment`` folder, workers stopped), in process: the query
+engine runs every question once per variant (a mechanism switched off, or one that is off by default
+switched on), and the sentence and whole-turn baselines of the same run are held to each variant's
+own tokens per question. Figures per split: the rules may be chosen on ``tune``; ``report`` is the
+figure (``bench/cases.py: split_of``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, BenchSet, answer_score, locomo_set, score
+from memstream.bench.e2e import SENTENCE_STORE, Limits, Unit, baseline_rankings, provenance, take_units
+from memstream.bench.report import source_commit
+from memstream.ports import Embedder, VectorStore
+from memstream.processors.query import QueryEngine, QueryOptions
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import Query, Reply
+
+# name -> (what it changes, RetrievalParams overrides, forced access profile or None)
+VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
+    "memstream": ("as configured: rule planner, triggers, cascade, entity votes, one item per turn", {}, None),
+    "no triggers": ("no trigger promotes its card or scene", {"trigger_threshold": 2.0}, None),
+    "no planner profiles": ("always Lookup: no Compose cascade or rewrites, no Replay", {}, "lookup"),
+    "no entity votes": ("naming a planned entity earns no vote", {"entity_weight": 0.0}, None),
+    "no one-item-per-turn": ("evidence may repeat a turn earlier evidence covers", {"new_turns_only": False}, None),
+    "research 2 rounds": ("+ the research loop, one further round (multi-hop plans)", {"research_rounds": 2}, None),
+    "research 3 rounds": ("+ the research loop, two further rounds (multi-hop plans)", {"research_rounds": 3}, None),
+}
+# The adaptive policy at several drop-offs (chosen on the tune split).
+ADAPTIVE_DROPOFFS = (0.3, 0.4, 0.5, 0.6, 0.7)
+BASELINE_NAMES = ("rrf_sentences", "dense_sentences", "bm25_sentences", "rrf_topk", "bm25_topk", "dense_topk")
+
+
+def adaptive_variants(budget: int) -> dict[str, tuple[str, dict[str, Any], str | None]]:
+    return {
+        f"adaptive {d:.1f}": (
+            f"items until the fused score drops under {d:.1f} of the best, within {budget} tokens",
+            {"evidence_policy": "adaptive", "evidence_dropoff": d, "evidence_max_tokens": budget},
+            None,
+        )
+        for d in ADAPTIVE_DROPOFFS
+    }
+
+
+@dataclass
+class AblationOptions:
+    run: Path  # a finished `memstream bench locomo --out` folder
+    data: Path
+    k: int = 10
+    adaptive_budget: int = 1000
+
+
+@dataclass
+class Outcome:
+    scores: dict[str, float]
+    tokens: int
+    rounds: int
+
+
+def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None) -> Reply:
+    now = datetime.now(timezone.utc)
+    query = Query(
+        tenant_id=TENANT,
+        conversation_id=q.conversation_id,
+        correlation_id=uuid.uuid4().hex,
+        reply_topic="ablate",
+        question=q.text,
+        question_time=q.asked_at,
+        profile=profile or "auto",  # type: ignore[arg-type]
+        k=k,
+        answer=False,
+        sent_at=now,  # type: ignore[arg-type]
+    )
+    return engine.run(query, clock=lambda: now)
+
+
+def reply_outcome(q: BenchQuestion, reply: Reply) -> Outcome:
+    texts = [e.text for e in reply.evidence]
+    return Outcome(
+        {**score(q, provenance(reply)), **answer_score(q, texts)},
+        sum(count_tokens(t) for t in texts),
+        reply.plan.rounds if reply.plan else 1,
+    )
+
+
+def baseline_outcome(q: BenchQuestion, ranking: Sequence[Unit], budget: int) -> Outcome:
+    chosen, tokens = take_units(ranking, max(budget, 1))
+    return Outcome({**score(q, [u.turn_id for u in chosen]), **answer_score(q, [u.text for u in chosen])}, tokens, 1)
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return round(statistics.fmean(values), 3) if values else None
+
+
+def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    recall = [o.scores["evidence_recall"] for o in outcomes if "evidence_recall" in o.scores]
+    bearing = [o.scores["answer_bearing"] for o in outcomes if "answer_bearing" in o.scores]
+    return {
+        "questions": len(outcomes),
+        "evidence_recall": mean(recall),
+        "answer_bearing": mean(bearing),
+        "tokens": round(statistics.fmean(o.tokens for o in outcomes), 1) if outcomes else None,
+        "rounds": round(statistics.fmean(o.rounds for o in outcomes), 2) if outcomes else None,
+    }
+
+
+def run_ablation(
+    options: AblationOptions,
+    bench: BenchSet,
+    store: VectorStore,
+    whole: VectorStore,
+    sentences: VectorStore,
+    embedder: Embedder,
+    base: QueryOptions,
+    *,
+    on_question: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """Every variant on every question, and the baselines at each variant's tokens, per split."""
+    variants = {**VARIANTS, **adaptive_variants(options.adaptive_budget)}
+    limits = Limits(whole=200, sentences=600)
+    vectors = embedder.embed([q.text for q in bench.questions])
+    rankings = {
+        q.qid: baseline_rankings(q, whole, sentences, v, limits) for q, v in zip(bench.questions, vectors, strict=True)
+    }
+    rows: dict[str, dict[str, Any]] = {}
+    for name, (what, params, profile) in variants.items():
+        engine = QueryEngine(
+            store,
+            embedder,
+            None,
+            dataclasses.replace(base, retrieval=dataclasses.replace(base.retrieval, **params)),
+        )
+        mine: dict[str, list[Outcome]] = {TUNE: [], REPORT: []}
+        theirs: dict[str, dict[str, list[Outcome]]] = {b: {TUNE: [], REPORT: []} for b in BASELINE_NAMES}
+        for q in bench.questions:
+            split = bench.split(q.qid)
+            outcome = reply_outcome(q, ask(engine, q, options.k, profile))
+            mine[split].append(outcome)
+            for b in BASELINE_NAMES:
+                theirs[b][split].append(baseline_outcome(q, rankings[q.qid][b], outcome.tokens))
+            on_question()
+        rows[name] = {
+            "what": what,
+            "splits": {
+                split: {
+                    "memstream": summarize(mine[split]),
+                    "baselines": {b: summarize(theirs[b][split]) for b in BASELINE_NAMES},
+                }
+                for split in (TUNE, REPORT)
+            },
+        }
+    return {
+        "bench": "ablate",
+        "commit": source_commit(),
+        "run": str(options.run),
+        "k": options.k,
+        "adaptive_budget": options.adaptive_budget,
+        "questions": {s: sum(1 for q in bench.questions if bench.split(q.qid) == s) for s in (TUNE, REPORT)},
+        "variants": rows,
+    }
+
+
+def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Open the run's stores (its workers must be stopped) and ablate."""
+    import contextlib
+
+    from memstream.adapters import open_store
+    from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+    from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
+    from memstream.config import Settings
+    from memstream.streams import runtime
+    from memstream.streams.deployment import Deployment
+
+    bench = locomo_set(options.data)
+    deployment = Deployment.reopen(Settings(), options.run / "deployment")
+    settings = deployment.settings
+    runtime.apply_torch_threads(settings)
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+    turns = [t for ts in bench.conversations.values() for t in ts]
+    with contextlib.ExitStack() as opened:
+        store = opened.enter_context(contextlib.closing(open_store(settings)))
+        whole = opened.enter_context(contextlib.closing(baseline_store(options.run / "baseline", turns, embedder)))
+        sentences = opened.enter_context(
+            contextlib.closing(sentence_baseline_store(options.run / SENTENCE_STORE, turns, embedder))
+        )
+        return run_ablation(
+            options, bench, store, whole, sentences, embedder, _query_options(settings), on_question=on_question
+        )
+
+
+def variant_count(budget: int = 1000) -> int:
+    return len(VARIANTS) + len(adaptive_variants(budget))

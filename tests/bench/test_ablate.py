@@ -1,0 +1,33 @@
+"""The ablation bench's pure parts: scoring a variant's reply and a baseline held to its tokens."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from memstream.bench.ablate import VARIANTS, Outcome, adaptive_variants, baseline_outcome, summarize
+from memstream.bench.cases import BenchQuestion
+from memstream.bench.e2e import Unit
+from memstream.processors.retrieve import RetrievalParams
+
+Q = BenchQuestion(
+    "c:q1", "c", "Where did Ana move?", datetime(2024, 1, 1, tzinfo=timezone.utc), "4", "Lisbon", ("D1:2",)
+)
+
+
+def test_a_baseline_is_held_to_the_variants_tokens_and_scored_like_it():
+    ranking = [Unit("p1", "D1:1", "Ana: I like tea."), Unit("p2", "D1:2", "Ana: I moved to Lisbon last year.")]
+    tight = baseline_outcome(Q, ranking, 1)
+    assert tight.scores == {"evidence_recall": 0.0, "answer_bearing": 0.0}
+    roomy = baseline_outcome(Q, ranking, 40)
+    assert roomy.scores == {"evidence_recall": 1.0, "answer_bearing": 1.0} and roomy.tokens > tight.tokens
+
+
+def test_summaries_average_what_was_scored():
+    out = summarize([Outcome({"evidence_recall": 1.0, "answer_bearing": 0.0}, 10, 1), Outcome({}, 30, 2)])
+    assert out == {"questions": 2, "evidence_recall": 1.0, "answer_bearing": 0.0, "tokens": 20.0, "rounds": 1.5}
+
+
+def test_every_variant_names_real_retrieval_parameters():
+    fields = set(RetrievalParams.__dataclass_fields__)
+    for _, params, profile in (*VARIANTS.values(), *adaptive_variants(1000).values()):
+        assert set(params) <= fields and profile in (None, "lookup", "compose", "replay")
