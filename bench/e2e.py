@@ -36,8 +36,8 @@ from memstream.bench.scoring import one_per_turn, rrf_fuse, take_nearest_budget
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, StoreHit, VectorStore
-from memstream.processors import prompts
 from memstream.processors.index import CARDS, TURNS
+from memstream.processors.query import answer_messages
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply
 from memstream.schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
@@ -555,15 +555,11 @@ def provenance(reply: Reply) -> list[str]:
 
 
 def reader_context(question: str, reply: Reply) -> str:
-    """Everything the answer call would receive for this reply: the system prompt, then the user
-    message with the evidence lines (id, date, text), the speaker profile and the question. Rendered
-    as ``processors.query.QueryEngine._answer`` renders it (kept in step by a test); no LLM is called."""
-    lines = [
-        f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} {e.text}"
-        for e in reply.evidence
-    ]
+    """Everything the answer call would receive for this reply (``processors.query.answer_messages``:
+    the system prompt, the evidence lines, the speaker profile, the question); no LLM is called."""
     operation = reply.plan.operation if reply.plan is not None else "lookup"
-    return prompts.ANSWER_SYSTEM + "\n" + prompts.answer_user(question, lines, operation, reply.profile_text)
+    messages = answer_messages(question, operation, reply.evidence, reply.profile_text)
+    return "\n".join(m["content"] for m in messages)
 
 
 def context_texts(reply: Reply) -> list[str]:

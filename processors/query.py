@@ -342,14 +342,7 @@ class QueryEngine:
     ) -> tuple[str | None, StageCost, str | None]:
         """The answer and its cost, or no answer and why (evidence-only reply)."""
         assert self.llm is not None
-        lines = [
-            f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} {e.text}"
-            for e in evidence
-        ]
-        messages = [
-            {"role": "system", "content": prompts.ANSWER_SYSTEM},
-            {"role": "user", "content": prompts.answer_user(question, lines, plan.operation, profile_text)},
-        ]
+        messages = answer_messages(question, plan.operation, evidence, profile_text)
         try:
             result = self.llm.complete(messages, max_tokens=self.options.max_answer_tokens, timeout_s=timeout_s)
         except LLMError as exc:
@@ -368,6 +361,20 @@ class QueryEngine:
             model=result.model,
         )
         return result.content.strip(), cost, None
+
+
+def answer_messages(
+    question: str, operation: str, evidence: Sequence[Evidence], profile_text: str | None
+) -> list[dict[str, str]]:
+    """What the answer call receives: the system prompt, then the evidence lines (id, date, text),
+    the speaker profile and the question (the benches count its tokens as the reader's)."""
+    lines = [
+        f"[{e.evidence_id}] {e.event_time.date().isoformat() if e.event_time else 'undated'} {e.text}" for e in evidence
+    ]
+    return [
+        {"role": "system", "content": prompts.ANSWER_SYSTEM},
+        {"role": "user", "content": prompts.answer_user(question, lines, operation, profile_text)},
+    ]
 
 
 def profile_evidence(hits: Sequence[StoreHit]) -> list[Evidence]:
@@ -418,4 +425,5 @@ __all__ = [
     "replay_window",
     "card_evidence",
     "profile_evidence",
+    "answer_messages",
 ]
