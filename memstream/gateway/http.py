@@ -23,6 +23,7 @@ from memstream.schemas.base import ID_PATTERN
 
 from .auth import TenantKeys, bearer, verify_slack
 
+ROUTES = frozenset({"/v1/turns", "/v1/ask", "/v1/forget", "/v1/webhooks/slack", "/healthz", "/metrics", "/mcp"})
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -209,9 +210,8 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        route = request.url.path if request.url.path.startswith(("/v1/", "/healthz", "/metrics")) else "other"
-        if request.url.path.startswith("/mcp"):
-            route = "/mcp"
+        path = request.url.path.rstrip("/") or "/"
+        route = path if path in ROUTES else "other"  # bounded labels: a scanner's paths are all "other"
         if route == "/mcp" and keys.tenant(bearer(request.headers.get("authorization"))) is None:
             response: Response = JSONResponse(
                 {"detail": "missing or unknown API key (Authorization: Bearer <key>)"}, status_code=401

@@ -80,3 +80,10 @@ def test_metrics_count_requests_by_route_and_status(http):
     http.post("/v1/turns", json={"turns": [TURN]})
     text = http.get("/metrics").text
     assert 'memstream_gateway_requests_total{route="/v1/turns",status="401"} 1.0' in text
+
+
+def test_unknown_paths_share_one_metrics_label(http):
+    for path in ("/v1/nope", "/wp-admin", "/v1/turns/../x"):
+        http.get(path)
+    text = http.get("/metrics").text
+    assert 'route="other",status="404"' in text and "/wp-admin" not in text and "/v1/nope" not in text
