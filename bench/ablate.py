@@ -39,6 +39,14 @@ ADAPTIVE_DROPOFFS = (0.3, 0.4, 0.5, 0.6, 0.7)
 BASELINE_NAMES = ("rrf_sentences", "dense_sentences", "bm25_sentences", "rrf_topk", "bm25_topk", "dense_topk")
 
 
+# Fixed K beside the default's: the curve the adaptive policy must beat at equal tokens.
+FIXED_KS = (5, 20, 40)
+
+
+def fixed_k_variants() -> dict[str, tuple[str, dict[str, Any], str | None]]:
+    return {f"fixed K={k}": (f"as configured, {k} evidence items", {"evidence_k": k}, None) for k in FIXED_KS}
+
+
 def adaptive_variants(budget: int) -> dict[str, tuple[str, dict[str, Any], str | None]]:
     return {
         f"adaptive {d:.1f}": (
@@ -124,7 +132,7 @@ def run_ablation(
     on_question: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Every variant on every question, and the baselines at each variant's tokens, per split."""
-    variants = {**VARIANTS, **adaptive_variants(options.adaptive_budget)}
+    variants = {**VARIANTS, **fixed_k_variants(), **adaptive_variants(options.adaptive_budget)}
     limits = Limits(whole=200, sentences=600)
     vectors = embedder.embed([q.text for q in bench.questions])
     rankings = {
@@ -142,7 +150,7 @@ def run_ablation(
         theirs: dict[str, dict[str, list[Outcome]]] = {b: {TUNE: [], REPORT: []} for b in BASELINE_NAMES}
         for q in bench.questions:
             split = bench.split(q.qid)
-            outcome = reply_outcome(q, ask(engine, q, options.k, profile))
+            outcome = reply_outcome(q, ask(engine, q, params.get("evidence_k", options.k), profile))
             mine[split].append(outcome)
             for b in BASELINE_NAMES:
                 theirs[b][split].append(baseline_outcome(q, rankings[q.qid][b], outcome.tokens))
@@ -180,8 +188,11 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
     from memstream.streams.deployment import Deployment
 
     bench = locomo_set(options.data)
-    deployment = Deployment.reopen(Settings(), options.run / "deployment")
-    settings = deployment.settings
+    folder = options.run / "deployment"
+    if not (folder / Deployment.MANIFEST).exists():
+        raise FileNotFoundError(f"{folder} holds no deployment: give a finished `memstream bench locomo --out` folder")
+    # Only the store is read (no broker needed): the deployment's data folder is where it lives.
+    settings = Settings(data_dir=folder)
     runtime.apply_torch_threads(settings)
     embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
     turns = [t for ts in bench.conversations.values() for t in ts]
@@ -197,4 +208,39 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
 
 
 def variant_count(budget: int = 1000) -> int:
-    return len(VARIANTS) + len(adaptive_variants(budget))
+    return len(VARIANTS) + len(FIXED_KS) + len(adaptive_variants(budget))
+
+
+def plot_budget(result: dict[str, Any], out: Path, split: str = REPORT) -> Path:
+    """Recall against evidence tokens on ``split``: fixed K (the configured engine at K = 5, 10, 20,
+    40), the adaptive policy at each drop-off, and the RRF sentence baseline at the fixed-K tokens."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    rows = result["variants"]
+
+    def point(name: str, who: str = "memstream") -> tuple[float, float]:
+        r = rows[name]["splits"][split]
+        figures = r["memstream"] if who == "memstream" else r["baselines"][who]
+        return figures["tokens"], figures["evidence_recall"]
+
+    fixed = sorted([point("memstream"), *(point(f"fixed K={k}") for k in FIXED_KS)], key=lambda p: p[0])
+    fixed_names = ["memstream", *(f"fixed K={k}" for k in FIXED_KS)]
+    baseline = sorted((point(n, "rrf_sentences") for n in fixed_names), key=lambda p: p[0])
+    adaptive = sorted(point(n) for n in rows if n.startswith("adaptive"))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(*zip(*fixed), "o-", label="memstream, fixed K (5, 10, 20, 40)")
+    ax.plot(*zip(*adaptive), "s--", label="memstream, adaptive (drop-off 0.7 … 0.3)")
+    ax.plot(*zip(*baseline), "^:", label="RRF over sentences of the raw turns, same tokens")
+    ax.set_xlabel("evidence tokens per question")
+    ax.set_ylabel("evidence recall")
+    ax.set_title(f"LoCoMo dev, {split} split ({result['questions'][split]} questions)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -289,7 +289,7 @@ def ablate(
 ) -> None:
     """What each retrieval mechanism adds: every question once per variant, in process over the run's
     store, with the sentence and whole-turn baselines held to each variant's tokens; tune and report splits."""
-    from memstream.bench.ablate import AblationOptions, run_ablation_bench, variant_count
+    from memstream.bench.ablate import AblationOptions, plot_budget, run_ablation_bench, variant_count
     from memstream.bench.cases import locomo_set
 
     options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget)
@@ -326,6 +326,8 @@ def ablate(
             )
         console.print(table)
     _write_json(result, json_out)
+    if json_out:
+        console.print(f"plot: {plot_budget(result, json_out.with_suffix('.png'))}")
 
 
 @bench.command("profile")
