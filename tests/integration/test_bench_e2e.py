@@ -81,7 +81,7 @@ def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kaf
     # Both segments and every question ran this checkout's code, once each in the lists.
     assert result["ingest"]["commits"] == result["ask_commits"] == [result["commit"]] and result["commit"]
     report = (out / "report.md").read_text()
-    assert "| overall | 8 |" in report and "memories built at" not in report
+    assert "| **overall** | 8 |" in report and "memories built at" not in report
     for png in result["plots"].values():
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -106,9 +106,13 @@ def test_longmemeval_bench_answers_and_judges_with_the_local_llm(local_llm: dict
     result = json.loads((out / "results.json").read_text())
     assert result["questions"] == 3 and result["retrieval_scored"] == 2
     assert result["models"]["answer"] == "smollm2" and result["models"]["judge"] == "smollm2"
-    overall = result["recall"]["overall"]["memstream"]
-    assert overall["session_recall_questions"] == 2 and overall["turn_recall_questions"] == 2
-    assert overall["session_recall"] > 0
+    everything = result["splits"]["all"]["recall"]["overall"]["memstream"]
+    assert everything["session_recall_questions"] == 2 and everything["turn_recall_questions"] == 2
+    assert everything["session_recall"] > 0
+    # The headline is the untuned (report) part only; the tune part is reported beside it.
+    headline = result["recall"]["overall"]["memstream"]["session_recall_questions"]
+    tune = result["splits"]["tune"]["recall"]["overall"]["memstream"]["session_recall_questions"]
+    assert result["headline_split"] == "report" and headline + tune == 2
     answers = result["answers"]
     assert answers["overall"]["questions"] == 2 and answers["abstention"]["questions"] == 1
     assert result["llm_cost"]["query"]["stages"]["answer"]["calls"] >= 3
