@@ -252,6 +252,9 @@ class QueryEngine:
             latency["research_ms"] = _ms(t0)
         t0 = time.perf_counter()
         chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
+        if not adaptive and max_tokens is None:
+            latency["cut_ms"] = _ms(t0)
+            return chosen  # K items, no budget: nothing to count on the hot path
         tokens = [count_tokens(str(c.payload.get("text", ""))) for c in chosen]
         if adaptive:
             budget = max_tokens or p.evidence_max_tokens
