@@ -20,6 +20,7 @@ from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, BenchSet,
 from memstream.bench.e2e import SENTENCE_STORE, Limits, Unit, baseline_rankings, provenance, take_units
 from memstream.bench.report import source_commit
 from memstream.ports import Embedder, VectorStore
+from memstream.processors.graph import GraphParams
 from memstream.processors.query import QueryEngine, QueryOptions
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Query, Reply
@@ -33,7 +34,27 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "no one-item-per-turn": ("evidence may repeat a turn earlier evidence covers", {"new_turns_only": False}, None),
     "research 2 rounds": ("+ the research loop, one further round (multi-hop plans)", {"research_rounds": 2}, None),
     "research 3 rounds": ("+ the research loop, two further rounds (multi-hop plans)", {"research_rounds": 3}, None),
+    "graph 1 hop": ("+ graph expansion, one hop from the 5 best (entity, scene, temporal)", {"graph": 1}, None),
+    "graph 2 hops": ("+ graph expansion, two hops from the 5 best", {"graph": 2}, None),
+    "graph 1 hop, multi-hop plans": ("+ graph expansion, one hop, multi-hop plans only", {"graph": -1}, None),
+    "graph 1 hop, entity edges": ("+ graph expansion, one hop, entity edges only", {"graph": "entity"}, None),
+    "graph 1 hop, temporal edges": ("+ graph expansion, one hop, temporal edges only", {"graph": "temporal"}, None),
 }
+# Graph variants above are written short; ``retrieval_overrides`` spells them out.
+GRAPH_VARIANTS = {
+    1: GraphParams(hops=1),
+    2: GraphParams(hops=2),
+    -1: GraphParams(hops=1, multihop_only=True),
+    "entity": GraphParams(hops=1, prior_scene=0.0, prior_temporal=0.0),
+    "temporal": GraphParams(hops=1, prior_entity=0.0, prior_scene=0.0),
+}
+
+
+def retrieval_overrides(params: dict[str, Any]) -> dict[str, Any]:
+    """A variant's RetrievalParams overrides (its ``graph`` shorthand made a GraphParams)."""
+    if "graph" not in params:
+        return params
+    return {**params, "graph": GRAPH_VARIANTS[params["graph"]]}
 # The adaptive policy at several drop-offs (chosen on the tune split).
 ADAPTIVE_DROPOFFS = (0.3, 0.4, 0.5, 0.6, 0.7)
 BASELINE_NAMES = ("rrf_sentences", "dense_sentences", "bm25_sentences", "rrf_topk", "bm25_topk", "dense_topk")
@@ -64,6 +85,7 @@ class AblationOptions:
     data: Path
     k: int = 10
     adaptive_budget: int = 1000
+    only: tuple[str, ...] = ()  # variant names containing one of these (and "memstream"); all when empty
 
 
 @dataclass
@@ -132,7 +154,7 @@ def run_ablation(
     on_question: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Every variant on every question, and the baselines at each variant's tokens, per split."""
-    variants = {**VARIANTS, **fixed_k_variants(), **adaptive_variants(options.adaptive_budget)}
+    variants = chosen_variants(options)
     limits = Limits(whole=200, sentences=600)
     vectors = embedder.embed([q.text for q in bench.questions])
     rankings = {
@@ -144,7 +166,7 @@ def run_ablation(
             store,
             embedder,
             None,
-            dataclasses.replace(base, retrieval=dataclasses.replace(base.retrieval, **params)),
+            dataclasses.replace(base, retrieval=dataclasses.replace(base.retrieval, **retrieval_overrides(params))),
         )
         mine: dict[str, list[Outcome]] = {TUNE: [], REPORT: []}
         theirs: dict[str, dict[str, list[Outcome]]] = {b: {TUNE: [], REPORT: []} for b in BASELINE_NAMES}
@@ -207,8 +229,15 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
         )
 
 
-def variant_count(budget: int = 1000) -> int:
-    return len(VARIANTS) + len(FIXED_KS) + len(adaptive_variants(budget))
+def chosen_variants(options: AblationOptions) -> dict[str, tuple[str, dict[str, Any], str | None]]:
+    every = {**VARIANTS, **fixed_k_variants(), **adaptive_variants(options.adaptive_budget)}
+    if not options.only:
+        return every
+    return {n: v for n, v in every.items() if n == "memstream" or any(o in n for o in options.only)}
+
+
+def variant_count(options: AblationOptions) -> int:
+    return len(chosen_variants(options))
 
 
 def plot_budget(result: dict[str, Any], out: Path, split: str = REPORT) -> Path:

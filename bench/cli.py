@@ -286,14 +286,15 @@ def ablate(
     k: int = typer.Option(10, min=1, help="Evidence K of the fixed-K variants"),
     adaptive_budget: int = typer.Option(1000, min=16, help="Token budget of the adaptive variants"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    only: list[str] = typer.Option([], "--only", help="Run only the variants whose name contains this (repeatable)"),
 ) -> None:
     """What each retrieval mechanism adds: every question once per variant, in process over the run's
     store, with the sentence and whole-turn baselines held to each variant's tokens; tune and report splits."""
     from memstream.bench.ablate import AblationOptions, plot_budget, run_ablation_bench, variant_count
     from memstream.bench.cases import locomo_set
 
-    options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget)
-    total = len(locomo_set(data).questions) * variant_count(adaptive_budget)
+    options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget, only=tuple(only))
+    total = len(locomo_set(data).questions) * variant_count(options)
     with _progress() as progress:
         task = progress.add_task("variants × questions", total=total)
         result = run_ablation_bench(options, on_question=lambda: progress.advance(task))
@@ -326,7 +327,7 @@ def ablate(
             )
         console.print(table)
     _write_json(result, json_out)
-    if json_out:
+    if json_out and not only:  # the plot needs the fixed-K and adaptive rows
         console.print(f"plot: {plot_budget(result, json_out.with_suffix('.png'))}")
 
 

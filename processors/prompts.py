@@ -181,6 +181,29 @@ def plan_schema(max_entities: int = 6, max_rewrites: int = 2) -> dict:
     }
 
 
+RESEARCH_SYSTEM = """You help search a long conversation memory in rounds. Do not answer the question.
+You see the question and the evidence found so far. Return JSON only, following the schema.
+- missing: what the question needs that the evidence does not give yet, in a few words ("" if nothing).
+- queries: at most three short search queries for what is missing: names, places, things and times
+  the evidence mentions that lead to the rest. Empty when nothing is missing.
+  Use only words from the question and the evidence: never put a guessed answer into a query."""
+
+
+def research_user(question: str, evidence_lines: Sequence[str]) -> str:
+    found = "\n".join(evidence_lines) or "(nothing yet)"
+    return f"Question: {question}\n\nEvidence found so far:\n{found}\n\nReturn the JSON."
+
+
+def research_schema(max_queries: int = 3) -> dict:
+    """The reflection output; bounded like the planner's so a constrained decoder closes the JSON."""
+    return {
+        "type": "object",
+        "properties": {"missing": _text(160), "queries": _strings(max_queries, 120)},
+        "required": ["missing", "queries"],
+        "additionalProperties": False,
+    }
+
+
 CONSOLIDATE_SYSTEM = """You maintain a long-term memory. A new memory card about a subject is compared with
 similar older cards about the same subject (each with its date). For each candidate decide:
 - keep_both: both are true and worth keeping (different facts, or events that both happened);

@@ -21,7 +21,7 @@ from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
 from .plan import LlmPlanner, Planner, RulePlanner
-from .research import follow_ups, needs_research, turns_of
+from .research import LlmReflector, follow_ups, needs_research, turns_of
 from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, adaptive_count, rerank, top_k, within_budget
 from .tokens import count_tokens
 
@@ -93,6 +93,20 @@ def replay_window(sources: Sequence[int], window: int) -> list[int]:
     return sorted({s + d for s in sources for d in range(-window, window + 1) if s + d >= 0})
 
 
+@dataclass
+class Budget:
+    """What one query may spend while retrieving: evidence tokens, time before the deadline, and
+    where the LLM calls it makes are counted."""
+
+    max_tokens: int | None = None
+    deadline: datetime | None = None
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    costs: list[StageCost] = field(default_factory=list)
+
+    def seconds_left(self) -> float | None:
+        return seconds_left(self.deadline, self.clock())
+
+
 @dataclass(frozen=True)
 class QueryOptions:
     retrieval: RetrievalParams = field(default_factory=RetrievalParams)
@@ -113,6 +127,7 @@ class QueryEngine:
         options: QueryOptions,
         *,
         planner_llm: LLM | None = None,
+        research_llm: LLM | None = None,
     ):
         self.store = store
         self.embedder = embedder
@@ -120,9 +135,10 @@ class QueryEngine:
         self.options = options
         self.retriever = Retriever(store, options.retrieval)
         planner_llm = planner_llm or llm
-        self.planner: Planner = (
-            LlmPlanner(planner_llm) if planner_llm is not None and options.planner == "llm" else RulePlanner()
-        )
+        use_llm = planner_llm is not None and options.planner == "llm"
+        self.planner: Planner = LlmPlanner(planner_llm) if use_llm else RulePlanner()  # type: ignore[arg-type]
+        # The research loop reflects with the planner's LLM; without one, by rules.
+        self.reflector = LlmReflector(research_llm or planner_llm) if use_llm else None  # type: ignore[arg-type]
 
     def plan(self, query: Query, now: datetime, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
         plan, cost = self.planner.plan(query.question, now, timeout_s=timeout_s)
@@ -152,10 +168,11 @@ class QueryEngine:
         latency["embed_ms"] = _ms(t0)
 
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
-        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, query.max_tokens)
+        budget = Budget(query.max_tokens, query.deadline, clock, costs)
+        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, budget)
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.
-            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, query.max_tokens)
+            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget)
         plan = plan.model_copy(update={"rounds": int(latency.pop(ROUNDS_KEY, 1))})
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)
@@ -224,10 +241,13 @@ class QueryEngine:
         vectors: np.ndarray,
         k: int,
         latency: dict[str, float],
-        max_tokens: int | None = None,
+        budget: Budget | None = None,
     ) -> list[Candidate]:
         """The profile's candidate pool, reranked, cut to ``k`` (or, with the adaptive policy, where
-        the scores drop off) within ``max_tokens``; per-step latencies into ``latency``."""
+        the scores drop off) within the budget's tokens; per-step latencies into ``latency``, LLM
+        costs (research reflection) into the budget's."""
+        budget = budget or Budget()
+        max_tokens = budget.max_tokens
         pool = Pool()
         r = self.retriever
         t0 = time.perf_counter()
@@ -246,9 +266,14 @@ class QueryEngine:
         adaptive = p.evidence_policy == "adaptive"
         ranked = rerank(pool, vectors, plan.entities, p)
         latency["rerank_ms"] = _ms(t0)
+        if p.graph.hops and (not p.graph.multihop_only or needs_research(plan)):
+            t0 = time.perf_counter()
+            if r.graph(pool, scope, vectors, ranked):
+                ranked = rerank(pool, vectors, plan.entities, p)
+            latency["graph_ms"] = _ms(t0)
         if p.research_rounds > 1 and needs_research(plan):
             t0 = time.perf_counter()
-            ranked = self._research(plan, scope, texts, vectors, pool, ranked, k, latency)
+            ranked = self._research(plan, scope, texts, vectors, pool, ranked, k, latency, budget)
             latency["research_ms"] = _ms(t0)
         t0 = time.perf_counter()
         chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
@@ -257,11 +282,10 @@ class QueryEngine:
             return chosen  # K items, no budget: nothing to count on the hot path
         tokens = [count_tokens(str(c.payload.get("text", ""))) for c in chosen]
         if adaptive:
-            budget = max_tokens or p.evidence_max_tokens
             n = adaptive_count(
                 [c.score for c in chosen],
                 tokens,
-                budget=budget,
+                budget=max_tokens or p.evidence_max_tokens,
                 dropoff=p.evidence_dropoff,
                 min_items=p.evidence_min_items,
             )
@@ -280,15 +304,25 @@ class QueryEngine:
         ranked: list[Candidate],
         k: int,
         latency: dict[str, float],
+        budget: Budget,
     ) -> list[Candidate]:
-        """Further rounds for a multi-hop plan: search again with what the best evidence names and the
-        question does not, until a round brings no new source turn into the top ``k``."""
+        """Further rounds for a multi-hop plan: search again with what reflection finds missing (the
+        LLM's queries, or by rules the names the best evidence mentions and the question does not),
+        until a round brings no new source turn into the top ``k``."""
         p, r = self.retriever.params, self.retriever
         asked = len(texts)
         rounds = 1
         for _ in range(p.research_rounds - 1):
             top = top_k(ranked, k, new_turns_only=p.new_turns_only)
-            queries = follow_ups(texts[0], [c.payload for c in top[: p.research_seeds]], p.research_queries)
+            found = [c.payload for c in top[: p.research_seeds]]
+            if self.reflector is not None:
+                left = budget.seconds_left()
+                queries, cost = self.reflector.reflect(
+                    texts[0], found, p.research_queries, timeout_s=None if left is None else left * PLAN_SHARE
+                )
+                budget.costs.append(cost)
+            else:
+                queries = follow_ups(texts[0], found, p.research_queries)
             if not queries:
                 break
             r.hybrid(

@@ -7,6 +7,8 @@ Signals (each a ranked list, every store call under the tenant and conversation 
   the question passes a calibrated threshold, promote their host (a scene promotes its items);
 - cascade (Compose): the scenes the question reaches, grouped into topics by density, the best
   topics kept whole with their temporal neighbours, and then their items.
+- graph (when on): from the best of the first ranking, the cards linked to it by a shared entity,
+  scene or adjacent turn (processors/graph.py), then the pool is ranked again.
 Rerank: every pooled card gets a semantic rank (best cosine to the question or a rewrite, whatever
 found it); reciprocal-rank fusion of that with the sparse, trigger and cascade ranks, plus a vote
 for naming a planned entity, orders the pool; near-identical texts are dropped; K are kept.
@@ -22,7 +24,19 @@ import numpy as np
 from memstream.ports import StoreFilter, StoreHit, VectorStore
 
 from .cascade import rank_topics
-from .index import CARDS, SCENES, TRIGGERS
+from .graph import (
+    GraphParams,
+    Node,
+    adjacent_turns,
+    closeness,
+    hubs,
+    keep_best,
+    names_of,
+    path_weight,
+    seed_nodes,
+    turn_ids,
+)
+from .index import CARDS, SCENES, TRIGGERS, TURNS
 
 # Cards consolidation took out of the current view (superseded, merged, repeats) carry retired=true.
 # An excluded value, not a required one: cards written before consolidation ran have no such key.
@@ -55,6 +69,7 @@ class RetrievalParams:
     research_rounds: int = 1  # rounds of the research loop for multi-hop plans (1 = no loop)
     research_queries: int = 3  # follow-up queries per round
     research_seeds: int = 3  # best evidence items whose names the follow-ups take
+    graph: GraphParams = field(default_factory=GraphParams)  # graph expansion (hops=0: off)
 
 
 @dataclass(frozen=True)
@@ -286,6 +301,88 @@ class Retriever:
                     with_vectors=True,
                 ),
             )
+
+    def graph(self, pool: Pool, scope: Scope, vectors: np.ndarray, ranked: Sequence[Candidate]) -> int:
+        """Graph expansion from the best of ``ranked``: the cards reached (processors/graph.py) join the
+        pool as one ranking, best path weight x closeness to the question first. Returns how many."""
+        g = self.params.graph
+        frontier = seed_nodes([(c.id, c.payload, c.score) for c in ranked], g.seeds)
+        speakers = {str(c.payload["speaker"]) for c in ranked if c.payload.get("speaker")}
+        visited = {c.id for c in ranked[: max(g.seeds, 1)]}
+        reached: list[tuple[float, StoreHit]] = []
+        for hop in range(1, g.hops + 1):
+            if not frontier:
+                break
+            hits, adjacent = self._neighbours(scope, vectors[0], frontier, speakers)
+            names = {k for node in frontier for k in names_of(node.payload, speakers)}
+            skip = hubs([h.payload for h in hits.values()], names, g.max_degree)
+            scored: list[tuple[Node, float]] = []
+            by_id: dict[str, StoreHit] = {}
+            for h in hits.values():
+                if h.id in visited or h.vector is None:
+                    continue
+                weight, via = path_weight(
+                    frontier, h.payload, g, speakers=speakers, skip_names=skip, adjacent=adjacent
+                )
+                if via is None:
+                    continue
+                cosine = float(np.max(vectors @ np.asarray(h.vector, dtype=np.float32)))
+                scored.append((Node(h.id, h.payload, weight * (g.decay if hop > 1 else 1.0), hop), cosine))
+                by_id[h.id] = h
+            frontier = keep_best(scored, g.per_hop)
+            cosine_of = {node.id: cos for node, cos in scored}
+            for node in frontier:
+                visited.add(node.id)
+                reached.append((node.weight * closeness(cosine_of[node.id]), by_id[node.id]))
+        reached.sort(key=lambda wh: wh[0], reverse=True)
+        pool.add("graph", "graph", [h for _, h in reached])
+        return len(reached)
+
+    def _neighbours(
+        self, scope: Scope, vector: np.ndarray, frontier: Sequence[Node], speakers: set[str]
+    ) -> tuple[dict[str, StoreHit], dict[str, set[str]]]:
+        """The cards one edge away from the frontier (closest to the question first, with vectors),
+        and each frontier node's adjacent turn ids (for the temporal edges)."""
+        g = self.params.graph
+        limit = 3 * g.per_hop
+        names = sorted({spelled for node in frontier for spelled in names_of(node.payload, speakers).values()})
+        scenes = sorted({str(node.payload["scene_id"]) for node in frontier if node.payload.get("scene_id")})
+        own = {node.id: turn_ids(node.payload) for node in frontier}
+        adjacent = self._adjacent(scope, own)
+        near = sorted(set().union(*adjacent.values())) if adjacent else []
+        hits: dict[str, StoreHit] = {}
+        for role in scope.roles:
+            filters = []
+            if names:
+                filters += [scope.cards(role, entity_triggers=names), scope.cards(role, subject=names)]
+            if scenes:
+                filters.append(scope.cards(role, scene_id=scenes))
+            if near:
+                filters.append(scope.cards(role, turn_ids=near))
+            for where in filters:
+                for h in self.store.search(CARDS, scope.tenant_id, vector, where=where, limit=limit, with_vectors=True):
+                    hits.setdefault(h.id, h)
+        return hits, adjacent
+
+    def _adjacent(self, scope: Scope, own: Mapping[str, set[str]]) -> dict[str, set[str]]:
+        """Node id → the turn ids right before and after its source turns (by ``seq`` of the raw turns)."""
+        wanted = sorted(set().union(*own.values())) if own else []
+        if not wanted:
+            return {}
+        where = scope.conversation(turn_id=wanted)
+        sources = self.store.scroll(TURNS, scope.tenant_id, where=where, limit=len(wanted) + 1)
+        seq_of = {str(h.payload["turn_id"]): int(h.payload["seq"]) for h in sources if "seq" in h.payload}
+        seqs = sorted({s + d for s in seq_of.values() for d in (-1, 1) if s + d >= 0})
+        if not seqs:
+            return {}
+        around = self.store.scroll(
+            TURNS,
+            scope.tenant_id,
+            where=StoreFilter(equals={"conversation_id": scope.conversation_id}, any_of={"seq": seqs}),
+            limit=2 * len(seqs) + 1,
+        )
+        turn_of_seq = {int(h.payload["seq"]): str(h.payload["turn_id"]) for h in around}
+        return {node: adjacent_turns(seq_of, turn_of_seq, turns) for node, turns in own.items()}
 
     def cascade(self, pool: Pool, scope: Scope, vector: np.ndarray) -> list[str]:
         """Topic → scene → item: returns the scenes chosen; their items join the pool."""

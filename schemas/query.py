@@ -11,7 +11,7 @@ from .memory import CardType, Part, StageCost
 
 AccessProfile = Literal["lookup", "compose", "replay"]
 Operation = Literal["lookup", "aggregate", "temporal_select", "sort", "compare"]
-FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile", "research"]
+FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile", "research", "graph"]
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._\-]{1,200}$"
 

@@ -10,6 +10,7 @@ from memstream.config import Settings
 from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
+from memstream.processors.graph import GraphParams
 from memstream.processors.index import COLLECTIONS
 from memstream.processors.query import QueryOptions
 from memstream.processors.retrieve import RetrievalParams
@@ -64,6 +65,7 @@ class Services:
             evidence_dropoff=s.evidence_dropoff,
             evidence_max_tokens=s.evidence_max_tokens,
             research_rounds=s.research_rounds,
+            graph=GraphParams(hops=s.graph_hops, per_hop=s.graph_per_hop),
         )
         return QueryOptions(
             retrieval=retrieval,

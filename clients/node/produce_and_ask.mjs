@@ -138,7 +138,7 @@ function locomoTurns(sample, { tenant, conversation, maxSessions }) {
       const captions = t.blip_caption ? [t.blip_caption] : [];
       turns.push({
         kind: "turn",
-        schema_version: 1,
+        schema_version: 2,
         tenant_id: tenant,
         conversation_id: conversation ?? sample.sampleId,
         session_id: `S${session.number}`,
@@ -248,7 +248,7 @@ async function ask(opts, contract) {
   const sentAt = Date.now();
   const query = {
     kind: "query",
-    schema_version: 1,
+    schema_version: 2,
     tenant_id: opts.tenant,
     conversation_id: opts.conversation,
     correlation_id: randomUUID().replaceAll("-", ""),

@@ -32,6 +32,7 @@ def register(ctx: StageContext) -> None:
         services.llm_for("answer"),
         services.query_options,
         planner_llm=services.llm_for("plan"),
+        research_llm=services.llm_for("research"),
     )
 
     async def handler(record: Record) -> StageResult:

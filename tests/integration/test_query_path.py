@@ -226,3 +226,19 @@ def test_the_llm_planner_against_the_local_server_returns_a_valid_plan_and_count
     assert all(e.lower() in "what did nora and tomas both say about lake brenn last month?" for e in plan.entities)
     if plan.time_from and plan.time_to:
         assert plan.time_from <= plan.time_to
+
+
+def test_the_research_reflection_against_the_local_server_returns_bounded_queries_and_counts_its_call(local_llm):
+    from memstream.adapters.openai_llm import OpenAICompatibleLLM
+    from memstream.processors.research import LlmReflector
+
+    llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
+    found = [
+        {"text": "Nora's sister Ines runs a pottery studio in Lake Brenn.", "subject": "Nora"},
+        {"text": "The bowl cracked in the kiln.", "subject": "Nora", "entity_triggers": ["kiln"]},
+    ]
+    queries, cost = LlmReflector(llm).reflect("Where does Nora's sister work and what did she make?", found, 3)
+    assert cost.stage == "research" and 1 <= cost.calls <= 2 and cost.prompt_tokens > 0
+    # Shape, not sense: at most three short queries, none the question itself.
+    assert len(queries) <= 3 and all(0 < len(q) <= 200 for q in queries)
+    assert all(q.lower() != "where does nora's sister work and what did she make?" for q in queries)

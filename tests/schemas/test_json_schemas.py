@@ -275,7 +275,7 @@ def test_each_file_is_a_draft_2020_12_schema_with_id_title_and_topics(name):
     assert schema["additionalProperties"] is False and schema["required"][0] == "kind"
     assert schema["properties"]["kind"]["const"] == kind
     assert schema["properties"]["schema_version"] == {
-        "default": 1,
+        "default": SCHEMA_VERSION,
         "maximum": SCHEMA_VERSION,
         "minimum": 1,
         "type": "integer",

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import orjson
 import pytest
 
-from memstream.schemas import DeadLetter, SchemaError, StmTick, Turn, decode_segments_message
+from memstream.schemas import SCHEMA_VERSION, DeadLetter, SchemaError, StmTick, Turn, decode_segments_message
 from tests.factories import segmented, turn
 
 
@@ -12,7 +12,12 @@ def test_turn_round_trips_through_bytes():
     again = Turn.from_bytes(t.to_bytes())
     assert again == t
     assert again.key == "t1/c1"
-    assert orjson.loads(t.to_bytes())["schema_version"] == 1
+    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 2
+
+
+def test_a_v1_payload_is_still_read():
+    data = {**orjson.loads(turn().to_bytes()), "schema_version": 1}
+    assert Turn.model_validate(data).schema_version == 1
 
 
 def test_naive_and_offset_times_become_utc():
