@@ -27,27 +27,61 @@ from memstream.schemas import Query, Reply
 
 # name -> (what it changes, RetrievalParams overrides, forced access profile or None)
 VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
-    "memstream": ("as configured: rule planner, triggers, cascade, entity votes, one item per turn", {}, None),
+    "memstream": (
+        "as configured: rule planner, triggers, cascade, entity votes, one item per turn, graph expansion",
+        {},
+        None,
+    ),
     "no triggers": ("no trigger promotes its card or scene", {"trigger_threshold": 2.0}, None),
     "no planner profiles": ("always Lookup: no Compose cascade or rewrites, no Replay", {}, "lookup"),
     "no entity votes": ("naming a planned entity earns no vote", {"entity_weight": 0.0}, None),
     "no one-item-per-turn": ("evidence may repeat a turn earlier evidence covers", {"new_turns_only": False}, None),
     "research 2 rounds": ("+ the research loop, one further round (multi-hop plans)", {"research_rounds": 2}, None),
     "research 3 rounds": ("+ the research loop, two further rounds (multi-hop plans)", {"research_rounds": 3}, None),
-    "graph 1 hop": ("+ graph expansion, one hop from the 5 best (entity, scene, temporal)", {"graph": 1}, None),
-    "graph 2 hops": ("+ graph expansion, two hops from the 5 best", {"graph": 2}, None),
-    "graph 1 hop, multi-hop plans": ("+ graph expansion, one hop, multi-hop plans only", {"graph": -1}, None),
-    "graph 1 hop, entity edges": ("+ graph expansion, one hop, entity edges only", {"graph": "entity"}, None),
-    "graph 1 hop, temporal edges": ("+ graph expansion, one hop, temporal edges only", {"graph": "temporal"}, None),
+    "no graph expansion": ("no graph expansion from the best evidence", {"graph": 0}, None),
+    "graph 2 hops": ("graph expansion, two hops", {"graph": 2}, None),
+    "graph, multi-hop plans only": ("graph expansion only for aggregate, compare, spread plans", {"graph": -1}, None),
+    "graph, entity edges only": ("graph expansion along shared entities only", {"graph": "entity"}, None),
+    "graph, scene edges only": ("graph expansion along shared scenes only", {"graph": "scene"}, None),
+    "graph, temporal edges only": ("graph expansion along adjacent turns only", {"graph": "temporal"}, None),
 }
 # Graph variants above are written short; ``retrieval_overrides`` spells them out.
-GRAPH_VARIANTS = {
-    1: GraphParams(hops=1),
+GRAPH_VARIANTS: dict[Any, GraphParams] = {
+    0: GraphParams(hops=0),
     2: GraphParams(hops=2),
-    -1: GraphParams(hops=1, multihop_only=True),
-    "entity": GraphParams(hops=1, prior_scene=0.0, prior_temporal=0.0),
-    "temporal": GraphParams(hops=1, prior_entity=0.0, prior_scene=0.0),
+    -1: GraphParams(multihop_only=True),
+    "entity": GraphParams(prior_scene=0.0, prior_temporal=0.0),
+    "temporal": GraphParams(prior_entity=0.0, prior_scene=0.0),
+    "scene": GraphParams(prior_entity=0.0, prior_temporal=0.0),
 }
+# The grid the graph's priors, seeds and per-hop budget were chosen on (tune split only:
+# ``--only "graph grid" --split tune``); names spell the values.
+GRAPH_GRID: dict[str, GraphParams] = {
+    f"graph grid hops={h} seeds={s} per_hop={n} priors={e}/{c}/{t}": GraphParams(
+        hops=h, seeds=s, per_hop=n, prior_entity=e, prior_scene=c, prior_temporal=t
+    )
+    for h, s, n, (e, c, t) in [
+        (1, 5, 8, (1.0, 0.5, 0.5)),
+        (1, 5, 8, (0.5, 0.5, 1.0)),
+        (1, 5, 8, (0.25, 0.5, 1.0)),
+        (1, 5, 8, (0.5, 1.0, 1.0)),
+        (1, 5, 8, (1.0, 1.0, 1.0)),
+        (1, 3, 8, (1.0, 0.5, 0.5)),
+        (1, 10, 8, (1.0, 0.5, 0.5)),
+        (1, 5, 4, (1.0, 0.5, 0.5)),
+        (1, 5, 16, (1.0, 0.5, 0.5)),
+        (2, 5, 8, (0.5, 0.5, 1.0)),
+        (2, 5, 16, (1.0, 0.5, 0.5)),
+        # second round, around the first round's best
+        (1, 5, 16, (1.0, 1.0, 1.0)),
+        (1, 3, 16, (1.0, 1.0, 1.0)),
+        (1, 5, 24, (1.0, 1.0, 1.0)),
+        (2, 5, 16, (1.0, 1.0, 1.0)),
+        (1, 5, 16, (0.0, 1.0, 0.0)),
+        (1, 5, 16, (0.5, 1.0, 0.5)),
+    ]
+}
+GRAPH_VARIANTS.update(GRAPH_GRID)
 
 
 def retrieval_overrides(params: dict[str, Any]) -> dict[str, Any]:
@@ -55,6 +89,31 @@ def retrieval_overrides(params: dict[str, Any]) -> dict[str, Any]:
     if "graph" not in params:
         return params
     return {**params, "graph": GRAPH_VARIANTS[params["graph"]]}
+
+
+# The issue's budgets: as many items as fit 300 / 1,000 evidence tokens (no drop-off), a pool large
+# enough to fill them.
+BUDGET_FILLS = (300, 1000)
+
+
+def budget_variants() -> dict[str, tuple[str, dict[str, Any], str | None]]:
+    return {
+        f"fill {b} tokens": (
+            f"as configured, items in rank order until {b} evidence tokens",
+            {
+                "evidence_policy": "adaptive",
+                "evidence_dropoff": 1e-6,
+                "evidence_min_items": 1,
+                "evidence_max_items": 150,
+                "evidence_max_tokens": b,
+                "evidence_k": max(10, b // 12),
+            },
+            None,
+        )
+        for b in BUDGET_FILLS
+    }
+
+
 # The adaptive policy at several drop-offs (chosen on the tune split).
 ADAPTIVE_DROPOFFS = (0.3, 0.4, 0.5, 0.6, 0.7)
 BASELINE_NAMES = ("rrf_sentences", "dense_sentences", "bm25_sentences", "rrf_topk", "bm25_topk", "dense_topk")
@@ -86,6 +145,7 @@ class AblationOptions:
     k: int = 10
     adaptive_budget: int = 1000
     only: tuple[str, ...] = ()  # variant names containing one of these (and "memstream"); all when empty
+    split: str | None = None  # only this split's questions (tuning runs on "tune")
 
 
 @dataclass
@@ -93,6 +153,8 @@ class Outcome:
     scores: dict[str, float]
     tokens: int
     rounds: int
+    group: str = ""
+    latency_ms: float | None = None  # the engine's own time for the question (baselines: None)
 
 
 def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None) -> Reply:
@@ -118,12 +180,16 @@ def reply_outcome(q: BenchQuestion, reply: Reply) -> Outcome:
         {**score(q, provenance(reply)), **answer_score(q, texts)},
         sum(count_tokens(t) for t in texts),
         reply.plan.rounds if reply.plan else 1,
+        q.group,
+        reply.latency_ms.get("total_ms"),
     )
 
 
 def baseline_outcome(q: BenchQuestion, ranking: Sequence[Unit], budget: int) -> Outcome:
     chosen, tokens = take_units(ranking, max(budget, 1))
-    return Outcome({**score(q, [u.turn_id for u in chosen]), **answer_score(q, [u.text for u in chosen])}, tokens, 1)
+    return Outcome(
+        {**score(q, [u.turn_id for u in chosen]), **answer_score(q, [u.text for u in chosen])}, tokens, 1, q.group
+    )
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -139,6 +205,13 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "answer_bearing": mean(bearing),
         "tokens": round(statistics.fmean(o.tokens for o in outcomes), 1) if outcomes else None,
         "rounds": round(statistics.fmean(o.rounds for o in outcomes), 2) if outcomes else None,
+        "p50_ms": round(statistics.median(timed), 1)
+        if (timed := [o.latency_ms for o in outcomes if o.latency_ms])
+        else None,
+        "recall_by_group": {
+            g: mean([o.scores["evidence_recall"] for o in outcomes if o.group == g and "evidence_recall" in o.scores])
+            for g in sorted({o.group for o in outcomes})
+        },
     }
 
 
@@ -155,6 +228,10 @@ def run_ablation(
 ) -> dict[str, Any]:
     """Every variant on every question, and the baselines at each variant's tokens, per split."""
     variants = chosen_variants(options)
+    if options.split is not None:
+        bench = dataclasses.replace(
+            bench, questions=[q for q in bench.questions if bench.split(q.qid) == options.split]
+        )
     limits = Limits(whole=200, sentences=600)
     vectors = embedder.embed([q.text for q in bench.questions])
     rankings = {
@@ -185,6 +262,7 @@ def run_ablation(
                     "baselines": {b: summarize(theirs[b][split]) for b in BASELINE_NAMES},
                 }
                 for split in (TUNE, REPORT)
+                if mine[split]
             },
         }
     return {
@@ -230,9 +308,10 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
 
 
 def chosen_variants(options: AblationOptions) -> dict[str, tuple[str, dict[str, Any], str | None]]:
-    every = {**VARIANTS, **fixed_k_variants(), **adaptive_variants(options.adaptive_budget)}
+    every = {**VARIANTS, **fixed_k_variants(), **budget_variants(), **adaptive_variants(options.adaptive_budget)}
     if not options.only:
         return every
+    every.update({name: (name, {"graph": name}, None) for name in GRAPH_GRID})  # only when asked for
     return {n: v for n, v in every.items() if n == "memstream" or any(o in n for o in options.only)}
 
 

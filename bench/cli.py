@@ -287,19 +287,24 @@ def ablate(
     adaptive_budget: int = typer.Option(1000, min=16, help="Token budget of the adaptive variants"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
     only: list[str] = typer.Option([], "--only", help="Run only the variants whose name contains this (repeatable)"),
+    split: Optional[str] = typer.Option(None, help="Only this split's questions: tune (for choosing) or report"),
 ) -> None:
     """What each retrieval mechanism adds: every question once per variant, in process over the run's
     store, with the sentence and whole-turn baselines held to each variant's tokens; tune and report splits."""
     from memstream.bench.ablate import AblationOptions, plot_budget, run_ablation_bench, variant_count
     from memstream.bench.cases import locomo_set
 
-    options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget, only=tuple(only))
-    total = len(locomo_set(data).questions) * variant_count(options)
+    options = AblationOptions(run=run, data=data, k=k, adaptive_budget=adaptive_budget, only=tuple(only), split=split)
+    questions = locomo_set(data)
+    asked = [q for q in questions.questions if split is None or questions.split(q.qid) == split]
+    total = len(asked) * variant_count(options)
     with _progress() as progress:
         task = progress.add_task("variants × questions", total=total)
         result = run_ablation_bench(options, on_question=lambda: progress.advance(task))
-    for split in ("report", "tune"):
-        table = Table(title=f"ablation, {split} split ({result['questions'][split]} questions), K = {k}")
+    for shown in ("report", "tune"):
+        if split is not None and shown != split:
+            continue
+        table = Table(title=f"ablation, {shown} split ({result['questions'][shown]} questions), K = {k}")
         for column in (
             "variant",
             "recall",
@@ -311,7 +316,7 @@ def ablate(
         ):
             table.add_column(column, justify="right")
         for name, row in result["variants"].items():
-            r = row["splits"][split]
+            r = row["splits"][shown]
             best = max(
                 (b for b in r["baselines"] if b.endswith("sentences")),
                 key=lambda b: r["baselines"][b]["evidence_recall"],
@@ -327,7 +332,7 @@ def ablate(
             )
         console.print(table)
     _write_json(result, json_out)
-    if json_out and not only:  # the plot needs the fixed-K and adaptive rows
+    if json_out and not only and split is None:  # the plot needs the fixed-K and adaptive rows
         console.print(f"plot: {plot_budget(result, json_out.with_suffix('.png'))}")
 
 

@@ -233,13 +233,13 @@ class Settings(BaseSettings):
         "searches with the names the best evidence mentions; 1 = no research loop",
     )
     graph_hops: int = Field(
-        0,
+        1,
         ge=0,
         le=3,
         description="Graph expansion: hops from the best evidence along shared entities, scenes and adjacent "
         "turns (0 = off)",
     )
-    graph_per_hop: int = Field(8, ge=1, le=100, description="Graph expansion: cards kept per hop")
+    graph_per_hop: int = Field(16, ge=1, le=100, description="Graph expansion: cards kept per hop")
     trigger_threshold: float = Field(
         0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)"
     )

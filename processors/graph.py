@@ -28,14 +28,15 @@ EDGE_TYPES = ("entity", "scene", "temporal")
 
 @dataclass(frozen=True)
 class GraphParams:
-    hops: int = 0  # 0 = no graph expansion
+    # Defaults chosen on the LoCoMo tune split (bench/ablate.py GRAPH_GRID; docs/retrieval.md).
+    hops: int = 1  # 0 = no graph expansion
     seeds: int = 5  # best evidence items expansion starts from
-    per_hop: int = 8  # neighbours kept per hop (the expansion's budget)
+    per_hop: int = 16  # neighbours kept per hop (the expansion's budget)
     decay: float = 0.5  # weight kept per further hop
     max_degree: int = 6  # an entity more neighbours name than this is a hub, not followed
     prior_entity: float = 1.0
-    prior_scene: float = 0.5
-    prior_temporal: float = 0.5
+    prior_scene: float = 1.0
+    prior_temporal: float = 1.0
     multihop_only: bool = False  # expand only plans the research loop would take (aggregate, compare, spread)
 
     def prior(self, edge: str) -> float:

@@ -321,9 +321,7 @@ class Retriever:
             for h in hits.values():
                 if h.id in visited or h.vector is None:
                     continue
-                weight, via = path_weight(
-                    frontier, h.payload, g, speakers=speakers, skip_names=skip, adjacent=adjacent
-                )
+                weight, via = path_weight(frontier, h.payload, g, speakers=speakers, skip_names=skip, adjacent=adjacent)
                 if via is None:
                     continue
                 cosine = float(np.max(vectors @ np.asarray(h.vector, dtype=np.float32)))

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
-from memstream.bench.ablate import VARIANTS, Outcome, adaptive_variants, baseline_outcome, summarize
+from memstream.bench.ablate import (
+    VARIANTS,
+    AblationOptions,
+    Outcome,
+    adaptive_variants,
+    baseline_outcome,
+    budget_variants,
+    chosen_variants,
+    retrieval_overrides,
+    summarize,
+)
 from memstream.bench.cases import BenchQuestion
 from memstream.bench.e2e import Unit
+from memstream.processors.graph import GraphParams
 from memstream.processors.retrieve import RetrievalParams
 
 Q = BenchQuestion(
@@ -23,11 +35,35 @@ def test_a_baseline_is_held_to_the_variants_tokens_and_scored_like_it():
 
 
 def test_summaries_average_what_was_scored():
-    out = summarize([Outcome({"evidence_recall": 1.0, "answer_bearing": 0.0}, 10, 1), Outcome({}, 30, 2)])
-    assert out == {"questions": 2, "evidence_recall": 1.0, "answer_bearing": 0.0, "tokens": 20.0, "rounds": 1.5}
+    out = summarize(
+        [
+            Outcome({"evidence_recall": 1.0, "answer_bearing": 0.0}, 10, 1, "1", 30.0),
+            Outcome({}, 30, 2, "1", 10.0),
+            Outcome({"evidence_recall": 0.5}, 20, 1, "2"),
+        ]
+    )
+    assert out == {
+        "questions": 3,
+        "evidence_recall": 0.75,
+        "answer_bearing": 0.0,
+        "tokens": 20.0,
+        "rounds": 1.33,
+        "p50_ms": 20.0,
+        "recall_by_group": {"1": 1.0, "2": 0.5},
+    }
 
 
 def test_every_variant_names_real_retrieval_parameters():
     fields = set(RetrievalParams.__dataclass_fields__)
-    for _, params, profile in (*VARIANTS.values(), *adaptive_variants(1000).values()):
-        assert set(params) <= fields and profile in (None, "lookup", "compose", "replay")
+    for _, params, profile in (*VARIANTS.values(), *adaptive_variants(1000).values(), *budget_variants().values()):
+        overrides = retrieval_overrides(params)
+        assert set(overrides) <= fields and profile in (None, "lookup", "compose", "replay")
+        RetrievalParams(**overrides)  # and values it takes
+    assert retrieval_overrides({"graph": 2})["graph"] == GraphParams(hops=2)
+    assert retrieval_overrides({"graph": 0})["graph"].hops == 0
+
+
+def test_only_picks_variants_by_name_beside_the_default():
+    picked = chosen_variants(AblationOptions(run=Path("r"), data=Path("d"), only=("graph",)))
+    assert list(picked)[0] == "memstream" and len(picked) > 1
+    assert all(n == "memstream" or "graph" in n for n in picked)

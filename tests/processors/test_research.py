@@ -11,6 +11,7 @@ import pytest
 from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.ports import LLMError, LlmResult
 from memstream.processors import prompts
+from memstream.processors.graph import GraphParams
 from memstream.processors.index import COLLECTIONS, index_write
 from memstream.processors.query import QueryEngine, QueryOptions
 from memstream.processors.research import LlmReflector, follow_ups, needs_research, turns_of
@@ -20,6 +21,7 @@ from tests.processors.test_forget import DIM, T0, HashEmbedder, source
 from tests.processors.test_plan import ScriptedLLM
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+NO_GRAPH = GraphParams(hops=0)  # the graph would find D1:2 by its name alone: this measures the loop
 
 
 def test_follow_ups_take_the_names_the_question_does_not_mention():
@@ -92,7 +94,9 @@ def store(tmp_path_factory):  # noqa: ANN001, ANN201
 
 
 def ask(store, rounds: int):  # noqa: ANN001, ANN201
-    params = RetrievalParams(research_rounds=rounds, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1)
+    params = RetrievalParams(
+        research_rounds=rounds, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1, graph=NO_GRAPH
+    )
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params))
     query = Query(
         tenant_id="acme",
@@ -159,7 +163,9 @@ def test_with_the_llm_planner_the_research_rounds_reflect_by_llm_and_the_reply_c
     llm = ScriptedLLM(
         LlmResult(json.dumps(plan_doc), 80, 30, "scripted", plan_doc), reflection(["Melanie nurse city hospital"])
     )
-    params = RetrievalParams(research_rounds=2, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1)
+    params = RetrievalParams(
+        research_rounds=2, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1, graph=NO_GRAPH
+    )
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params, planner="llm"), planner_llm=llm)
     query = Query(
         tenant_id="acme",
