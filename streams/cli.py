@@ -94,7 +94,7 @@ def topics() -> None:
 @cli.command()
 def up(
     local_llm: bool = typer.Option(
-        False, "--local-llm", help="Also start the local LLM server (llama-cpp-python + SmolLM2)"
+        False, "--local-llm", help="Also start the local LLM server (memstream.localllm: llama.cpp + SmolLM2)"
     ),
 ) -> None:
     """Start the local broker (and LLM server) and one background worker running every stage."""

