@@ -400,7 +400,7 @@ def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) 
     again. Returns the seconds it took."""
     t0 = time.monotonic()
     status("draining")
-    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS)
+    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS, flush=False)  # the idle flush below, as in the chaos run
     status("flushing windows and buffers")
     for name in [n for n, stages in WORKERS.items() if stages == INGEST]:
         fleet.procs[name].stop()
@@ -408,7 +408,7 @@ def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) 
     for w in fleet.procs.values():
         runtime.wait_worker_ready(w, timeout_s=300)
     time.sleep(4.0)  # idle ticks every second, after 2 s of idleness
-    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS)
+    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS, flush=False)  # the idle flush below, as in the chaos run
     fleet.stop_all()
     return time.monotonic() - t0
 

@@ -38,6 +38,7 @@ from memstream.schemas import (
     Reply,
     SchemaError,
     Turn,
+    WindowTick,
     conversation_key,
     decode_message,
 )
@@ -306,6 +307,21 @@ class AsyncMemoryClient:
     async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         """One record as it is (tests and benches that feed malformed input)."""
         await self._acked([await self._send(topic, key, value)])
+
+    async def flush(self, conversations: Iterable[tuple[str, str]]) -> int:
+        """Write what the given ``(tenant_id, conversation_id)`` conversations hold in their sensory
+        window and short-term buffer now, instead of when they next idle or fill (a session end does
+        not flush: short sessions share an extraction call). Send it once the workers have consumed
+        the conversation's turns (the tick travels on ``memory.turns.compressed``, behind the turns
+        the compress stage has passed on). Returns the ticks sent."""
+        topic = self.settings.topic(Topic.TURNS_COMPRESSED)
+        now = datetime.now(timezone.utc)
+        ticks = [
+            WindowTick(tenant_id=tenant, conversation_id=conversation, sent_at=now, force=True)  # type: ignore[arg-type]
+            for tenant, conversation in sorted(set(conversations))
+        ]
+        await self._acked([await self._send(topic, t.key.encode(), t.to_bytes()) for t in ticks])
+        return len(ticks)
 
     async def consolidate(
         self, *, tenant_id: str | None = None, conversation_id: str | None = None, scope: ConsolidationScope = "pending"
@@ -589,6 +605,10 @@ class MemoryClient:
                 timeout_s=timeout_s,
             )
         )
+
+    def flush(self, conversations: Iterable[tuple[str, str]]) -> int:
+        """Write the conversations' pending turns now (see ``AsyncMemoryClient.flush``)."""
+        return self._run(self._client.flush(list(conversations)))
 
     def consolidate(
         self, *, tenant_id: str | None = None, conversation_id: str | None = None, scope: ConsolidationScope = "pending"

@@ -1,14 +1,16 @@
 """Stage 3: the topic-aware short-term buffer.
 
 Turns accumulate per conversation as ``{topic, turns}`` groups. A flush (one extraction call) happens
-when the buffer reaches its token budget, when the session ends, or when the conversation has been
-idle. Whole topics are kept together where the budget allows: a new topic that would overflow the
-buffer flushes what is pending first. Duplicate turn ids (redelivery) are dropped.
+when the buffer reaches its token budget or when the conversation has been idle. A session end is
+no flush of its own: it cuts a topic (the segmenter's boundary), and several short sessions of a
+conversation share one call; each turn carries its own time, so time phrases still resolve against
+the turn that said them. Whole topics are kept together where the budget allows: a new topic that
+would overflow the buffer flushes what is pending first. Duplicate turn ids (redelivery) are dropped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,7 +32,6 @@ class StmState:
 
     tenant_id: str = ""
     conversation_id: str = ""
-    session_id: str | None = None
     groups: list[dict[str, Any]] = field(default_factory=list)  # {segment_id, topic_label, turns: [json]}
     tokens: int = 0
     seen: list[str] = field(default_factory=list)
@@ -40,7 +41,6 @@ class StmState:
         return {
             "tenant_id": self.tenant_id,
             "conversation_id": self.conversation_id,
-            "session_id": self.session_id,
             "groups": self.groups,
             "tokens": self.tokens,
             "seen": self.seen,
@@ -49,7 +49,10 @@ class StmState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> StmState:
-        return cls(**data) if data else cls()
+        if not data:
+            return cls()
+        known = {f.name for f in fields(cls)}  # a buffer saved by an older worker has a session_id
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
     def pending_turns(self) -> int:
@@ -95,8 +98,6 @@ def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPol
         if flush is not None:
             flushes.append(flush)
 
-    if state.session_id is not None and turn.session_id != state.session_id:
-        emit("session_end")  # the previous session ended without its end marker
     tokens = message.item.tokens_out
     opens_topic = not state.groups or state.groups[-1]["segment_id"] != message.segment_id
     if opens_topic and state.groups and state.tokens + tokens > policy.budget_tokens:
@@ -105,14 +106,11 @@ def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPol
         state.groups.append({"segment_id": message.segment_id, "topic_label": message.topic_label, "turns": []})
     state.groups[-1]["turns"].append(message.item.model_dump(mode="json"))
     state.tokens += tokens
-    state.session_id = turn.session_id
     state.last_activity = now
     state.seen.append(turn.turn_id)
     if len(state.seen) > policy.remember_turn_ids:
         del state.seen[: len(state.seen) - policy.remember_turn_ids]
-    if turn.last_in_session:
-        emit("session_end")
-    elif state.tokens >= policy.budget_tokens:
+    if state.tokens >= policy.budget_tokens:
         emit("budget")
     return flushes
 

@@ -10,6 +10,7 @@ from .base import ID_PATTERN, Payload, TenantScoped, UtcDatetime
 from .turns import CompressedTurn
 
 CardType = Literal["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
+# "session_end": written by workers before sessions stopped flushing the STM; still read from the topic.
 FlushReason = Literal["budget", "idle", "session_end", "forced"]
 ExtractionMode = Literal["llm", "extractive", "extractive_fallback"]
 

@@ -73,3 +73,4 @@ class WindowTick(TenantScoped):
 
     kind: Literal["window_tick"] = "window_tick"
     sent_at: UtcDatetime
+    force: bool = Field(False, description="Segment the window and flush the STM now, idle or not (a client's flush)")

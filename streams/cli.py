@@ -170,7 +170,17 @@ async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str
 
     mapped = map_events(fmt, load_events(fmt, file), tenant_id=tenant, conversation_id=conversation)
     async with AsyncMemoryClient(settings, create_topics=True) as client:
-        return await client.ingest(mapped, source=f"{fmt}:{file.name}")
+        outcome = await client.ingest(mapped, source=f"{fmt}:{file.name}")
+    return outcome, {(t.tenant_id, t.conversation_id) for t in mapped.items if isinstance(t, Turn)}
+
+
+async def _wait_written(settings: Settings, conversations: set[tuple[str, str]], timeout_s: float = 300.0) -> None:
+    """Wait until the workers consumed everything, write what the conversations still hold in their
+    windows and buffers (a session end does not flush them), and wait for that too."""
+    await wait_drained(settings, own_reading(settings), timeout_s=timeout_s)
+    async with AsyncMemoryClient(settings) as client:
+        await client.flush(conversations)
+    await wait_drained(settings, own_reading(settings), timeout_s=timeout_s)
 
 
 @cli.command()
@@ -185,7 +195,7 @@ def ingest(
     conversation: Optional[str] = typer.Option(None, help="Conversation id (default: the sample id / the channel)"),
     sample: Optional[str] = typer.Option(None, help="Only this LoCoMo sample_id"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
-    wait: bool = typer.Option(False, help="Wait until the pipeline has processed everything"),
+    wait: bool = typer.Option(False, help="Wait until every turn is in memory (flushes what the buffers hold)"),
 ) -> None:
     """Produce a conversation's turns onto memory.turns: a LoCoMo file, or a chat platform's events
     (edits become new versions of a turn, deletions forget it, malformed events are dead-lettered)."""
@@ -195,8 +205,9 @@ def ingest(
             turns = _load_turns(file, tenant or "default", conversation, sample, sessions)
             seconds = asyncio.run(_ingest(s, turns))
             console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
+            conversations = {(t.tenant_id, t.conversation_id) for t in turns}
         else:
-            outcome = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation))
+            outcome, conversations = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation))
             skipped = ", ".join(f"{k} {n}" for k, n in sorted(outcome.skipped.items())) or "none"
             console.print(
                 f"produced {outcome.turns} turns and {len(outcome.forgets)} forgets (edits, deletions)", soft_wrap=True
@@ -207,8 +218,8 @@ def ingest(
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if wait:
-        asyncio.run(wait_drained(s, own_reading(s)))
-        console.print("pipeline drained")
+        asyncio.run(_wait_written(s, conversations))
+        console.print("pipeline drained, every turn written")
 
 
 def print_reply(reply: Reply, question: str) -> None:
@@ -502,7 +513,7 @@ def demo(
         console.print(f"[bold]4/5[/] streaming {len(turns)} turns of {conversation} ({path.name}) through Kafka…")
         t0 = time.perf_counter()
         asyncio.run(_ingest(s, turns))
-        asyncio.run(wait_drained(s, own_reading(s), timeout_s=600))
+        asyncio.run(_wait_written(s, {(t.tenant_id, t.conversation_id) for t in turns}, timeout_s=600))
         timings["ingest_s"] = time.perf_counter() - t0
         console.print(f"[bold]5/5[/] asking {len(qa)} questions over memory.queries → memory.replies")
         t0 = time.perf_counter()

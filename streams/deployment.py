@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from memstream.client import AsyncMemoryClient, ForgetOutcome
 from memstream.config import Settings, group_id, reading_groups
 from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
+from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams.kafka_options import client_options
 
@@ -207,10 +209,31 @@ class Deployment:
         *,
         topics: Iterable[str] = DRAIN_TOPICS,
         progress: Callable[[dict[str, int]], None] | None = None,
+        flush: bool = True,
     ) -> float:
         """Wait until the workers have committed everything on ``topics`` (all stages by default);
-        returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile."""
-        return asyncio.run(wait_drained(self.settings, self.reading(topics), timeout_s=timeout_s, progress=progress))
+        returns when (``time.monotonic()``) they had. ``progress`` sees the lag per topic meanwhile.
+        ``flush``: then write what every conversation on ``memory.turns`` (however it got there) holds in
+        its window and buffer (``AsyncMemoryClient.flush``) and wait again, so every turn is in memory."""
+        reading = self.reading(topics)
+        drained = asyncio.run(wait_drained(self.settings, reading, timeout_s=timeout_s, progress=progress))
+        conversations = self.conversations() if flush else set()
+        if not conversations:
+            return drained
+
+        async def go() -> None:
+            async with AsyncMemoryClient(self.settings) as client:
+                await client.flush(conversations)
+
+        asyncio.run(go())
+        return asyncio.run(wait_drained(self.settings, reading, timeout_s=timeout_s, progress=progress))
+
+    def conversations(self) -> set[tuple[str, str]]:
+        """(tenant, conversation) of every well-formed key on ``memory.turns`` (a malformed message's
+        key may be anything: it was dead-lettered, there is nothing of it to flush)."""
+        keys = {key.decode("utf-8", "replace") for key, _ in self.read_topic("turns", timeout_s=120.0) if key}
+        pairs = (tuple(k.split("/", 1)) for k in keys if "/" in k)
+        return {(t, c) for t, c in pairs if re.fullmatch(ID_PATTERN, t) and re.fullmatch(ID_PATTERN, c)}
 
     def lag(self, topics: Iterable[str]) -> dict[str, int]:
         """Messages the workers have not committed yet, per topic (unprefixed names)."""

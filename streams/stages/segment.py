@@ -66,7 +66,7 @@ def register(ctx: StageContext) -> None:
         # The window is segmented on the loop (embedding + one attention pass, well under a second),
         # so the table write stays in event order.
         if isinstance(message, WindowTick):
-            if not window_is_idle(state, time.time(), s.stm_idle_s):
+            if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
                 return StageResult()  # a turn arrived after the tick was sent
             outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
             # The STM buffered these just now; tell it the conversation is idle.
@@ -75,6 +75,7 @@ def register(ctx: StageContext) -> None:
                 conversation_id=message.conversation_id,
                 sent_at=datetime.now(timezone.utc),
                 conversation_idle=True,
+                force=message.force,
             )
             outs.append(Out(out_topic, message.key, tick))
         else:

@@ -1,5 +1,5 @@
 """stm: the short-term buffer of pending topics per conversation (a changelog table), flushed on its
-token budget, on idle and at session end."""
+token budget and on idle (a session end only cuts a topic)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import urllib.request
 import orjson
 import pytest
 
-from memstream.client import QueryTimeout
+from memstream.client import MemoryClient, QueryTimeout
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush
 
@@ -94,7 +94,7 @@ def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipel
     pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=3)
     pipe.start_worker()
     pipe.produce(open_session)
-    pipe.drain()  # consumed, but waiting in the sensory window: nothing is written yet
+    pipe.drain(flush=False)  # consumed, but waiting in the sensory window: nothing is written yet
     deadline = time.monotonic() + 90
     writes: list[MemoryWrite] = []
     while not writes and time.monotonic() < deadline:
@@ -104,6 +104,29 @@ def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipel
     flushes = [StmFlush.from_bytes(v) for _, v in pipe.read_topic("stm.flush")]
     assert [f.reason for f in flushes] == ["idle"]
     assert sorted(t.turn_id for w in writes for t in w.source_turns) == sorted(t.turn_id for t in open_session)
+
+
+def test_sessions_share_a_buffer_until_a_client_flushes_it(make_pipeline):
+    conversation, turns, _ = first_sessions(2)
+    assert sum(t.last_in_session for t in turns) == 2
+    pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=600, MEMSTREAM_STM_TOKENS=100_000)  # nothing idles or fills
+    pipe.start_worker()
+    pipe.produce(turns)
+    pipe.drain(flush=False)
+    time.sleep(3)  # two idle ticks: a session end would have flushed by now
+    assert pipe.read_topic("stm.flush") == [], "session ends do not flush the buffer"
+
+    with MemoryClient(pipe.settings) as client:
+        assert client.flush([("acme", conversation)]) == 1
+    pipe.drain(flush=False)
+    flushes = [StmFlush.from_bytes(v) for _, v in pipe.read_topic("stm.flush")]
+    assert [f.reason for f in flushes] == ["forced"]
+    [flush] = flushes
+    assert [t.turn.turn_id for t in flush.turns()] == [t.turn_id for t in turns]  # both sessions, one call
+    assert {t.turn.session_id for t in flush.turns()} == {t.session_id for t in turns}
+    writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
+    assert len(writes) == 1 and {t.turn_id for t in writes[0].source_turns} == {t.turn_id for t in turns}
+    pipe.stop_workers()
 
 
 def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes_cards_and_triggers(

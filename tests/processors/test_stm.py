@@ -29,8 +29,9 @@ def test_topics_stay_grouped_inside_a_flush():
     state = StmState()
     add_turn(state, segmented(turn("D1:1", "short one"), "a"), 0.0, POLICY)
     add_turn(state, segmented(turn("D1:2", "short two"), "b"), 0.0, POLICY)
-    [flush] = add_turn(state, segmented(turn("D1:3", "short three", last=True), "b"), 0.0, POLICY)
-    assert flush.reason == "session_end"
+    add_turn(state, segmented(turn("D1:3", "short three"), "b"), 0.0, POLICY)
+    flush = on_tick(state, 1.0, POLICY, force=True)
+    assert flush is not None
     assert [(s.segment_id, len(s.turns)) for s in flush.segments] == [("a", 1), ("b", 2)]
 
 
@@ -40,18 +41,29 @@ def test_duplicate_turn_ids_are_dropped():
     assert add_turn(state, segmented(turn("D1:1", "hello there")), 1.0, POLICY) == []
     assert state.pending_turns == 1
     # even after the flush that carried it
-    [flush] = add_turn(state, segmented(turn("D1:2", "bye", last=True)), 2.0, POLICY)
+    add_turn(state, segmented(turn("D1:2", "bye", last=True)), 2.0, POLICY)
+    assert on_tick(state, 2.5, POLICY, force=True) is not None
     assert add_turn(state, segmented(turn("D1:1", "hello there")), 3.0, POLICY) == []
     assert state.pending_turns == 0
 
 
-def test_a_new_session_flushes_the_previous_one():
+def test_short_sessions_share_a_flush_and_keep_their_own_times():
     state = StmState()
-    add_turn(state, segmented(turn("D1:1", "hello there")), 0.0, POLICY)
-    [flush] = add_turn(state, segmented(turn("D2:1", "new day", session="S2")), 1.0, POLICY)
-    assert flush.reason == "session_end"
-    assert [t.turn.turn_id for t in flush.turns()] == ["D1:1"]
-    assert state.pending_turns == 1
+    assert add_turn(state, segmented(turn("D1:1", "hello there", last=True)), 0.0, POLICY) == []
+    second = turn("D2:1", "new day", session="S2", minutes=60 * 24)
+    assert add_turn(state, segmented(second, "s2", True), 1.0, POLICY) == []
+    assert state.pending_turns == 2  # a session end is no flush
+    [flush] = add_turn(state, segmented(turn("D2:2", " ".join([TEN_TOKENS] * 3), session="S2"), "s2"), 2.0, POLICY)
+    assert flush.reason == "budget"
+    assert [s.segment_id for s in flush.segments] == ["seg1", "s2"]  # the session cut a topic
+    times = {t.turn.turn_id: t.turn.event_time for t in flush.turns()}
+    assert (times["D2:1"] - times["D1:1"]).days == 1
+
+
+def test_a_buffer_saved_by_an_older_worker_still_loads():
+    state = StmState(tenant_id="acme", conversation_id="c", tokens=3)
+    restored = StmState.from_dict({**state.to_dict(), "session_id": "S1"})
+    assert restored == state
 
 
 def test_idle_buffers_flush_on_tick_and_busy_ones_do_not():

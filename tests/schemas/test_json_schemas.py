@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from memstream.bench.fuzz import fuzz_messages
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.processors.extract import ExtractiveExtractor
-from memstream.processors.stm import StmPolicy, StmState, add_turn
+from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import (
     SCHEMA_VERSION,
     CardPatch,
@@ -95,7 +95,9 @@ def examples() -> list[Payload]:
     session = [t for t in turns if t.session_id == "S1"]
     for t in session:
         flushes += add_turn(state, segmented(t, boundary=t is session[0]), NOW.timestamp(), StmPolicy())
-    assert flushes, "the session's last turn flushes the STM"
+    forced = on_tick(state, NOW.timestamp(), StmPolicy(), force=True)
+    flushes += [forced] if forced else []
+    assert flushes, "the forced tick flushes the STM"
     write = ExtractiveExtractor().extract(flushes[0])
     card = write.cards[0]
     merged = card.model_copy(update={"card_id": "merged-1", "valid_to": NOW, "superseded_by": "c9"})
@@ -123,6 +125,7 @@ def examples() -> list[Payload]:
         compressed(first).model_copy(update={"received_at": NOW}),
         segmented(first, boundary=True),
         WindowTick(**scope, sent_at=NOW),
+        WindowTick(**scope, sent_at=NOW, force=True),
         StmTick(**scope, sent_at=NOW, force=True, conversation_idle=True),
         *flushes,
         write,
