@@ -294,7 +294,7 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
     # Only the store is read (no broker needed): the deployment's data folder is where it lives.
     settings = Settings(data_dir=folder)
     runtime.apply_torch_threads(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
     turns = [t for ts in bench.conversations.values() for t in ts]
     with contextlib.ExitStack() as opened:
         store = opened.enter_context(contextlib.closing(open_store(settings)))

@@ -336,6 +336,46 @@ def ablate(
         console.print(f"plot: {plot_budget(result, json_out.with_suffix('.png'))}")
 
 
+@bench.command("embed")
+def embed(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON: its turns' sentences and its questions"),
+    backends: list[str] = typer.Option(["torch", "onnx", "onnx-int8"], "--backend", help="Backends (repeatable)"),
+    k: int = typer.Option(10, min=1, help="Turns a dense retriever returns per question"),
+    threads: int = typer.Option(1, min=1, help="CPU threads per backend (the worker's default is 1)"),
+    batch_size: int = typer.Option(64, min=1),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Embedding backends: texts/s, agreement with torch's vectors, and dense top-K recall on LoCoMo per split."""
+    from memstream.bench.embed import BACKENDS, EmbedOptions, run_embed_bench
+
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise typer.BadParameter(f"unknown backend(s) {unknown}: {', '.join(BACKENDS)}")
+    import torch
+
+    torch.set_num_threads(threads)
+    options = EmbedOptions(data=data, backends=tuple(backends), k=k, threads=threads, batch_size=batch_size)  # type: ignore[arg-type]
+    with console.status("embedding") as shown:
+        result = run_embed_bench(options, status=shown.update)
+    table = Table(
+        title=f"embedding backends: {result['texts']} LoCoMo sentences ({result['mean_words']} words), "
+        f"{threads} thread(s), batch {batch_size}; dense top-{k} recall"
+    )
+    for column in ("backend", "texts/s", "speedup", "cosine to torch (mean / min)", "recall tune", "recall report"):
+        table.add_column(column, justify="right")
+    for name, row in result["backends"].items():
+        table.add_row(
+            name,
+            str(row["texts_per_s"]),
+            f"{row['speedup']}x",
+            f"{row['cosine_to_torch_mean']} / {row['cosine_to_torch_min']}",
+            str(row["recall"]["tune"]),
+            str(row["recall"]["report"]),
+        )
+    console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("profile")
 def profile(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
@@ -640,7 +680,7 @@ def _llm_decider(people: int) -> dict:
                 runtime.local_llm_url(settings), "smollm2", "local", timeout_s=settings.llm_timeout_s
             )
         runtime.apply_torch_threads(settings)
-        embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
         with _progress() as progress:
             task = progress.add_task(f"LLM decisions ({llm.model})", total=6 * people)
             run = consolidate_stories(

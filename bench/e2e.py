@@ -464,7 +464,7 @@ class Runner:
 
         settings = deployment.settings
         runtime.apply_torch_threads(settings)
-        embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
         full_texts = {cid: full_context(turns) for cid, turns in self.bench.conversations.items()}
         full_tokens = {cid: count_tokens(text) for cid, text in full_texts.items()}
         top = max([*self.options.sweep_k, settings.evidence_k, self.options.k or 0])

@@ -51,7 +51,7 @@ def raw_embedding_speed(texts: Sequence[str], settings: Settings) -> float:
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
     runtime.apply_torch_threads(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=settings.embedding_batch)
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
     embedder.embed_uncached(list(texts[:32]))  # warm-up
     started = time.perf_counter()
     embedder.embed_uncached(list(texts))

@@ -520,9 +520,7 @@ def run_retrieval_bench(
         deployment.stop_workers()
 
         runtime.apply_torch_threads(deployment.settings)
-        embedder = SentenceTransformerEmbedder(
-            deployment.settings.embedding_model, batch_size=deployment.settings.embedding_batch
-        )
+        embedder = SentenceTransformerEmbedder.from_settings(deployment.settings)
         services_options = _query_options(deployment.settings)
         status("indexing the raw turns for the baselines")
         baseline = running.enter_context(

@@ -34,13 +34,10 @@ class Services:
     def embedder(self) -> Embedder:
         from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
-        embedder = SentenceTransformerEmbedder(
-            self.settings.embedding_model,
-            batch_size=self.settings.embedding_batch,
-            cache_size=self.settings.embedding_cache,
-            on_embed=self.metrics.count_embedded,
+        embedder = SentenceTransformerEmbedder.from_settings(
+            self.settings, cache_size=self.settings.embedding_cache, on_embed=self.metrics.count_embedded
         )
-        log.info("embedder loaded: %s (%d-d)", embedder.name, embedder.dim)
+        log.info("embedder loaded: %s (%d-d, %s)", embedder.name, embedder.dim, embedder.backend)
         return embedder
 
     @cached_property

