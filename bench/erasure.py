@@ -171,7 +171,7 @@ def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] 
             worker = dep.start_worker("erasure")
             status(f"streaming the first half ({len(first_half)} turns)")
             dep.produce(first_half)
-            dep.drain(timeout_s=1800)
+            dep.drain(timeout_s=1800, flush=False)  # windows and buffers keep their turns for the forgets
             chunks = [second_half[i :: len(plans)] for i in range(len(plans))]
             results, scopes, retained = [], [], set()
             for plan, chunk in zip(plans, chunks):
@@ -193,7 +193,7 @@ def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] 
                 results.append(
                     {**plan, "parts": outcome.parts, "latency_ms": round(latency_ms, 1), "counts": outcome.counts}
                 )
-            dep.drain(timeout_s=1800)
+            dep.drain(timeout_s=1800, flush=False)
             status("kill -9, then a worker that replays every turn and flushes")
             worker.kill()
             dep.workers = []

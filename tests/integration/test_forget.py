@@ -72,7 +72,8 @@ def test_forgetting_a_speaker_mid_stream_leaves_no_copy_and_survives_a_crash(mak
     ]
     speaker = turns[0].speaker
     forgotten_ids = {t.turn_id for t in turns if t.speaker == speaker}
-    split = next(i for i, t in enumerate(turns) if t.session_id != turns[0].session_id) + 4
+    second_session = next(i for i, t in enumerate(turns) if t.session_id != turns[0].session_id)
+    split = second_session + 4
     pipe = make_pipeline(**HOLD)
 
     # The other tenant (same conversation id, same texts) and another conversation of this tenant.
@@ -85,10 +86,13 @@ def test_forgetting_a_speaker_mid_stream_leaves_no_copy_and_survives_a_crash(mak
     assert all(other_tenant_before[c] > 0 for c in (TURNS, CARDS, SCENES))
     assert all(other_conversation_before[c] > 0 for c in (TURNS, CARDS, SCENES))
 
-    # The conversation streams in; the speaker's newest turns wait in the window and the buffer.
+    # The conversation streams in: its first session is written, the speaker's newest turns wait in
+    # the window and the buffer.
     worker = pipe.start_worker("streaming")
-    pipe.produce(turns[:split])
+    pipe.produce(turns[:second_session])
     pipe.drain()
+    pipe.produce(turns[second_session:split])
+    pipe.drain(flush=False)
     key = f"{TENANT}/{conversation}"
     in_flight = set(table_turns(pipe, "segmenter", key)) | set(table_turns(pipe, "stm", key))
     assert in_flight & forgotten_ids, "some of the speaker's turns wait in the window or the buffer"

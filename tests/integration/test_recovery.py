@@ -18,12 +18,12 @@ def test_kill_9_mid_ingestion_then_restart_every_turn_indexed_exactly_once(make_
     conversation, turns, _ = first_sessions(2)
     session1 = [t for t in turns if t.session_id == "S1"]
     half = len(session1) - 2  # with LoCoMo: a full sensory window went on to the STM, the rest waits in it
-    # A long idle timeout: only session ends flush, so buffered turns must survive the crash.
+    # A long idle timeout: nothing flushes on its own, so buffered turns must survive the crash.
     pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=600)
     pipe.start_worker("before-crash")
 
     pipe.produce(session1[:half])
-    pipe.drain()  # offsets committed: these turns now live only in the segmenter and STM tables
+    pipe.drain(flush=False)  # offsets committed: these turns now live only in the segmenter and STM tables
     key = f"acme/{conversation}"
     in_stm = [t["turn"]["turn_id"] for g in latest_table_value(pipe, "stm", key).get("groups", []) for t in g["turns"]]
     in_window = [t["turn"]["turn_id"] for t in latest_table_value(pipe, "segmenter", key).get("pending", [])]
