@@ -68,8 +68,7 @@ def dense_recall(
     per_split: dict[str, list[float]] = {TUNE: [], REPORT: []}
     rows = {cid: [i for i, c in enumerate(conversations) if c == cid] for cid in bench.conversations}
     for q, qv in zip(bench.questions, questions):
-        got = score(q, [])
-        if not got:
+        if not q.retrieval_scored:
             continue
         mine = rows[q.conversation_id]
         ranked = top_turns(vectors[mine] @ qv, [turn_ids[i] for i in mine], k)

@@ -25,7 +25,7 @@ from memstream.schemas import Plan, Reply, Turn
 from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
-from .lag import wait_drained
+from .lag import wait_written
 from .topics import ensure_topics
 
 cli = typer.Typer(
@@ -174,15 +174,6 @@ async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str
     return outcome, {(t.tenant_id, t.conversation_id) for t in mapped.items if isinstance(t, Turn)}
 
 
-async def _wait_written(settings: Settings, conversations: set[tuple[str, str]], timeout_s: float = 300.0) -> None:
-    """Wait until the workers consumed everything, write what the conversations still hold in their
-    windows and buffers (a session end does not flush them), and wait for that too."""
-    await wait_drained(settings, own_reading(settings), timeout_s=timeout_s)
-    async with AsyncMemoryClient(settings) as client:
-        await client.flush(conversations)
-    await wait_drained(settings, own_reading(settings), timeout_s=timeout_s)
-
-
 @cli.command()
 def ingest(
     file: Path = typer.Argument(..., exists=True, help="LoCoMo JSON, JSONL of turns, or chat-platform events"),
@@ -218,7 +209,7 @@ def ingest(
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if wait:
-        asyncio.run(_wait_written(s, conversations))
+        asyncio.run(wait_written(s, own_reading(s), conversations))
         console.print("pipeline drained, every turn written")
 
 
@@ -513,7 +504,8 @@ def demo(
         console.print(f"[bold]4/5[/] streaming {len(turns)} turns of {conversation} ({path.name}) through Kafka…")
         t0 = time.perf_counter()
         asyncio.run(_ingest(s, turns))
-        asyncio.run(_wait_written(s, {(t.tenant_id, t.conversation_id) for t in turns}, timeout_s=600))
+        conversations = {(t.tenant_id, t.conversation_id) for t in turns}
+        asyncio.run(wait_written(s, own_reading(s), conversations, timeout_s=600))
         timings["ingest_s"] = time.perf_counter() - t0
         console.print(f"[bold]5/5[/] asking {len(qa)} questions over memory.queries → memory.replies")
         t0 = time.perf_counter()

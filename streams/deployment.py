@@ -29,7 +29,7 @@ from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams.kafka_options import client_options
 
 from . import runtime
-from .lag import partitions_of, topics_lag, wait_drained
+from .lag import partitions_of, topics_lag, wait_drained, wait_written
 from .topics import ensure_topics
 
 
@@ -216,17 +216,11 @@ class Deployment:
         ``flush``: then write what every conversation on ``memory.turns`` (however it got there) holds in
         its window and buffer (``AsyncMemoryClient.flush``) and wait again, so every turn is in memory."""
         reading = self.reading(topics)
-        drained = asyncio.run(wait_drained(self.settings, reading, timeout_s=timeout_s, progress=progress))
-        conversations = self.conversations() if flush else set()
-        if not conversations:
-            return drained
-
-        async def go() -> None:
-            async with AsyncMemoryClient(self.settings) as client:
-                await client.flush(conversations)
-
-        asyncio.run(go())
-        return asyncio.run(wait_drained(self.settings, reading, timeout_s=timeout_s, progress=progress))
+        if not flush:
+            return asyncio.run(wait_drained(self.settings, reading, timeout_s=timeout_s, progress=progress))
+        # Produced turns are acknowledged, so already on the topic: their keys can be read first.
+        conversations = self.conversations()
+        return asyncio.run(wait_written(self.settings, reading, conversations, timeout_s=timeout_s, progress=progress))
 
     def conversations(self) -> set[tuple[str, str]]:
         """(tenant, conversation) of every well-formed key on ``memory.turns`` (a malformed message's

@@ -80,11 +80,9 @@ def test_an_unknown_backend_is_refused():
 
 
 def test_workers_embed_with_the_configured_backend_and_device():
-    from memstream.adapters.st_embedder import resolve_device
     from memstream.config import Settings
 
     assert SentenceTransformerEmbedder.from_settings(Settings()).backend == "onnx"
     assert SentenceTransformerEmbedder.from_settings(Settings(embedding_backend="torch")).backend == "torch"
-    assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda")
     with pytest.raises(ValueError):
         Settings(embedding_device="tpu")
