@@ -160,6 +160,8 @@ def ingest(
         "completion_tokens",
         "calls_per_1k_turns",
         "tokens_per_1k_turns",
+        "calls_per_flush",
+        "tokens_per_call",
         "baseline_per_turn_calls",
         "compression_ratio",
         "cards",
@@ -170,6 +172,30 @@ def ingest(
         "ingest_vs_embed",
     ):
         table.add_row(key, str(result[key]))
+    console.print(table)
+    _write_json(result, json_out)
+
+
+@bench.command("flame")
+def flame(
+    raw: Path = typer.Argument(..., help="py-spy record --subprocesses -f raw output (collapsed stacks)"),
+    turns: int = typer.Option(..., min=1, help="Turns the profiled run ingested (for ms per turn)"),
+    rate: float = typer.Option(50.0, help="py-spy's sampling rate (-r) in Hz"),
+    process: str = typer.Option("worker --no-supervise", help="Text of the profiled process's command line"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """Fold a py-spy profile of a worker into the parts a turn pays for: model, Kafka, Qdrant, Python."""
+    from memstream.bench.flame import fold_file, per_turn_ms
+
+    result = fold_file(raw, process=process, rate_hz=rate)
+    if not result["samples"]:
+        raise typer.BadParameter(f"no samples of a process matching {process!r} in {raw}")
+    result |= {"profile": str(raw), "turns": turns, "cpu_ms_per_turn": per_turn_ms(result, turns)}
+    table = Table(title=f"worker CPU: {result['cpu_s']} s over {turns} turns ({result['samples']} samples)")
+    for column in ("part", "CPU s", "share", "ms per turn"):
+        table.add_column(column, justify="right" if column != "part" else "left")
+    for name, row in result["parts"].items():
+        table.add_row(name, str(row["cpu_s"]), f"{row['share']:.1%}", str(result["cpu_ms_per_turn"].get(name, "-")))
     console.print(table)
     _write_json(result, json_out)
 
@@ -343,6 +369,7 @@ def embed(
     k: int = typer.Option(10, min=1, help="Turns a dense retriever returns per question"),
     threads: int = typer.Option(1, min=1, help="CPU threads per backend (the worker's default is 1)"),
     batch_size: int = typer.Option(64, min=1),
+    batch_tokens: int = typer.Option(512, min=0, help="onnx: padded tokens per forward pass at most (0 = no limit)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Embedding backends: texts/s, agreement with torch's vectors, and dense top-K recall on LoCoMo per split."""
@@ -354,12 +381,19 @@ def embed(
     import torch
 
     torch.set_num_threads(threads)
-    options = EmbedOptions(data=data, backends=tuple(backends), k=k, threads=threads, batch_size=batch_size)  # type: ignore[arg-type]
+    options = EmbedOptions(
+        data=data,
+        backends=tuple(backends),  # type: ignore[arg-type]
+        k=k,
+        threads=threads,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+    )
     with console.status("embedding") as shown:
         result = run_embed_bench(options, status=shown.update)
     table = Table(
         title=f"embedding backends: {result['texts']} LoCoMo sentences ({result['mean_words']} words), "
-        f"{threads} thread(s), batch {batch_size}; dense top-{k} recall"
+        f"{threads} thread(s), batch {batch_size} (onnx: {batch_tokens} tokens); dense top-{k} recall"
     )
     for column in ("backend", "texts/s", "speedup", "cosine to torch (mean / min)", "recall tune", "recall report"):
         table.add_column(column, justify="right")
@@ -373,6 +407,15 @@ def embed(
             str(row["recall"]["report"]),
         )
     console.print(table)
+    grid = result.get("onnx_batch_tokens")
+    if grid:
+        grid_table = Table(title=f"onnx: padded tokens per pass (tune split, {grid['conversations']})")
+        for column in ("tokens per pass", "turns/s", "sentences/s"):
+            grid_table.add_column(column, justify="right")
+        for budget, row in grid.items():
+            if budget not in ("conversations", "texts"):
+                grid_table.add_row(budget, str(row["turns_per_s"]), str(row["sentences_per_s"]))
+        console.print(grid_table)
     _write_json(result, json_out)
 
 

@@ -23,6 +23,31 @@ def worker_samples(port: int | str) -> Iterator[Sample]:
         yield from family.samples
 
 
+def llm_costs(port: int | str) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+    """The worker's LLM cost per stage as the endpoint saw it, and its other counters (summed over
+    labels). ``calls`` counts every request sent: answered ones (repairs included) and failed attempts
+    (each retry is one), also the calls a redelivered message made again; ``failed_calls`` the latter.
+    Every bench counts calls this way."""
+    stages: dict[str, dict[str, int]] = {}
+    other: dict[str, float] = {}
+
+    def cost(stage: str) -> dict[str, int]:
+        return stages.setdefault(stage, {"calls": 0, "failed_calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+
+    for s in worker_samples(port):
+        if s.name == "memstream_llm_calls_total":
+            cost(s.labels["stage"])["calls"] += int(s.value)
+        elif s.name == "memstream_llm_errors_total":
+            cost(s.labels["stage"])["calls"] += int(s.value)
+            cost(s.labels["stage"])["failed_calls"] += int(s.value)
+        elif s.name == "memstream_llm_tokens_total":
+            cost(s.labels["stage"])[f"{s.labels['kind']}_tokens"] += int(s.value)
+        elif s.name.endswith("_total"):
+            key = s.name + "".join(f"|{v}" for _, v in sorted(s.labels.items()))
+            other[key] = other.get(key, 0.0) + s.value
+    return stages, other
+
+
 def deploy_worker(
     running: contextlib.ExitStack,
     base: Settings,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, answer_score, full_context, ranked_scores, score
-from memstream.bench.deploy import worker_samples
+from memstream.bench.deploy import llm_costs
 from memstream.bench.report import BASELINES, SENTENCES, WHOLE_TURNS, source_commit, summarize_run, write_outputs
 from memstream.bench.scoring import one_per_turn, rrf_fuse, take_nearest_budget
 from memstream.client import AsyncMemoryClient
@@ -232,23 +232,6 @@ def _worker_env(options: E2EOptions, endpoints: Endpoints, *, phase: str) -> dic
     return env
 
 
-def _llm_costs(port: str) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
-    """The worker's LLM calls and tokens per stage, and its other counters (summed over labels)."""
-    stages: dict[str, dict[str, int]] = {}
-    other: dict[str, float] = {}
-    for s in worker_samples(port):
-        if s.name == "memstream_llm_calls_total":
-            stages.setdefault(s.labels["stage"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-            stages[s.labels["stage"]]["calls"] += int(s.value)
-        elif s.name == "memstream_llm_tokens_total":
-            cost = stages.setdefault(s.labels["stage"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-            cost[f"{s.labels['kind']}_tokens"] = cost.get(f"{s.labels['kind']}_tokens", 0) + int(s.value)
-        elif s.name.endswith("_total"):
-            key = s.name + "".join(f"|{v}" for _, v in sorted(s.labels.items()))
-            other[key] = other.get(key, 0.0) + s.value
-    return stages, other
-
-
 def _add_costs(into: dict[str, dict[str, int]], more: dict[str, dict[str, int]]) -> None:
     for stage, cost in more.items():
         mine = into.setdefault(stage, {})
@@ -304,7 +287,7 @@ class Runner:
 
         def scrape() -> None:
             with contextlib.suppress(OSError, ValueError):
-                scraped["llm"], scraped["other"] = _llm_costs(port)
+                scraped["llm"], scraped["other"] = llm_costs(port)
             written = int(scraped["other"].get("memstream_points_written_total|turns", 0))
             self.ui.ingest(min(total, self.state.indexed_turns + written), total)
 

@@ -17,7 +17,7 @@ import numpy as np
 from memstream.adapters.st_embedder import Backend, SentenceTransformerEmbedder
 from memstream.config import Settings
 
-from .cases import REPORT, TUNE, BenchSet, locomo_set, score
+from .cases import REPORT, TUNE, TUNE_CONVERSATIONS, BenchSet, locomo_set, score
 from .retrieval import baseline_sentence_chunks
 
 BACKENDS: tuple[Backend, ...] = ("torch", "onnx", "onnx-int8")
@@ -29,6 +29,8 @@ class EmbedOptions:
     backends: tuple[Backend, ...] = BACKENDS
     k: int = 10
     batch_size: int = 64
+    batch_tokens: int = 512  # the onnx backends' padded tokens per pass (Settings.embedding_batch_tokens)
+    batch_tokens_grid: tuple[int, ...] = (0, 128, 256, 512, 1024, 2048)  # onnx, on the tune split's texts
     threads: int = 1
     repeats: int = 3  # timed passes over the texts; the best one counts (the machine is shared)
 
@@ -101,6 +103,7 @@ def run_embed_bench(options: EmbedOptions, *, status: Callable[[str], None] = la
         "questions": {split: sum(bench.split(q.qid) == split for q in bench.questions) for split in (TUNE, REPORT)},
         "k": options.k,
         "batch_size": options.batch_size,
+        "batch_tokens": options.batch_tokens,
         "threads": options.threads,
         "backends": {},
     }
@@ -111,7 +114,11 @@ def run_embed_bench(options: EmbedOptions, *, status: Callable[[str], None] = la
         status(f"{backend}: loading (the ONNX backends export the model once)")
         started = time.perf_counter()
         embedder = SentenceTransformerEmbedder(
-            settings.embedding_model, batch_size=options.batch_size, backend=backend, threads=options.threads
+            settings.embedding_model,
+            batch_size=options.batch_size,
+            batch_tokens=options.batch_tokens,
+            backend=backend,
+            threads=options.threads,
         )
         load_s = time.perf_counter() - started
         status(f"{backend}: embedding {len(texts)} texts x {options.repeats}")
@@ -130,4 +137,29 @@ def run_embed_bench(options: EmbedOptions, *, status: Callable[[str], None] = la
     torch_speed = result["backends"]["torch"]["texts_per_s"]
     for row in result["backends"].values():
         row["speedup"] = round(row["texts_per_s"] / torch_speed, 2)
+    if "onnx" in options.backends and options.batch_tokens_grid:
+        status("onnx: the padded-token budget per pass, on the tune split's turns and sentences")
+        result["onnx_batch_tokens"] = batch_tokens_grid(bench, settings, options)
     return result
+
+
+def batch_tokens_grid(bench: BenchSet, settings: Settings, options: EmbedOptions) -> dict[str, Any]:
+    """onnx texts/s per padded-token budget (0 = ``batch_size`` texts a pass, whatever their length)
+    over the tune conversations' whole turns and their sentences: where the default was chosen."""
+    tune = sorted(bench.conversations)[:TUNE_CONVERSATIONS]
+    turns = [t for cid in tune for t in bench.conversations[cid]]
+    sets = {"turns": [t.text for t in turns], "sentences": [c for t in turns for c in baseline_sentence_chunks(t)]}
+    out: dict[str, Any] = {"conversations": tune, "texts": {name: len(texts) for name, texts in sets.items()}}
+    for budget in options.batch_tokens_grid:
+        embedder = SentenceTransformerEmbedder(
+            settings.embedding_model,
+            batch_size=options.batch_size,
+            batch_tokens=budget,
+            backend="onnx",
+            threads=options.threads,
+        )
+        out[str(budget)] = {
+            f"{name}_per_s": round(timed(embedder.embed_uncached, texts, options.repeats)[1], 1)
+            for name, texts in sets.items()
+        }
+    return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memstream.bench.deploy import deploy_worker, worker_samples
+from memstream.bench.deploy import deploy_worker, llm_costs, worker_samples
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
@@ -109,12 +109,31 @@ def run_ingest_bench(
         deployment.drain(timeout_s=3600)
         ingest_s = time.perf_counter() - t0
         worker_figures = scrape_worker(deployment.settings.metrics_port)
+        endpoint, _ = llm_costs(deployment.settings.metrics_port)
         deployment.stop_workers()  # the embedded store opens only once the worker let go of it
         result = _collect(deployment, turns, options, ingest_s=ingest_s, produced_s=produced_s, embed_speed=embed_speed)
-    result |= worker_figures
+    result |= worker_figures | _endpoint_costs(endpoint.get("extract", {}), result)
     # The raw speed embeds each turn once; the write path embeds this many texts per turn.
     result["embedded_texts_per_turn"] = round(worker_figures["embedded_texts"].get("computed", 0) / len(turns), 2)
     return result
+
+
+def _endpoint_costs(extract: dict[str, int], result: dict[str, Any]) -> dict[str, Any]:
+    """The construction cost as the LLM endpoint saw it (``bench.deploy.llm_costs``: repairs, failed
+    attempts and calls a redelivery repeated all count), per flush and per 1,000 turns."""
+    calls = extract.get("calls", 0)
+    tokens = extract.get("prompt_tokens", 0) + extract.get("completion_tokens", 0)
+    n, flushes = result["turns"], result["flushes"]
+    return {
+        "llm_calls": calls,
+        "llm_failed_calls": extract.get("failed_calls", 0),
+        "prompt_tokens": extract.get("prompt_tokens", 0),
+        "completion_tokens": extract.get("completion_tokens", 0),
+        "calls_per_1k_turns": round(1000 * calls / n, 2),
+        "tokens_per_1k_turns": round(1000 * tokens / n, 1),
+        "calls_per_flush": round(calls / flushes, 3) if flushes else None,
+        "tokens_per_call": round(tokens / calls, 1) if calls else None,
+    }
 
 
 def _collect(
@@ -131,6 +150,7 @@ def _collect(
     )
     flushes = _unique(deployment.read_topic("stm.flush"), StmFlush.from_bytes, lambda f: f.flush_id)
     writes = _unique(deployment.read_topic("cards"), MemoryWrite.from_bytes, lambda w: w.write_id)
+    # What the memory writes say they cost, once per write id (a cross-check of the endpoint's count).
     calls = sum(c.calls for w in writes for c in w.costs)
     prompt = sum(c.prompt_tokens for w in writes for c in w.costs)
     completion = sum(c.completion_tokens for w in writes for c in w.costs)
@@ -168,11 +188,9 @@ def _collect(
         "flushes_per_1k_turns": round(1000 * len(flushes) / n, 2),  # = LLM calls per 1k turns when none is repaired
         "segments": len({seg.segment_id for f in flushes for seg in f.segments}),
         "extractions": modes,
-        "llm_calls": calls,
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "calls_per_1k_turns": round(1000 * calls / n, 2),
-        "tokens_per_1k_turns": round(1000 * (prompt + completion) / n, 1),
+        "writes_llm_calls": calls,
+        "writes_prompt_tokens": prompt,
+        "writes_completion_tokens": completion,
         "baseline_per_turn_calls": n,
         "per_conversation": per_conversation,
         "compressor": compressed[0].compressor if compressed else "off",

@@ -154,7 +154,13 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(
         None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2"
     )
-    embedding_batch: int = Field(64, ge=1)
+    embedding_batch: int = Field(64, ge=1, description="Texts per forward pass at most")
+    embedding_batch_tokens: int = Field(
+        512,
+        ge=0,
+        description="onnx backends: padded tokens per forward pass at most (0 = no limit); a few hundred "
+        "are fastest on a CPU (LoCoMo tune turns 1.3x the speed of 64 texts a pass)",
+    )
     embedding_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
         "onnx",
         description="onnx (the model exported locally once, run by ONNX Runtime on the CPU: torch's vectors, "
@@ -199,7 +205,12 @@ class Settings(BaseSettings):
     segment_heads: str | None = Field(
         None, description="Attention heads as 'layer:head,...'; unset = calibrated heads of the model"
     )
-    stm_tokens: int = Field(768, ge=16, description="STM flush budget in tokens")
+    stm_tokens: int = Field(
+        1536,
+        ge=16,
+        description="STM flush budget in tokens: one extraction call per flush (1,536: the smallest multiple "
+        "of 256 whose LoCoMo tune-split flushes stay within 25 per 1,000 turns; 768 made 40.6)",
+    )
     stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
     stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
     extract_mode: ExtractMode = Field("auto", description="auto = LLM when configured, else extractive")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Sequence
 
 from memstream.schemas import CompressedTurn
@@ -30,15 +30,21 @@ def topic_key(index: int) -> str:
 
 
 def extract_user(topics: Sequence[tuple[str, Sequence[CompressedTurn]]]) -> str:
-    """The flush as the LLM reads it: its topic segments, each turn with its id, time and speaker."""
+    """The flush as the LLM reads it: its topic segments, each turn with its id and speaker, and the
+    date above the turns of each day: once per day, not a timestamp on every turn (prompt tokens are
+    the larger part of an extraction's cost). The cards' times come from the turns' own timestamps;
+    the LLM only copies the time phrases."""
     lines = []
+    day: date | None = None
     for i, (label, turns) in enumerate(topics):
         lines.append(f"Topic {topic_key(i)} ({label}):")
         for ct in turns:
             t = ct.turn
-            when = t.event_time.strftime("%Y-%m-%d %H:%M")
+            if t.event_time.date() != day:
+                day = t.event_time.date()
+                lines.append(f"{day:%A %Y-%m-%d}:")
             captions = f" (shares image: {'; '.join(t.image_captions)})" if t.image_captions else ""
-            lines.append(f"[{t.turn_id}] {when} {t.speaker}: {ct.compressed_text}{captions}")
+            lines.append(f"[{t.turn_id}] {t.speaker}: {ct.compressed_text}{captions}")
     return "Conversation:\n" + "\n".join(lines) + "\n\nExtract the memory JSON."
 
 

@@ -114,14 +114,18 @@ def hybrid_boundaries(fine: Sequence[int], coarse: Sequence[int], radius: int) -
     return sorted(kept)
 
 
-def window_boundaries(sims: np.ndarray, cohesion: np.ndarray | None, params: SegmentParams, *, full: bool) -> list[int]:
-    """The gaps of one window that the configured method cuts at."""
+def window_boundaries(
+    sims: np.ndarray, cohesion: Callable[[], np.ndarray] | None, params: SegmentParams, *, full: bool
+) -> list[int]:
+    """The gaps of one window that the configured method cuts at. ``cohesion`` computes the window's
+    attention cohesion; hybrid calls it only when similarity proposes a boundary (a window without
+    one is cut nowhere, and the attention pass is the costliest step of the stage)."""
     fine = fine_boundaries(sims.tolist(), params, adaptive=full)
-    if params.method == "similarity":
+    if params.method == "similarity" or (params.method == "hybrid" and not fine):
         return fine
     if cohesion is None:
         raise ValueError(f"segmentation method {params.method!r} needs attention cohesion")
-    coarse = coarse_candidates(head_scores(cohesion, params.heads), params)
+    coarse = coarse_candidates(head_scores(cohesion(), params.heads), params)
     if params.method == "attention":
         return coarse
     return hybrid_boundaries(fine, coarse, params.coarse_radius)
@@ -228,7 +232,8 @@ class Segmenter:
         if n >= 2:
             texts = [it.turn.text for it in items]
             sims = adjacent_similarities(self.embed(texts))
-            cohesion = self.cohesion(texts) if self.params.uses_attention and self.cohesion else None
+            attention = self.cohesion if self.params.uses_attention else None
+            cohesion = (lambda: attention(texts)) if attention is not None else None
             cuts = window_boundaries(sims, cohesion, self.params, full=full)
         emit_n = n if final else n - self.params.carry_turns
         reasons: list[str | None] = [state.head_reason] + [None] * (n - 1)

@@ -33,6 +33,7 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         *,
         batch_size: int = 64,
+        batch_tokens: int = 0,
         device: str = "cpu",
         backend: Backend = "torch",
         threads: int = 1,
@@ -47,6 +48,7 @@ class SentenceTransformerEmbedder:
         self.name = os.path.basename(path.rstrip("/")) or path
         self.backend = backend
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens  # onnx only: sentence-transformers batches by count
         self._encode: Callable[[list[str]], np.ndarray]
         if backend == "torch":
             self.dim = self._load_torch(path, resolve_device(device))
@@ -54,7 +56,9 @@ class SentenceTransformerEmbedder:
             from .onnx_encoder import OnnxEncoder
 
             encoder = OnnxEncoder(path, quantized=backend == "onnx-int8", threads=threads)
-            self._encode = lambda texts: encoder.encode(texts, batch_size=self.batch_size)
+            self._encode = lambda texts: encoder.encode(
+                texts, batch_size=self.batch_size, batch_tokens=self.batch_tokens
+            )
             self.dim = encoder.dim
         else:
             raise ValueError(f"unknown embedding backend {backend!r}: torch, onnx or onnx-int8")
@@ -71,6 +75,7 @@ class SentenceTransformerEmbedder:
         """The configured model, backend, device, batch and threads (``options`` override the rest)."""
         chosen: dict[str, Any] = {
             "batch_size": settings.embedding_batch,
+            "batch_tokens": settings.embedding_batch_tokens,
             "device": settings.embedding_device,
             "backend": settings.embedding_backend,
             "threads": settings.torch_threads,

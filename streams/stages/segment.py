@@ -3,6 +3,7 @@ drain on a tick sent through the stage's own input partition."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import datetime, timezone
@@ -63,12 +64,13 @@ def register(ctx: StageContext) -> None:
             return await on_forget(record, message)
         state = SegmenterState.from_dict(states.get(message.key))
         outs: list[Out] = []
-        # The window is segmented on the loop (embedding + one attention pass, well under a second),
-        # so the table write stays in event order.
+        # The window's embedding and attention pass run in a thread: the loop keeps feeding the other
+        # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
+        # in event order.
         if isinstance(message, WindowTick):
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
                 return StageResult()  # a turn arrived after the tick was sent
-            outs = [Out(out_topic, seg.key, seg) for seg in segmenter.drain(state)]
+            outs = [Out(out_topic, seg.key, seg) for seg in await asyncio.to_thread(segmenter.drain, state)]
             # The STM buffered these just now; tell it the conversation is idle.
             tick = StmTick(
                 tenant_id=message.tenant_id,
@@ -79,7 +81,8 @@ def register(ctx: StageContext) -> None:
             )
             outs.append(Out(out_topic, message.key, tick))
         else:
-            outs = [Out(out_topic, seg.key, seg) for seg in segmenter.add(state, message, time.time())]
+            added = await asyncio.to_thread(segmenter.add, state, message, time.time())
+            outs = [Out(out_topic, seg.key, seg) for seg in added]
         for out in outs:
             if isinstance(out.value, SegmentedTurn) and out.value.boundary:
                 ctx.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()

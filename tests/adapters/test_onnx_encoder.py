@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memstream.adapters.onnx_encoder import UnsupportedModel, check_mean_pooled, mean_pooled, model_fingerprint
+from memstream.adapters.onnx_encoder import (
+    UnsupportedModel,
+    check_mean_pooled,
+    length_batches,
+    mean_pooled,
+    model_fingerprint,
+)
 from memstream.adapters.st_embedder import SentenceTransformerEmbedder, default_model_path
 
 TEXTS = [
@@ -34,6 +40,21 @@ def test_onnx_vectors_follow_torch_in_input_order(torch_vectors, backend, tolera
     assert cosine.min() > 1 - tolerance, cosine
     # each text is still nearest to its own torch vector
     assert list(np.argmax(vectors @ torch_vectors.T, axis=1)) == list(range(len(TEXTS)))
+
+
+def test_a_token_budget_follows_the_vectors_of_batches_by_count(torch_vectors):
+    by_budget = SentenceTransformerEmbedder(backend="onnx", batch_size=64, batch_tokens=24).embed_uncached(TEXTS)
+    assert np.sum(by_budget * torch_vectors, axis=1).min() > 1 - 1e-4
+
+
+def test_length_batches_pad_little_and_keep_to_both_limits():
+    lengths = [30, 3, 12, 4, 200, 11, 5]
+    batches = length_batches(lengths, max_rows=3, max_tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # every text once
+    assert batches == [[1, 3, 6], [5, 2], [0], [4]]  # shortest first; 200 > 40 goes alone
+    for batch in batches:
+        assert len(batch) <= 3 and (len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 40)
+    assert length_batches(lengths, max_rows=4) == [[1, 3, 6, 5], [2, 0, 4]]  # no budget: by count
 
 
 def test_mean_pooling_ignores_padding_and_normalises():

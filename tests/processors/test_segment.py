@@ -106,6 +106,23 @@ def test_stream_cuts_at_topic_changes(method):
     assert out[4].topic_label != out[0].topic_label
 
 
+def test_hybrid_runs_the_attention_pass_only_for_windows_similarity_would_cut():
+    calls: list[int] = []
+
+    def counted(texts):
+        calls.append(len(texts))
+        return cohesion_from_vectors(texts)
+
+    params = SegmentParams(window_turns=6, carry_turns=2, heads=((1, 0),))
+    lazy, eager = Segmenter(params, embed, counted), Segmenter(params, embed, cohesion_from_vectors)
+    # A session that ends short of a full window at θ's start: no gap is under θ, nothing to confirm.
+    assert [o.boundary for o in feed(lazy, ["dog", "dog + trip", "dog"])] == [True, False, False]
+    assert calls == []
+    texts = ["dog", "dog", "dog", "dog", "tax", "tax", "tax", "tax", "trip", "trip"]
+    got = [(o.boundary, o.boundary_reason) for o in feed(lazy, texts)]
+    assert calls and got == [(o.boundary, o.boundary_reason) for o in feed(eager, texts)]
+
+
 def test_small_drift_inside_a_topic_is_not_cut():
     params = SegmentParams(window_turns=6, carry_turns=2, heads=((1, 0),))
     segmenter = Segmenter(params, embed, cohesion_from_vectors)
