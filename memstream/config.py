@@ -165,7 +165,8 @@ class Settings(BaseSettings):
         "onnx",
         description="onnx (the model exported locally once, run by ONNX Runtime on the CPU: torch's vectors, "
         "1.7x the speed in bench embed), onnx-int8 (weights quantised: lower recall on the tune split) or "
-        "torch (sentence-transformers; the one that runs on a GPU)",
+        "torch (sentence-transformers; the one that runs on a GPU). The segmenter's attention pass follows it "
+        "(ONNX Runtime in fp32 for both onnx backends)",
     )
     embedding_device: str = Field(
         "cpu", pattern=r"^(cpu|cuda(:\d+)?|auto)$", description="torch backend: cpu, cuda[:N] or auto (CUDA if seen)"

@@ -44,9 +44,16 @@ class Services:
     def attention(self):  # noqa: ANN201 - EncoderAttention
         from memstream.adapters.encoder_attention import EncoderAttention
 
-        attention = EncoderAttention(self.settings.embedding_model)
+        s = self.settings
+        # The attention pass follows the embedder: ONNX Runtime (fp32 for both onnx backends) or torch.
+        backend = "torch" if s.embedding_backend == "torch" else "onnx"
+        attention = EncoderAttention(s.embedding_model, backend=backend, threads=s.torch_threads)
         log.info(
-            "attention encoder loaded: %s (%d layers x %d heads)", attention.name, attention.layers, attention.heads
+            "attention encoder loaded: %s (%d layers x %d heads, %s)",
+            attention.name,
+            attention.layers,
+            attention.heads,
+            attention.backend,
         )
         return attention
 

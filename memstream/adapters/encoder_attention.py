@@ -4,6 +4,10 @@ The window's turns (each cut to its first ``turn_tokens`` word pieces, which car
 joined as ``[CLS] t0 [SEP] t1 [SEP] ...`` and run once with attentions. For every gap between two
 turns the result is its *cohesion* per layer and head: the attention mass the two turns before the
 gap send to the two turns after it, plus the reverse. A topic change shows as low cohesion.
+
+Backends: ``torch`` (transformers, eager attention) and ``onnx``: the same model and the attention-mass
+product exported once (``memstream.adapters.onnx_encoder``'s cache) and run by ONNX Runtime, which
+returns only the (layers, heads, turns, turns) masses instead of every attention matrix.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
 # Calibrated "semantic" heads per encoder (memstream bench calibrate-heads writes it).
 HEADS_FILE = Path(__file__).resolve().parent.parent / "data" / "attention_heads.json"
+
+AttentionBackend = Literal["torch", "onnx"]
+MassFn = Callable[[list[int], np.ndarray, np.ndarray], np.ndarray]  # ids, rows_mean, cols_sum -> mass
 
 
 def model_name(path: str) -> str:
@@ -31,24 +38,36 @@ def model_name(path: str) -> str:
 class EncoderAttention:
     """Per-head cohesion of adjacent turns from a BERT-style encoder (the embedder's own weights)."""
 
-    def __init__(self, model_path: str | None = None, *, turn_tokens: int = 40, max_tokens: int = 512):
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        turn_tokens: int = 40,
+        max_tokens: int = 512,
+        backend: AttentionBackend = "torch",
+        threads: int = 1,
+    ):
+        """``threads``: ONNX Runtime's (torch's are the worker's setting)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         from .st_embedder import default_model_path
 
         path = model_path or default_model_path()
         self.name = model_name(path)
-        self._torch = torch
+        self.backend = backend
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        # Eager attention: the fused kernels do not return attention weights.
-        self._model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
-        config = self._model.config
+        config = AutoConfig.from_pretrained(path)
         self.layers = int(config.num_hidden_layers)
         self.heads = int(config.num_attention_heads)
         self.turn_tokens = turn_tokens
         self.max_tokens = min(max_tokens, int(getattr(config, "max_position_embeddings", max_tokens)))
+        if backend == "torch":
+            self._mass = _torch_mass(path)
+        elif backend == "onnx":
+            self._mass = _onnx_mass(Path(path), threads)
+        else:
+            raise ValueError(f"unknown attention backend {backend!r}: torch or onnx")
 
     @property
     def max_turns(self) -> int:
@@ -67,24 +86,98 @@ class EncoderAttention:
             ids = ids or [tok.unk_token_id]  # an empty turn still occupies a place
             spans.append((len(seq), len(seq) + len(ids)))
             seq += [*ids, tok.sep_token_id]
-        torch = self._torch
-        x = torch.tensor([seq])
-        with torch.inference_mode():
-            out = self._model(input_ids=x, attention_mask=torch.ones_like(x), output_attentions=True)
-            # mass[l, h, a, b]: mean over turn a's tokens of the attention they pay to turn b's tokens,
-            # as rows_mean @ attention @ cols_sum per layer (no (layers, heads, T, T) copy).
-            k, total = len(spans), len(seq)
-            rows_mean = torch.zeros(k, total)
-            cols_sum = torch.zeros(total, k)
-            for a, (s, e) in enumerate(spans):
-                rows_mean[a, s:e] = 1.0 / (e - s)
-                cols_sum[s:e, a] = 1.0
-            mass = torch.stack([rows_mean @ layer[0].float() @ cols_sum for layer in out.attentions]).numpy()
+        # mass[l, h, a, b]: mean over turn a's tokens of the attention they pay to turn b's tokens,
+        # as rows_mean @ attention @ cols_sum per layer (no (layers, heads, T, T) copy).
+        k, total = len(spans), len(seq)
+        rows_mean = np.zeros((k, total), dtype=np.float32)
+        cols_sum = np.zeros((total, k), dtype=np.float32)
+        for a, (s, e) in enumerate(spans):
+            rows_mean[a, s:e] = 1.0 / (e - s)
+            cols_sum[s:e, a] = 1.0
+        mass = self._mass(seq, rows_mean, cols_sum)
         gaps = np.zeros((max(k - 1, 0), self.layers, self.heads), dtype=np.float32)
         for a in range(1, k):
             lo, hi = max(0, a - 2), min(k, a + 2)
             gaps[a - 1] = mass[:, :, lo:a, a:hi].sum(-1).mean(-1) + mass[:, :, a:hi, lo:a].sum(-1).mean(-1)
         return gaps
+
+
+def eager_model(path: str) -> Any:
+    """The encoder in transformers, with eager attention: the fused kernels return no weights."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+
+
+def _mass_module(model: Any) -> Any:
+    """The encoder with its attention masses as its output, (layers, heads, turns, turns)."""
+    import torch
+
+    class Mass(torch.nn.Module):
+        def __init__(self, inner: Any):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, rows_mean: Any, cols_sum: Any) -> Any:
+            mask = torch.ones_like(input_ids)
+            out = self.inner(input_ids=input_ids, attention_mask=mask, output_attentions=True)
+            return torch.stack([rows_mean @ layer[0].float() @ cols_sum for layer in out.attentions])
+
+    return Mass(model).eval()
+
+
+def _torch_mass(path: str) -> MassFn:
+    import torch
+
+    module = _mass_module(eager_model(path))
+
+    def mass(ids: list[int], rows_mean: np.ndarray, cols_sum: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return module(torch.tensor([ids]), torch.from_numpy(rows_mean), torch.from_numpy(cols_sum)).numpy()
+
+    return mass
+
+
+def _onnx_mass(model_dir: Path, threads: int) -> MassFn:
+    import onnxruntime as ort
+
+    from .onnx_encoder import OPSET, export_once, model_cache_folder
+
+    def export(target: Path) -> None:
+        import torch
+
+        module = _mass_module(eager_model(str(model_dir)))
+        example = (torch.ones((1, 12), dtype=torch.long), torch.zeros((3, 12)), torch.zeros((12, 3)))
+        axes = {
+            "input_ids": {1: "tokens"},
+            "rows_mean": {0: "turns", 1: "tokens"},
+            "cols_sum": {0: "tokens", 1: "turns"},
+            "mass": {2: "turns", 3: "turns"},
+        }
+        with torch.no_grad():
+            torch.onnx.export(
+                module,
+                example,
+                str(target),
+                input_names=["input_ids", "rows_mean", "cols_sum"],
+                output_names=["mass"],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
+
+    path = export_once(model_cache_folder(model_dir) / "attention-mass.onnx", export)
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def mass(ids: list[int], rows_mean: np.ndarray, cols_sum: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": np.asarray([ids], dtype=np.int64), "rows_mean": rows_mean, "cols_sum": cols_sum}
+        return session.run(None, feeds)[0]
+
+    return mass
 
 
 def load_heads(model_name: str, path: Path = HEADS_FILE) -> tuple[tuple[int, int], ...]:

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -92,29 +92,39 @@ def export_onnx(model_dir: Path, target: Path) -> None:
         )
 
 
-def exported_model(model_dir: Path, *, quantized: bool, cache_dir: Path | None = None) -> Path:
-    """The model's ONNX file (int8-quantised with ``quantized``), exported once into the cache."""
-    folder = (cache_dir or default_cache_dir()) / f"{model_dir.name}-{model_fingerprint(model_dir)}"
-    target = folder / ("model-int8-per-channel.onnx" if quantized else "model.onnx")
+def model_cache_folder(model_dir: Path, cache_dir: Path | None = None) -> Path:
+    """Where the exports of this model (this version of its weights) live."""
+    return (cache_dir or default_cache_dir()) / f"{model_dir.name}-{model_fingerprint(model_dir)}"
+
+
+def export_once(target: Path, export: Callable[[Path], None]) -> Path:
+    """``target``, made by ``export(tmp_path)`` the first time only; concurrent first runs (two
+    workers) each write their own temporary file and the rename is atomic."""
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    # Written beside the target and renamed into place: concurrent workers never load half a file.
-    work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
     try:
-        fp32 = folder / "model.onnx"
-        if not fp32.is_file():
-            export_onnx(model_dir, work / "model.onnx")
-            os.replace(work / "model.onnx", fp32)
-        if quantized:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            # Per output channel: one scale per tensor drifted much further from torch on short texts.
-            quantize_dynamic(str(fp32), str(work / target.name), weight_type=QuantType.QInt8, per_channel=True)
-            os.replace(work / target.name, target)
+        export(work / target.name)
+        os.replace(work / target.name, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def exported_model(model_dir: Path, *, quantized: bool, cache_dir: Path | None = None) -> Path:
+    """The model's ONNX file (int8-quantised with ``quantized``), exported once into the cache."""
+    folder = model_cache_folder(model_dir, cache_dir)
+    fp32 = export_once(folder / "model.onnx", lambda tmp: export_onnx(model_dir, tmp))
+    if not quantized:
+        return fp32
+
+    def quantize(tmp: Path) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+
+    return export_once(folder / "model-int8-per-channel.onnx", quantize)
 
 
 class OnnxEncoder:

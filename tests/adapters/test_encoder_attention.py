@@ -1,10 +1,12 @@
-"""The attention adapter against the packaged MiniLM: its matrix form equals the plain definition."""
+"""The attention adapter against the packaged MiniLM: its matrix form (torch, and the ONNX export)
+equals the plain definition."""
 
 import numpy as np
 import pytest
 import torch
 
-from memstream.adapters.encoder_attention import EncoderAttention, load_heads
+from memstream.adapters.encoder_attention import EncoderAttention, eager_model, load_heads
+from memstream.adapters.st_embedder import default_model_path
 from memstream.processors.segment import head_scores
 
 TEXTS = [
@@ -16,12 +18,17 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(scope="module", params=["torch", "onnx"])
+def attention(request) -> EncoderAttention:
+    return EncoderAttention(backend=request.param)
+
+
 @pytest.fixture(scope="module")
-def attention() -> EncoderAttention:
-    return EncoderAttention()
+def reference_model():
+    return eager_model(default_model_path())
 
 
-def reference_cohesion(att: EncoderAttention, texts: list[str]) -> np.ndarray:
+def reference_cohesion(att: EncoderAttention, model, texts: list[str]) -> np.ndarray:
     """The definition, spelled out with loops: per gap, the mean-over-rows attention mass between the
     two turns before and the two after, both directions."""
     tok = att._tokenizer
@@ -32,7 +39,7 @@ def reference_cohesion(att: EncoderAttention, texts: list[str]) -> np.ndarray:
         seq += [*ids, tok.sep_token_id]
     x = torch.tensor([seq])
     with torch.inference_mode():
-        out = att._model(input_ids=x, attention_mask=torch.ones_like(x), output_attentions=True)
+        out = model(input_ids=x, attention_mask=torch.ones_like(x), output_attentions=True)
     attn = torch.stack(out.attentions)[:, 0].numpy()
     k = len(spans)
     mass = np.zeros((att.layers, att.heads, k, k))
@@ -46,10 +53,10 @@ def reference_cohesion(att: EncoderAttention, texts: list[str]) -> np.ndarray:
     return gaps
 
 
-def test_cohesion_matches_the_definition(attention: EncoderAttention) -> None:
+def test_cohesion_matches_the_definition(attention: EncoderAttention, reference_model) -> None:
     got = attention.cohesion(TEXTS)
     assert got.shape == (len(TEXTS) - 1, attention.layers, attention.heads)
-    np.testing.assert_allclose(got, reference_cohesion(attention, TEXTS), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, reference_cohesion(attention, reference_model, TEXTS), rtol=1e-4, atol=1e-5)
 
 
 def test_the_calibrated_heads_cohere_least_at_the_topic_change(attention: EncoderAttention) -> None:
