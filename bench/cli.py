@@ -178,7 +178,7 @@ def ingest(
 
 @bench.command("flame")
 def flame(
-    raw: Path = typer.Argument(..., help="py-spy record --subprocesses -f raw output (collapsed stacks)"),
+    raw: Path = typer.Argument(..., help="py-spy record --subprocesses -f raw output (collapsed stacks; .gz too)"),
     turns: int = typer.Option(..., min=1, help="Turns the profiled run ingested (for ms per turn)"),
     rate: float = typer.Option(50.0, help="py-spy's sampling rate (-r) in Hz"),
     process: str = typer.Option("worker --no-supervise", help="Text of the profiled process's command line"),
@@ -198,6 +198,37 @@ def flame(
         table.add_row(name, str(row["cpu_s"]), f"{row['share']:.1%}", str(result["cpu_ms_per_turn"].get(name, "-")))
     console.print(table)
     _write_json(result, json_out)
+
+
+@bench.command("compare")
+def compare_runs(
+    results: list[Path] = typer.Argument(..., help="results.json of bench locomo/longmemeval runs, the baseline first"),
+    label: list[str] = typer.Option([], "--label", help="A name per run, in order (default: its commits)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+) -> None:
+    """Ingest speed and recall at every K of several runs on the same data, against the first."""
+    from memstream.bench.compare import compare, load, plot_compare, run_summary
+
+    loaded = load(results)
+    labels = label or [run_summary(r)["commit"] for r in loaded]
+    try:
+        result = compare(loaded, labels)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    result["files"] = [str(p) for p in results]
+    ks = list(result["runs"][0]["recall_at_k"])
+    table = Table(title=f"against {result['baseline']}")
+    for column in ("run", "commit", "ingest s", "turns/s", "speedup", *(f"recall K={k}" for k in ks)):
+        table.add_column(column, justify="left" if column in ("run", "commit") else "right")
+    for run in result["runs"]:
+        recall = [f"{run['recall_at_k'].get(k, '-')} ({run['recall_change'].get(k, 0):+.3f})" for k in ks]
+        table.add_row(
+            run["label"], run["commit"], str(run["ingest_s"]), str(run["turns_per_s"]), f"{run['speedup']}x", *recall
+        )
+    console.print(table)
+    _write_json(result, json_out)
+    if json_out:
+        console.print(f"plot: {plot_compare(result, json_out.with_suffix('.png'))}")
 
 
 @bench.command("scale")

@@ -9,6 +9,7 @@ shares of the CPU the worker used, not of wall time."""
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
@@ -16,7 +17,7 @@ from typing import Any, Iterable
 # (part, markers): the first part with a marker in any frame of the stack takes the sample.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start-up (imports, model loading)", ("_find_and_load", "create_app", "__init__ (memstream/adapters/")),
-    ("segment: attention pass (torch)", ("EncoderAttention.cohesion",)),
+    ("segment: attention pass", ("EncoderAttention.cohesion",)),
     ("segment: embedding (ONNX Runtime)", ("Segmenter._evaluate",)),
     ("index: embedding (ONNX Runtime)", ("OnnxEncoder.encode",)),
     ("index: vector store upserts (Qdrant Edge)", ("QdrantEdgeStore.", "qdrant_edge")),
@@ -56,7 +57,8 @@ def _part(frames: list[str]) -> str:
 
 
 def fold_file(path: Path, **options: Any) -> dict[str, Any]:
-    with path.open() as f:
+    """``fold`` of a raw profile file (gzip-compressed when it ends in .gz)."""
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
         return fold(f, **options)
 
 

@@ -23,14 +23,14 @@ def test_worker_samples_fold_into_parts_by_the_first_matching_marker():
     parts = {name: row["samples"] for name, row in folded["parts"].items()}
     assert folded["samples"] == 100  # the bench process's own 40 samples are not the worker's
     assert parts == {
-        "segment: attention pass (torch)": 30,
+        "segment: attention pass": 30,
         "index: embedding (ONNX Runtime)": 25,
         "segment: embedding (ONNX Runtime)": 20,  # the same encoder call, under the segment stage
         "Kafka client (aiokafka, faust)": 15,
         "start-up (imports, model loading)": 5,
         OTHER: 5,
     }
-    assert folded["parts"]["segment: attention pass (torch)"] == {"samples": 30, "cpu_s": 3.0, "share": 0.3}
+    assert folded["parts"]["segment: attention pass"] == {"samples": 30, "cpu_s": 3.0, "share": 0.3}
     per_turn = per_turn_ms(folded, turns=10)
     assert per_turn["index: embedding (ONNX Runtime)"] == 250.0
     assert "start-up (imports, model loading)" not in per_turn
