@@ -229,3 +229,30 @@ def test_memstream_adapter_structured_calls(base_url: str) -> None:
         schema_name="consolidation",
     )
     assert decisions.data is not None and isinstance(decisions.data["decisions"], list)
+
+
+def test_the_grammar_checked_after_sampling_gives_the_grammar_first_chain_s_greedy_output() -> None:
+    """At temperature 0 both orders pick the best token the grammar allows: the engine's (the chain
+    samples, the grammar checks that token, resamples when refused) must equal the library's own
+    chain with the grammar before top-k, token for token; and the output follows the schema."""
+    from memstream.localllm.engine import REPEAT_LAST_N
+    from memstream.localllm.protocol import Sampling, response_format_grammar
+
+    engine = Engine(str(_gguf()), n_ctx=1024, n_threads=1)
+    schema = {"type": "json_schema", "json_schema": {"schema": Owner.model_json_schema()}}
+    sampling = Sampling(max_tokens=80, temperature=0, seed=1, grammar=response_format_grammar(schema))
+    messages = [
+        {"role": "system", "content": "You reply with JSON."},
+        {"role": "user", "content": "Anna is happy; she has a dog called Rex and likes chess and tennis."},
+    ]
+    lazy = engine.complete(messages, sampling)
+    llm = engine._llm
+    llm._configure_generation_sampler(
+        0.0, sampling.top_k, sampling.top_p, sampling.min_p, sampling.repeat_penalty, REPEAT_LAST_N, 1, sampling.grammar
+    )
+    eager = engine._generate(engine.prompt_tokens(messages), 80, (), None)
+    assert lazy.text == eager.text and lazy.completion_tokens == eager.completion_tokens
+    if lazy.finish_reason == "stop":
+        Owner.model_validate_json(lazy.text)
+    else:
+        assert lazy.text.startswith("{")

@@ -1,0 +1,65 @@
+"""Decode speed of a grammar-constrained extraction call on the local LLM (SmolLM2), with the grammar
+checked after sampling (memstream.localllm's engine) and before top-k (the library's own chain):
+the same prompt, temperature 0, so both produce the same tokens.
+
+    .venv/bin/python scripts/grammar_speed.py --data ../shared/data/locomo/locomo_dev.json --json OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from memstream.adapters.gguf_convert import smollm2_gguf_path
+from memstream.datasets import load_locomo, locomo_turns
+from memstream.localllm.engine import REPEAT_LAST_N, Engine
+from memstream.localllm.protocol import Sampling, response_format_grammar
+from memstream.processors import prompts
+from memstream.processors.compress import compress_turn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--turns", type=int, default=40, help="the first N turns of the first conversation")
+    parser.add_argument("--max-tokens", type=int, default=300)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    sample = load_locomo(args.data)[0]
+    turns = [compress_turn(t, None, 0.7) for t in locomo_turns(sample, tenant_id="t")][: args.turns]
+    messages = [
+        {"role": "system", "content": prompts.EXTRACT_SYSTEM},
+        {"role": "user", "content": prompts.extract_user([("conversation", turns)])},
+    ]
+    schema = prompts.extract_schema([ct.turn.turn_id for ct in turns], 1)
+    grammar = response_format_grammar({"type": "json_schema", "json_schema": {"schema": schema}})
+    sampling = Sampling(max_tokens=args.max_tokens, temperature=0, seed=1, grammar=grammar)
+    engine = Engine(str(smollm2_gguf_path()), n_ctx=4096, n_threads=1)
+    tokens = engine.prompt_tokens(messages)
+    result: dict = {"conversation": sample.sample_id, "turns": len(turns), "prompt_tokens": len(tokens)}
+    engine.complete(messages, sampling)  # warm: the prompt is in the KV cache for both timed runs
+    started = time.perf_counter()
+    lazy = engine.complete(messages, sampling)
+    result["grammar_after_sampling"] = {"completion_tokens": lazy.completion_tokens, "s": time.perf_counter() - started}
+    llm = engine._llm
+    llm._configure_generation_sampler(
+        0.0, sampling.top_k, sampling.top_p, sampling.min_p, sampling.repeat_penalty, REPEAT_LAST_N, 1, grammar
+    )
+    started = time.perf_counter()
+    eager = engine._generate(tokens, args.max_tokens, (), None)
+    result["grammar_before_top_k"] = {"completion_tokens": eager.completion_tokens, "s": time.perf_counter() - started}
+    result["same_output"] = lazy.text == eager.text
+    for name in ("grammar_after_sampling", "grammar_before_top_k"):
+        row = result[name]
+        row["tokens_per_s"] = round(row["completion_tokens"] / row["s"], 1)
+        row["s"] = round(row["s"], 2)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
