@@ -27,7 +27,7 @@ def llm_costs(port: int | str) -> tuple[dict[str, dict[str, int]], dict[str, flo
     """The worker's LLM cost per stage as the endpoint saw it, and its other counters (summed over
     labels). ``calls`` counts every request sent: answered ones (repairs included) and failed attempts
     (each retry is one), also the calls a redelivered message made again; ``failed_calls`` the latter.
-    Every bench counts calls this way."""
+    ``bench ingest``, ``bench locomo`` and ``bench longmemeval`` count calls this way."""
     stages: dict[str, dict[str, int]] = {}
     other: dict[str, float] = {}
 

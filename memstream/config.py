@@ -164,7 +164,7 @@ class Settings(BaseSettings):
     embedding_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
         "onnx",
         description="onnx (the model exported locally once, run by ONNX Runtime on the CPU: torch's vectors, "
-        "1.7x the speed in bench embed), onnx-int8 (weights quantised: lower recall on the tune split) or "
+        "1.7x the speed in bench embed), onnx-int8 (weights quantised: no faster than onnx at 512-token passes) or "
         "torch (sentence-transformers; the one that runs on a GPU). The segmenter's attention pass follows it "
         "(ONNX Runtime in fp32 for both onnx backends)",
     )

@@ -94,7 +94,7 @@ class Engine:
         limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
 
         # The library's chain puts a grammar before top-k, so every token checks the whole vocabulary
-        # against the grammar (49k candidates for SmolLM2: a third of the decode speed). The chain is
+        # against the grammar (49k candidates for SmolLM2, every token). The chain is
         # built without it; the grammar checks the sampled token and resamples only when it refuses
         # (llama.cpp's own common sampler does the same).
         llm._configure_generation_sampler(
