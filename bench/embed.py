@@ -150,14 +150,12 @@ def batch_tokens_grid(bench: BenchSet, settings: Settings, options: EmbedOptions
     turns = [t for cid in tune for t in bench.conversations[cid]]
     sets = {"turns": [t.text for t in turns], "sentences": [c for t in turns for c in baseline_sentence_chunks(t)]}
     out: dict[str, Any] = {"conversations": tune, "texts": {name: len(texts) for name, texts in sets.items()}}
+    # One model: the budget is read at every pass.
+    embedder = SentenceTransformerEmbedder(
+        settings.embedding_model, batch_size=options.batch_size, backend="onnx", threads=options.threads
+    )
     for budget in options.batch_tokens_grid:
-        embedder = SentenceTransformerEmbedder(
-            settings.embedding_model,
-            batch_size=options.batch_size,
-            batch_tokens=budget,
-            backend="onnx",
-            threads=options.threads,
-        )
+        embedder.batch_tokens = budget
         out[str(budget)] = {
             f"{name}_per_s": round(timed(embedder.embed_uncached, texts, options.repeats)[1], 1)
             for name, texts in sets.items()

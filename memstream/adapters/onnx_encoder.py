@@ -174,17 +174,11 @@ class OnnxEncoder:
 def length_batches(lengths: Sequence[int], max_rows: int, max_tokens: int = 0) -> list[list[int]]:
     """Indices grouped shortest first (little padding): each group at most ``max_rows`` long and, with
     ``max_tokens`` > 0, at most that many tokens once padded to its longest (a longer text goes alone)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
-    for i in order:
-        current = batches[-1] if batches else None
-        fits = (
-            current is not None
-            and len(current) < max_rows
-            and (max_tokens <= 0 or (len(current) + 1) * lengths[i] <= max_tokens)
-        )
-        if fits:
-            current.append(i)  # type: ignore[union-attr]
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        last = batches[-1] if batches else []
+        if last and len(last) < max_rows and (max_tokens <= 0 or (len(last) + 1) * lengths[i] <= max_tokens):
+            last.append(i)
         else:
             batches.append([i])
     return batches
