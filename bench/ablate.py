@@ -38,6 +38,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "no one-item-per-turn": ("evidence may repeat a turn earlier evidence covers", {"new_turns_only": False}, None),
     "research 2 rounds": ("+ the research loop, one further round (multi-hop plans)", {"research_rounds": 2}, None),
     "research 3 rounds": ("+ the research loop, two further rounds (multi-hop plans)", {"research_rounds": 3}, None),
+    "no content query": (
+        "the semantic rank is closeness to the question itself, speakers' names and all",
+        {"content_query": "none"},
+        None,
+    ),
+    "content query as a vote": (
+        "the content query's dense search is one more fusion vote instead",
+        {"content_query": "vote"},
+        None,
+    ),
     "no graph expansion": ("no graph expansion from the best evidence", {"graph": 0}, None),
     "graph 2 hops": ("graph expansion, two hops", {"graph": 2}, None),
     "graph, multi-hop plans only": ("graph expansion only for aggregate, compare, spread plans", {"graph": -1}, None),
@@ -53,6 +63,7 @@ GRAPH_VARIANTS: dict[Any, GraphParams] = {
     "entity": GraphParams(prior_scene=0.0, prior_temporal=0.0),
     "temporal": GraphParams(prior_entity=0.0, prior_scene=0.0),
     "scene": GraphParams(prior_entity=0.0, prior_temporal=0.0),
+    "fixed": GraphParams(per_item=0.0),
 }
 # The grid the graph's priors, seeds and per-hop budget were chosen on (tune split only:
 # ``--only "graph grid" --split tune``); names spell the values.
@@ -96,22 +107,35 @@ def retrieval_overrides(params: dict[str, Any]) -> dict[str, Any]:
 BUDGET_FILLS = (300, 1000)
 
 
-def budget_variants() -> dict[str, tuple[str, dict[str, Any], str | None]]:
+def fill_params(budget: int) -> dict[str, Any]:
+    """Items in rank order until ``budget`` evidence tokens (no drop-off), with a pool to fill them."""
     return {
-        f"fill {b} tokens": (
-            f"as configured, items in rank order until {b} evidence tokens",
-            {
-                "evidence_policy": "adaptive",
-                "evidence_dropoff": 1e-6,
-                "evidence_min_items": 1,
-                "evidence_max_items": 150,
-                "evidence_max_tokens": b,
-                "evidence_k": max(10, b // 12),
-            },
-            None,
-        )
+        "evidence_policy": "adaptive",
+        "evidence_dropoff": 1e-6,
+        "evidence_min_items": 1,
+        "evidence_max_items": 150,
+        "evidence_max_tokens": budget,
+        "evidence_k": max(10, budget // 12),
+    }
+
+
+def budget_variants() -> dict[str, tuple[str, dict[str, Any], str | None]]:
+    out: dict[str, tuple[str, dict[str, Any], str | None]] = {
+        f"fill {b} tokens": (f"as configured, items in rank order until {b} evidence tokens", fill_params(b), None)
         for b in BUDGET_FILLS
     }
+    # What the two large-budget mechanisms add where they matter most.
+    out[f"fill {BUDGET_FILLS[-1]} tokens, no content query"] = (
+        "until 1,000 tokens, the semantic rank by the question itself",
+        {**fill_params(BUDGET_FILLS[-1]), "content_query": "none"},
+        None,
+    )
+    out[f"fill {BUDGET_FILLS[-1]} tokens, graph not widened"] = (
+        "until 1,000 tokens, the graph keeps 16 per hop whatever K",
+        {**fill_params(BUDGET_FILLS[-1]), "graph": "fixed"},
+        None,
+    )
+    return out
 
 
 # The adaptive policy at several drop-offs (chosen on the tune split).

@@ -260,7 +260,16 @@ class Settings(BaseSettings):
         description="Graph expansion: hops from the best evidence along shared entities, scenes and adjacent "
         "turns (0 = off)",
     )
-    graph_per_hop: int = Field(16, ge=1, le=100, description="Graph expansion: cards kept per hop")
+    graph_per_hop: int = Field(16, ge=1, le=100, description="Graph expansion: cards kept per hop (at least)")
+    graph_per_item: float = Field(
+        0.5, ge=0, le=4, description="Graph expansion: also at least this many cards per hop per evidence item asked"
+    )
+    content_query: Literal["none", "semantic", "vote", "both"] = Field(
+        "semantic",
+        description="The question with its speakers' names made 'someone': 'semantic' ranks cards by closeness to it "
+        "instead of to the question (card texts start with their speaker's name, which otherwise wins alone); "
+        "'vote' adds its dense search as one more fusion vote; 'both'; 'none'",
+    )
     trigger_threshold: float = Field(
         0.35, description="Trigger similarity that promotes its card or scene (calibrated for MiniLM)"
     )

@@ -20,6 +20,7 @@ Pure here: names, links and weights. ``processors.retrieve.Retriever.graph`` doe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -31,13 +32,18 @@ class GraphParams:
     # Defaults chosen on the LoCoMo tune split (bench/ablate.py GRAPH_GRID; docs/retrieval.md).
     hops: int = 1  # 0 = no graph expansion
     seeds: int = 5  # best evidence items expansion starts from
-    per_hop: int = 16  # neighbours kept per hop (the expansion's budget)
+    per_hop: int = 16  # neighbours kept per hop (the expansion's budget) ...
+    per_item: float = 0.5  # ... and at least this many per evidence item asked: a large K needs a wider graph
     decay: float = 0.5  # weight kept per further hop
     max_degree: int = 6  # an entity more neighbours name than this is a hub, not followed
     prior_entity: float = 1.0
     prior_scene: float = 1.0
     prior_temporal: float = 1.0
     multihop_only: bool = False  # expand only plans the research loop would take (aggregate, compare, spread)
+
+    def kept(self, k: int) -> int:
+        """Neighbours kept per hop when ``k`` evidence items are asked for."""
+        return max(self.per_hop, math.ceil(self.per_item * k))
 
     def prior(self, edge: str) -> float:
         return {"entity": self.prior_entity, "scene": self.prior_scene, "temporal": self.prior_temporal}[edge]

@@ -22,7 +22,19 @@ from . import prompts
 from .index import CARDS, PROFILES, TURNS
 from .plan import LlmPlanner, Planner, RulePlanner
 from .research import LlmReflector, follow_ups, needs_research, turns_of
-from .retrieve import Candidate, Pool, RetrievalParams, Retriever, Scope, adaptive_count, rerank, top_k, within_budget
+from .retrieve import (
+    Candidate,
+    Pool,
+    RetrievalParams,
+    Retriever,
+    Scope,
+    adaptive_count,
+    rerank,
+    speakers_named,
+    top_k,
+    within_budget,
+)
+from .text import without_names
 from .tokens import count_tokens
 
 log = logging.getLogger(__name__)
@@ -261,14 +273,18 @@ class QueryEngine:
             t0 = time.perf_counter()
             r.cascade(pool, scope, vectors[0])
             latency["cascade_ms"] = _ms(t0)
-        t0 = time.perf_counter()
         p = r.params
+        if p.content_query != "none":
+            t0 = time.perf_counter()
+            vectors = self._content_query(pool, scope, texts[0], vectors, k)
+            latency["content_ms"] = _ms(t0)
+        t0 = time.perf_counter()
         adaptive = p.evidence_policy == "adaptive"
         ranked = rerank(pool, vectors, plan.entities, p)
         latency["rerank_ms"] = _ms(t0)
         if p.graph.hops and (not p.graph.multihop_only or needs_research(plan)):
             t0 = time.perf_counter()
-            if r.graph(pool, scope, vectors, ranked):
+            if r.graph(pool, scope, vectors, ranked, k=k):
                 ranked = rerank(pool, vectors, plan.entities, p)
             latency["graph_ms"] = _ms(t0)
         if p.research_rounds > 1 and needs_research(plan):
@@ -293,6 +309,21 @@ class QueryEngine:
             n = within_budget(tokens, max_tokens)
         latency["cut_ms"] = _ms(t0)
         return chosen[:n]
+
+    def _content_query(self, pool: Pool, scope: Scope, question: str, vectors: np.ndarray, k: int) -> np.ndarray:
+        """Search with the question's content (its speakers' names made pronouns); returns the query
+        vectors the rerank uses from here on (with "semantic", the content query's instead of the
+        question's)."""
+        mode = self.retriever.params.content_query
+        named = speakers_named(question, pool)
+        if not named:
+            return vectors
+        content = np.asarray(self.embedder.embed([without_names(question, named)]), dtype=np.float32)
+        if mode in ("vote", "both"):
+            self.retriever.content(pool, scope, content[0], k=k)
+        if mode in ("semantic", "both"):
+            return np.vstack([content, vectors[1:]])
+        return vectors
 
     def _research(
         self,

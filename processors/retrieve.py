@@ -16,6 +16,7 @@ for naming a planned entity, orders the pool; near-identical texts are dropped; 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -70,6 +71,11 @@ class RetrievalParams:
     research_queries: int = 3  # follow-up queries per round
     research_seeds: int = 3  # best evidence items whose names the follow-ups take
     graph: GraphParams = field(default_factory=GraphParams)  # graph expansion (hops=0: off)
+    # The question with its speakers' names made pronouns ("content query"): "none"; "vote" (one more
+    # dense ranking, a fusion vote); "semantic" (the semantic rank uses it instead of the question);
+    # "both". Card texts carry "Speaker: ", so a short card of the named speaker otherwise outranks
+    # the card that answers.
+    content_query: str = "semantic"  # chosen on the LoCoMo tune split (docs/retrieval.md)
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,12 @@ def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], param
     return sorted(out, key=lambda c: c.score, reverse=True)
 
 
+def speakers_named(question: str, pool: Pool) -> list[str]:
+    """The speakers of the pooled cards that the question names (the names the content query drops)."""
+    speakers = {str(c.payload["speaker"]) for c in pool.items.values() if c.payload.get("speaker")}
+    return sorted(s for s in speakers if re.search(rf"\b{re.escape(s)}\b", question))
+
+
 def top_k(ranked: Sequence[Candidate], k: int, *, new_turns_only: bool = False) -> list[Candidate]:
     """The first ``k`` candidates, skipping texts already chosen (the same sentence said twice) and,
     with ``new_turns_only``, candidates whose source turns earlier evidence already covers."""
@@ -253,6 +265,17 @@ class Retriever:
                     self.store.search_text(CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True),
                 )
 
+    def content(self, pool: Pool, scope: Scope, vector: np.ndarray, *, k: int = 0) -> None:
+        """Dense candidates for the content query (the question without its speakers' names), as a
+        ranking of its own: a vote in the fusion, unlike the question's dense rankings."""
+        n = max(self.params.candidates, 2 * k)
+        for role in scope.roles:
+            pool.add(
+                f"content:{role}",
+                "dense",
+                self.store.search(CARDS, scope.tenant_id, vector, where=scope.cards(role), limit=n, with_vectors=True),
+            )
+
     def triggers(self, pool: Pool, scope: Scope, vectors: np.ndarray) -> list[str]:
         """Promote the cards whose triggers pass the threshold; return the scenes promoted likewise."""
         best: dict[tuple[str, str], float] = {}
@@ -302,10 +325,12 @@ class Retriever:
                 ),
             )
 
-    def graph(self, pool: Pool, scope: Scope, vectors: np.ndarray, ranked: Sequence[Candidate]) -> int:
+    def graph(self, pool: Pool, scope: Scope, vectors: np.ndarray, ranked: Sequence[Candidate], *, k: int = 0) -> int:
         """Graph expansion from the best of ``ranked``: the cards reached (processors/graph.py) join the
-        pool as one ranking, best path weight x closeness to the question first. Returns how many."""
+        pool as one ranking, best path weight x closeness to the question first; ``k`` evidence items
+        are asked for (the hop's budget grows with it). Returns how many."""
         g = self.params.graph
+        per_hop = g.kept(k)
         frontier = seed_nodes([(c.id, c.payload, c.score) for c in ranked], g.seeds)
         speakers = {str(c.payload["speaker"]) for c in ranked if c.payload.get("speaker")}
         visited = {c.id for c in ranked[: max(g.seeds, 1)]}
@@ -313,7 +338,7 @@ class Retriever:
         for hop in range(1, g.hops + 1):
             if not frontier:
                 break
-            hits, adjacent = self._neighbours(scope, vectors[0], frontier, speakers)
+            hits, adjacent = self._neighbours(scope, vectors[0], frontier, speakers, 3 * per_hop)
             names = {k for node in frontier for k in names_of(node.payload, speakers)}
             skip = hubs([h.payload for h in hits.values()], names, g.max_degree)
             scored: list[tuple[Node, float]] = []
@@ -327,7 +352,7 @@ class Retriever:
                 cosine = float(np.max(vectors @ np.asarray(h.vector, dtype=np.float32)))
                 scored.append((Node(h.id, h.payload, weight * (g.decay if hop > 1 else 1.0), hop), cosine))
                 by_id[h.id] = h
-            frontier = keep_best(scored, g.per_hop)
+            frontier = keep_best(scored, per_hop)
             cosine_of = {node.id: cos for node, cos in scored}
             for node in frontier:
                 visited.add(node.id)
@@ -337,12 +362,10 @@ class Retriever:
         return len(reached)
 
     def _neighbours(
-        self, scope: Scope, vector: np.ndarray, frontier: Sequence[Node], speakers: set[str]
+        self, scope: Scope, vector: np.ndarray, frontier: Sequence[Node], speakers: set[str], limit: int
     ) -> tuple[dict[str, StoreHit], dict[str, set[str]]]:
-        """The cards one edge away from the frontier (closest to the question first, with vectors),
-        and each frontier node's adjacent turn ids (for the temporal edges)."""
-        g = self.params.graph
-        limit = 3 * g.per_hop
+        """The cards one edge away from the frontier (at most ``limit`` per edge type, closest to the
+        question first, with vectors), and each frontier node's adjacent turn ids (temporal edges)."""
         names = sorted({spelled for node in frontier for spelled in names_of(node.payload, speakers).values()})
         scenes = sorted({str(node.payload["scene_id"]) for node in frontier if node.payload.get("scene_id")})
         own = {node.id: turn_ids(node.payload) for node in frontier}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Iterable
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being
@@ -56,4 +57,17 @@ def names(text: str) -> list[str]:
             span = " ".join(rest)
         if span not in out:
             out.append(span)
+    return out
+
+
+def without_names(text: str, drop: Iterable[str]) -> str:
+    """``text`` with each name in ``drop`` made "someone" ("Caroline's" → "someone's"): the
+    question's content, for matching cards whose speaker prefix would otherwise win on the name
+    alone."""
+    out = text
+    for name in sorted({n for n in drop if n}, key=len, reverse=True):
+        quoted = re.escape(name)
+        out = re.sub(rf"\b{quoted}(?:['’]s\b|(?<=s)['’](?!\w))", "someone's", out)  # Ann's, James'
+
+        out = re.sub(rf"\b{quoted}\b", "someone", out)
     return out

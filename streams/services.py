@@ -69,7 +69,8 @@ class Services:
             evidence_dropoff=s.evidence_dropoff,
             evidence_max_tokens=s.evidence_max_tokens,
             research_rounds=s.research_rounds,
-            graph=GraphParams(hops=s.graph_hops, per_hop=s.graph_per_hop),
+            graph=GraphParams(hops=s.graph_hops, per_hop=s.graph_per_hop, per_item=s.graph_per_item),
+            content_query=s.content_query,
         )
         return QueryOptions(
             retrieval=retrieval,
