@@ -7,8 +7,10 @@ Retrieval itself (signals, fusion, rerank) lives in :mod:`processors.retrieve`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Sequence
@@ -29,6 +31,7 @@ from .retrieve import (
     Retriever,
     Scope,
     adaptive_count,
+    pool_speakers,
     rerank,
     speakers_named,
     top_k,
@@ -40,6 +43,18 @@ from .tokens import count_tokens
 log = logging.getLogger(__name__)
 
 TEMPORAL_OPERATIONS = ("temporal_select", "sort")
+SPEAKER_MEMORY = 4096  # conversations whose speakers an engine remembers (for the content query)
+
+
+@dataclass(frozen=True)
+class ContentQuery:
+    """The question with the speakers it names (``names``) made "someone", and its vector."""
+
+    names: tuple[str, ...]
+    text: str
+    vector: np.ndarray | None = None
+
+
 REPLY_MARGIN_S = 1.0  # kept back from the asker's deadline for the reply to travel back
 MIN_ANSWER_S = 1.0  # an answer call with less time than this left is not started
 PLAN_SHARE = 1 / 3  # of the time left, what an LLM planner may spend (the answer needs the rest)
@@ -146,6 +161,9 @@ class QueryEngine:
         self.llm = llm  # answers
         self.options = options
         self.retriever = Retriever(store, options.retrieval)
+        # Conversation → the speakers its pools have shown (most recent last, bounded): lets the
+        # content query be embedded in the question's own forward pass.
+        self._speakers: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
         planner_llm = planner_llm or llm
         use_llm = planner_llm is not None and options.planner == "llm"
         self.planner: Planner = LlmPlanner(planner_llm) if use_llm else RulePlanner()  # type: ignore[arg-type]
@@ -175,16 +193,20 @@ class QueryEngine:
 
         k = query.k or self.options.retrieval.evidence_k
         texts = [query.question, *(plan.rewrites if plan.profile == "compose" else [])]
+        guess = self._content_guess(query)
         t0 = time.perf_counter()
-        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        embedded = np.asarray(self.embedder.embed(texts + ([guess.text] if guess else [])), dtype=np.float32)
+        vectors = embedded[: len(texts)]
+        if guess:
+            guess = dataclasses.replace(guess, vector=embedded[-1])
         latency["embed_ms"] = _ms(t0)
 
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
         budget = Budget(query.max_tokens, query.deadline, clock, costs)
-        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, budget)
+        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, budget, content=guess)
         if not chosen and scope.time_range is not None:
             # The plan's period held nothing: a wrong range should not silence the memory.
-            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget)
+            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
         plan = plan.model_copy(update={"rounds": int(latency.pop(ROUNDS_KEY, 1))})
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)
@@ -254,6 +276,8 @@ class QueryEngine:
         k: int,
         latency: dict[str, float],
         budget: Budget | None = None,
+        *,
+        content: ContentQuery | None = None,
     ) -> list[Candidate]:
         """The profile's candidate pool, reranked, cut to ``k`` (or, with the adaptive policy, where
         the scores drop off) within the budget's tokens; per-step latencies into ``latency``, LLM
@@ -276,7 +300,7 @@ class QueryEngine:
         p = r.params
         if p.content_query != "none":
             t0 = time.perf_counter()
-            vectors = self._content_query(pool, scope, texts[0], vectors, k)
+            vectors = self._content_query(pool, scope, texts[0], vectors, k, content)
             latency["content_ms"] = _ms(t0)
         t0 = time.perf_counter()
         adaptive = p.evidence_policy == "adaptive"
@@ -310,20 +334,43 @@ class QueryEngine:
         latency["cut_ms"] = _ms(t0)
         return chosen[:n]
 
-    def _content_query(self, pool: Pool, scope: Scope, question: str, vectors: np.ndarray, k: int) -> np.ndarray:
-        """Search with the question's content (its speakers' names made pronouns); returns the query
+    def _content_guess(self, query: Query) -> ContentQuery | None:
+        """The content query from the speakers this conversation's earlier pools showed (None when
+        off, or when the question names none of them): embedded with the question, in one pass."""
+        if self.retriever.params.content_query == "none":
+            return None
+        known = self._speakers.get((query.tenant_id, query.conversation_id), frozenset())
+        named = speakers_named(query.question, known)
+        return ContentQuery(tuple(named), without_names(query.question, named)) if named else None
+
+    def _content_query(
+        self, pool: Pool, scope: Scope, question: str, vectors: np.ndarray, k: int, guess: ContentQuery | None
+    ) -> np.ndarray:
+        """Search with the question's content (its speakers' names made "someone"); returns the query
         vectors the rerank uses from here on (with "semantic", the content query's instead of the
-        question's)."""
+        question's). The speakers are the pool's; the guess's vector serves when it named the same."""
         mode = self.retriever.params.content_query
-        named = speakers_named(question, pool)
+        speakers = self._remember_speakers(scope, pool_speakers(pool))
+        named = tuple(speakers_named(question, speakers))
         if not named:
             return vectors
-        content = np.asarray(self.embedder.embed([without_names(question, named)]), dtype=np.float32)
+        if guess is not None and guess.names == named and guess.vector is not None:
+            content = guess.vector[None, :]
+        else:
+            content = np.asarray(self.embedder.embed([without_names(question, named)]), dtype=np.float32)
         if mode in ("vote", "both"):
             self.retriever.content(pool, scope, content[0], k=k)
         if mode in ("semantic", "both"):
             return np.vstack([content, vectors[1:]])
         return vectors
+
+    def _remember_speakers(self, scope: Scope, seen: frozenset[str]) -> frozenset[str]:
+        key = (scope.tenant_id, scope.conversation_id)
+        speakers = self._speakers.pop(key, frozenset()) | seen
+        self._speakers[key] = speakers
+        while len(self._speakers) > SPEAKER_MEMORY:
+            self._speakers.popitem(last=False)
+        return speakers
 
     def _research(
         self,

@@ -175,9 +175,13 @@ def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], param
     return sorted(out, key=lambda c: c.score, reverse=True)
 
 
-def speakers_named(question: str, pool: Pool) -> list[str]:
-    """The speakers of the pooled cards that the question names (the names the content query drops)."""
-    speakers = {str(c.payload["speaker"]) for c in pool.items.values() if c.payload.get("speaker")}
+def pool_speakers(pool: Pool) -> frozenset[str]:
+    """The speakers of the pooled cards."""
+    return frozenset(str(c.payload["speaker"]) for c in pool.items.values() if c.payload.get("speaker"))
+
+
+def speakers_named(question: str, speakers: Iterable[str]) -> list[str]:
+    """The speakers the question names, as whole words (the names the content query drops)."""
     return sorted(s for s in speakers if re.search(rf"\b{re.escape(s)}\b", question))
 
 

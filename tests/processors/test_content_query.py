@@ -13,7 +13,7 @@ from memstream.ports import StoreHit
 from memstream.processors.graph import GraphParams
 from memstream.processors.index import COLLECTIONS, index_write
 from memstream.processors.query import QueryEngine, QueryOptions
-from memstream.processors.retrieve import Pool, RetrievalParams, speakers_named
+from memstream.processors.retrieve import Pool, RetrievalParams, pool_speakers, speakers_named
 from memstream.processors.text import without_names
 from memstream.schemas import Query
 from tests.processors.test_graph import card, source, write
@@ -41,9 +41,11 @@ def test_only_pooled_speakers_that_the_question_names_are_dropped():
             StoreHit("c", 0.0, {"text": "z"}),
         ],
     )
-    assert speakers_named("What does Melanie do with Paris?", pool) == ["Melanie"]
-    assert speakers_named("Do Caroline and Melanie agree?", pool) == ["Caroline", "Melanie"]
-    assert speakers_named("What did Melanies say?", pool) == []  # whole words only
+    speakers = pool_speakers(pool)
+    assert speakers == {"Melanie", "Caroline"}
+    assert speakers_named("What does Melanie do with Paris?", speakers) == ["Melanie"]
+    assert speakers_named("Do Caroline and Melanie agree?", speakers) == ["Caroline", "Melanie"]
+    assert speakers_named("What did Melanies say?", speakers) == []  # whole words only
 
 
 def test_the_graph_keeps_more_neighbours_when_more_evidence_is_asked():
@@ -69,16 +71,17 @@ VECTORS = {
 
 
 class TableEmbedder:
-    """Vectors from the table above; any other text (the store's other points) points elsewhere."""
+    """Vectors from the table above; any other text (the store's other points) points elsewhere.
+    ``calls`` keeps each batch it was asked for."""
 
     dim = 4
     name = "table"
 
     def __init__(self) -> None:
-        self.seen: list[str] = []
+        self.calls: list[list[str]] = []
 
     def embed(self, texts):  # noqa: ANN001, ANN201
-        self.seen += list(texts)
+        self.calls.append(list(texts))
         return np.asarray([VECTORS.get(t, unit(0, 0, 0, 1)) for t in texts], dtype=np.float32)
 
     def clear_cache(self) -> None:
@@ -103,26 +106,40 @@ def store(tmp_path_factory):  # noqa: ANN001, ANN201
     store.close()
 
 
-def first_turn(store, mode: str) -> tuple[str, list[str]]:  # noqa: ANN001
+QUESTION = "How does Melanie unwind?"
+
+
+def engine(store, mode: str) -> tuple[QueryEngine, TableEmbedder]:  # noqa: ANN001
     embedder = TableEmbedder()
     params = RetrievalParams(content_query=mode, graph=GraphParams(hops=0), trigger_threshold=1.1)
-    engine = QueryEngine(store, embedder, None, QueryOptions(retrieval=params))
+    return QueryEngine(store, embedder, None, QueryOptions(retrieval=params)), embedder
+
+
+def first_turn(engine: QueryEngine) -> str:
     query = Query(
         tenant_id="acme",
         conversation_id="c1",
         correlation_id="q1",
         reply_topic="memory.replies",
-        question="How does Melanie unwind?",
+        question=QUESTION,
         sent_at=NOW,
         answer=False,
         k=2,
     )
-    reply = engine.run(query, clock=lambda: NOW)
-    return reply.evidence[0].turn_ids[0], embedder.seen
+    return engine.run(query, clock=lambda: NOW).evidence[0].turn_ids[0]
 
 
 def test_the_content_query_ranks_the_answer_above_a_card_that_only_shares_the_name(store):
-    name_wins, seen = first_turn(store, "none")
-    assert name_wins == "D1:1" and "How does someone unwind?" not in seen
-    content_wins, seen = first_turn(store, "semantic")
-    assert content_wins == "D1:2" and "How does someone unwind?" in seen
+    plain, embedder = engine(store, "none")
+    assert first_turn(plain) == "D1:1"
+    assert all("How does someone unwind?" not in batch for batch in embedder.calls)
+
+    content, embedder = engine(store, "semantic")
+    assert first_turn(content) == "D1:2"
+    # The first question of a conversation learns its speakers from the pool: one more pass.
+    assert embedder.calls[0] == [QUESTION] and ["How does someone unwind?"] in embedder.calls
+    embedder.calls.clear()
+    assert first_turn(content) == "D1:2"
+    # From then on the content query rides in the question's own pass.
+    assert embedder.calls[0] == [QUESTION, "How does someone unwind?"]
+    assert ["How does someone unwind?"] not in embedder.calls
