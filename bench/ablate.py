@@ -97,7 +97,7 @@ GRAPH_VARIANTS.update(GRAPH_GRID)
 
 def retrieval_overrides(params: dict[str, Any]) -> dict[str, Any]:
     """A variant's RetrievalParams overrides (its ``graph`` shorthand made a GraphParams)."""
-    if "graph" not in params:
+    if "graph" not in params or isinstance(params["graph"], GraphParams):
         return params
     return {**params, "graph": GRAPH_VARIANTS[params["graph"]]}
 

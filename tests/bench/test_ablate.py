@@ -61,6 +61,8 @@ def test_every_variant_names_real_retrieval_parameters():
         RetrievalParams(**overrides)  # and values it takes
     assert retrieval_overrides({"graph": 2})["graph"] == GraphParams(hops=2)
     assert retrieval_overrides({"graph": 0})["graph"].hops == 0
+    wide = GraphParams(per_item=2.0)
+    assert retrieval_overrides({"graph": wide})["graph"] is wide  # a GraphParams is taken as it is
 
 
 def test_only_picks_variants_by_name_beside_the_default():
