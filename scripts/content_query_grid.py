@@ -1,9 +1,9 @@
 """The grid the content query and the graph's per-item budget were chosen on (LoCoMo tune split).
 
 Over the store of a finished ``memstream bench locomo --out RUN`` folder (workers stopped), in process:
-the content query's mode, the word a speaker's name becomes, and the graph's neighbours per hop,
-each at K = 10 and at the 300 / 1,000-token fills of ``bench ablate``; the sentence and whole-turn
-baselines at each row's tokens. Usage:
+the content query's mode and the word a speaker's name becomes (at K = 10 and at the 1,000-token fill
+of ``bench ablate``), and the graph's neighbours per hop (at the 1,000-token fill: at K = 10 every row
+keeps 16); the sentence and whole-turn baselines at each row's tokens. Usage:
 
     .venv/bin/python scripts/content_query_grid.py RUN --json docs/results/ablation/content_graph_tuning.json
 """
