@@ -60,14 +60,16 @@ def names(text: str) -> list[str]:
     return out
 
 
-def without_names(text: str, drop: Iterable[str]) -> str:
-    """``text`` with each name in ``drop`` made "someone" ("Caroline's" → "someone's"): the
+POSSESSIVE = {"someone": "someone's", "they": "their"}
+
+
+def without_names(text: str, drop: Iterable[str], word: str = "someone") -> str:
+    """``text`` with each name in ``drop`` made ``word`` ("Caroline's" → "someone's"): the
     question's content, for matching cards whose speaker prefix would otherwise win on the name
-    alone."""
+    alone. ``word`` is one of ``POSSESSIVE`` (the others were the alternatives tried)."""
     out = text
     for name in sorted({n for n in drop if n}, key=len, reverse=True):
         quoted = re.escape(name)
-        out = re.sub(rf"\b{quoted}(?:['’]s\b|(?<=s)['’](?!\w))", "someone's", out)  # Ann's, James'
-
-        out = re.sub(rf"\b{quoted}\b", "someone", out)
+        out = re.sub(rf"\b{quoted}(?:['’]s\b|(?<=s)['’](?!\w))", POSSESSIVE[word], out)  # Ann's, James'
+        out = re.sub(rf"\b{quoted}\b", word, out)
     return out

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +46,6 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]], str | None]] = 
 ]
 
 
-POSSESSIVE = {"someone": "someone's", "they": "their", "": ""}
-
-
-def spoken_as(word: str):  # noqa: ANN201
-    """``without_names`` with another word for the name (the possessive from ``POSSESSIVE``)."""
-
-    def replace(text: str, drop: Any) -> str:
-        out = text
-        for name in sorted({n for n in drop if n}, key=len, reverse=True):
-            quoted = re.escape(name)
-            out = re.sub(rf"\b{quoted}(?:['’]s\b|(?<=s)['’](?!\w))", POSSESSIVE[word], out)
-            out = re.sub(rf"\b{quoted}\b", word, out)
-        return " ".join(out.split())
-
-    return replace
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path)
@@ -82,7 +65,7 @@ def main() -> None:
             contextlib.closing(sentence_baseline_store(args.run / SENTENCE_STORE, turns, embedder))
         )
         for row, overrides, budgets, word in ROWS:
-            query_module.without_names = spoken_as(word) if word is not None else without_names
+            query_module.without_names = functools.partial(without_names, word=word or "someone")
             variants = {f"{row} @ {b}": (row, {**params, **overrides}, None) for b, params in budgets.items()}
             ablate.chosen_variants = lambda options, v=variants: v  # type: ignore[assignment]
             result = ablate.run_ablation(

@@ -28,6 +28,7 @@ def test_names_become_someone_possessives_included_longest_first():
     assert without_names("Anna Lee met Ann", ["Ann", "Anna Lee"]) == "someone met someone"
     assert without_names("Where is Annabel?", ["Ann"]) == "Where is Annabel?"
     assert without_names("What does Melanie do?", []) == "What does Melanie do?"
+    assert without_names("Is Caroline's dog with Caroline?", ["Caroline"], word="they") == "Is their dog with they?"
 
 
 def test_only_pooled_speakers_that_the_question_names_are_dropped():
