@@ -71,7 +71,7 @@ class RetrievalParams:
     research_queries: int = 3  # follow-up queries per round
     research_seeds: int = 3  # best evidence items whose names the follow-ups take
     graph: GraphParams = field(default_factory=GraphParams)  # graph expansion (hops=0: off)
-    # The question with its speakers' names made pronouns ("content query"): "none"; "vote" (one more
+    # The question with its speakers' names made "someone" ("content query"): "none"; "vote" (one more
     # dense ranking, a fusion vote); "semantic" (the semantic rank uses it instead of the question);
     # "both". Card texts carry "Speaker: ", so a short card of the named speaker otherwise outranks
     # the card that answers.
