@@ -175,9 +175,14 @@ def rerank(pool: Pool, query_vectors: np.ndarray, entities: Sequence[str], param
     return sorted(out, key=lambda c: c.score, reverse=True)
 
 
+def speakers_of(candidates: Iterable[Candidate]) -> frozenset[str]:
+    """The speakers of these cards."""
+    return frozenset(str(c.payload["speaker"]) for c in candidates if c.payload.get("speaker"))
+
+
 def pool_speakers(pool: Pool) -> frozenset[str]:
     """The speakers of the pooled cards."""
-    return frozenset(str(c.payload["speaker"]) for c in pool.items.values() if c.payload.get("speaker"))
+    return speakers_of(pool.items.values())
 
 
 def speakers_named(question: str, speakers: Iterable[str]) -> list[str]:
@@ -254,30 +259,36 @@ class Retriever:
         """Dense and BM25 candidates for each query text, one ranking per text and role (at least
         twice ``k`` per signal, so a large K still has a pool to choose from). ``first`` numbers the
         rankings after earlier ones; ``signal`` names how they were found (default dense / sparse)."""
-        n = max(self.params.candidates, 2 * k)
+        n = self.pool_size(k)
         for i, (text, vector) in enumerate(zip(texts, vectors), start=first):
+            self.dense(pool, scope, vector, ranking=f"dense:{i}", signal=signal or "dense", limit=n)
             for role in scope.roles:
-                where = scope.cards(role)
-                pool.add(
-                    f"dense:{i}:{role}",
-                    signal or "dense",
-                    self.store.search(CARDS, scope.tenant_id, vector, where=where, limit=n, with_vectors=True),
-                )
                 pool.add(
                     f"sparse:{i}:{role}",
                     signal or "sparse",
-                    self.store.search_text(CARDS, scope.tenant_id, text, where=where, limit=n, with_vectors=True),
+                    self.store.search_text(
+                        CARDS, scope.tenant_id, text, where=scope.cards(role), limit=n, with_vectors=True
+                    ),
                 )
 
     def content(self, pool: Pool, scope: Scope, vector: np.ndarray, *, k: int = 0) -> None:
         """Dense candidates for the content query (the question without its speakers' names), as a
         ranking of its own: a vote in the fusion, unlike the question's dense rankings."""
-        n = max(self.params.candidates, 2 * k)
+        self.dense(pool, scope, vector, ranking="content", signal="dense", limit=self.pool_size(k))
+
+    def pool_size(self, k: int) -> int:
+        """Candidates per signal and query: at least twice ``k``, so a large K has a pool to choose from."""
+        return max(self.params.candidates, 2 * k)
+
+    def dense(self, pool: Pool, scope: Scope, vector: np.ndarray, *, ranking: str, signal: str, limit: int) -> None:
+        """The cards closest to ``vector``, one ranking per role (``<ranking>:<role>``)."""
         for role in scope.roles:
             pool.add(
-                f"content:{role}",
-                "dense",
-                self.store.search(CARDS, scope.tenant_id, vector, where=scope.cards(role), limit=n, with_vectors=True),
+                f"{ranking}:{role}",
+                signal,
+                self.store.search(
+                    CARDS, scope.tenant_id, vector, where=scope.cards(role), limit=limit, with_vectors=True
+                ),
             )
 
     def triggers(self, pool: Pool, scope: Scope, vectors: np.ndarray) -> list[str]:
@@ -336,7 +347,7 @@ class Retriever:
         g = self.params.graph
         per_hop = g.kept(k)
         frontier = seed_nodes([(c.id, c.payload, c.score) for c in ranked], g.seeds)
-        speakers = {str(c.payload["speaker"]) for c in ranked if c.payload.get("speaker")}
+        speakers = set(speakers_of(ranked))
         visited = {c.id for c in ranked[: max(g.seeds, 1)]}
         reached: list[tuple[float, StoreHit]] = []
         for hop in range(1, g.hops + 1):
