@@ -347,7 +347,7 @@ class Retriever:
         g = self.params.graph
         per_hop = g.kept(k)
         frontier = seed_nodes([(c.id, c.payload, c.score) for c in ranked], g.seeds)
-        speakers = set(speakers_of(ranked))
+        speakers = speakers_of(ranked)
         visited = {c.id for c in ranked[: max(g.seeds, 1)]}
         reached: list[tuple[float, StoreHit]] = []
         for hop in range(1, g.hops + 1):
@@ -377,7 +377,7 @@ class Retriever:
         return len(reached)
 
     def _neighbours(
-        self, scope: Scope, vector: np.ndarray, frontier: Sequence[Node], speakers: set[str], limit: int
+        self, scope: Scope, vector: np.ndarray, frontier: Sequence[Node], speakers: frozenset[str], limit: int
     ) -> tuple[dict[str, StoreHit], dict[str, set[str]]]:
         """The cards one edge away from the frontier (at most ``limit`` per edge type, closest to the
         question first, with vectors), and each frontier node's adjacent turn ids (temporal edges)."""
