@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, BenchSet, answer_score, locomo_set, score
 from memstream.bench.e2e import SENTENCE_STORE, Limits, Unit, baseline_rankings, provenance, take_units
 from memstream.bench.report import source_commit
+from memstream.bench.scoring import fill_k
 from memstream.ports import Embedder, VectorStore
 from memstream.processors.graph import GraphParams
 from memstream.processors.query import QueryEngine, QueryOptions
@@ -115,7 +116,7 @@ def fill_params(budget: int) -> dict[str, Any]:
         "evidence_min_items": 1,
         "evidence_max_items": 150,
         "evidence_max_tokens": budget,
-        "evidence_k": max(10, budget // 12),
+        "evidence_k": fill_k(budget),
     }
 
 

@@ -818,6 +818,7 @@ def _e2e_options(
     planner: Optional[str],
     k: Optional[int],
     sweep_k: str,
+    sweep_tokens: str,
     torch_threads: int,
     seed: int,
 ):
@@ -827,6 +828,9 @@ def _e2e_options(
         raise typer.BadParameter("--extract is 'extractive' or 'llm'")
     if planner not in (None, "auto", "llm", "rules"):
         raise typer.BadParameter("--planner is 'auto', 'llm' or 'rules'")
+    budgets = tuple(int(x) for x in sweep_tokens.split(",") if x.strip())
+    if any(not 1 <= b <= 32_000 for b in budgets):
+        raise typer.BadParameter("--sweep-tokens takes budgets of 1 to 32,000 evidence tokens")
     import os
 
     return E2EOptions(
@@ -840,6 +844,7 @@ def _e2e_options(
         planner=planner,
         k=k,
         sweep_k=tuple(int(x) for x in sweep_k.split(",") if x.strip()),
+        sweep_tokens=budgets,
         torch_threads=torch_threads,
         seed=seed,
     )
@@ -885,12 +890,17 @@ def _print_e2e(result: dict) -> None:
     rows = [("overall", split["recall"]["overall"])] + [
         (result["groups"][g]["name"], row) for g, row in split["recall"]["per_group"].items()
     ]
+    # Beneath the main K's rows: each evidence-token budget, overall.
+    budgets = [(f"within {entry['tokens']:,} tokens", entry["overall"]) for entry in split.get("budgets", [])]
+
+    def cells(row: dict) -> list[str]:
+        return [" | ".join(f"{row[m][x]:.3f}" if row[m][x] is not None else "–" for x in metrics) for m in COMPARED]
+
     for name, row in rows:
-        table.add_row(
-            name,
-            *(" | ".join(f"{row[m][x]:.3f}" if row[m][x] is not None else "–" for x in metrics) for m in COMPARED),
-        )
+        table.add_row(name, *cells(row))
     table.add_row("context tokens", *(f"{split['recall']['overall'][m]['context_tokens']:.0f}" for m in COMPARED))
+    for name, row in budgets:
+        table.add_row(name, *cells(row))
     console.print(table)
     cost = result["llm_cost"]
     console.print(
@@ -933,6 +943,9 @@ _PLANNER = typer.Option(
 )
 _K = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)")
 _SWEEP_K = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)")
+_SWEEP_TOKENS = typer.Option(
+    "300,1000", help="Evidence-token budgets: each question asked again for its items until one ('' = none)"
+)
 _TORCH_THREADS = typer.Option(
     1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in parallel, one core each)"
 )
@@ -961,6 +974,7 @@ def locomo(
     planner: Optional[str] = _PLANNER,
     k: Optional[int] = _K,
     sweep_k: str = _SWEEP_K,
+    sweep_tokens: str = _SWEEP_TOKENS,
     torch_threads: int = _TORCH_THREADS,
     seed: int = _SEED,
     fresh: bool = _FRESH,
@@ -978,7 +992,18 @@ def locomo(
     _run_e2e(
         bench_set,
         _e2e_options(
-            out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k, torch_threads, seed
+            out,
+            extract,
+            consolidate,
+            llm,
+            judge_base_url,
+            judge_model,
+            planner,
+            k,
+            sweep_k,
+            sweep_tokens,
+            torch_threads,
+            seed,
         ),
         fresh,
     )
@@ -1004,6 +1029,7 @@ def longmemeval(
     planner: Optional[str] = _PLANNER,
     k: Optional[int] = _K,
     sweep_k: str = _SWEEP_K,
+    sweep_tokens: str = _SWEEP_TOKENS,
     torch_threads: int = _TORCH_THREADS,
     seed: int = _SEED,
     fresh: bool = _FRESH,
@@ -1017,7 +1043,18 @@ def longmemeval(
     _run_e2e(
         bench_set,
         _e2e_options(
-            out, extract, consolidate, llm, judge_base_url, judge_model, planner, k, sweep_k, torch_threads, seed
+            out,
+            extract,
+            consolidate,
+            llm,
+            judge_base_url,
+            judge_model,
+            planner,
+            k,
+            sweep_k,
+            sweep_tokens,
+            torch_threads,
+            seed,
         ),
         fresh,
     )

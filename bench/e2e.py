@@ -7,8 +7,9 @@ Phases, each resumable from the output folder:
    is consolidated (a command, as at sleep time). Kafka is the checkpoint: a run interrupted while
    the worker drains resumes from the committed offsets.
 2. **ask**: every question goes over the request/reply topics, at the configured K (with an answer
-   when ``llm``) and at each K of the budget sweep; with ``llm`` the answer is judged. One JSON line
-   per finished question in ``<out>/questions.jsonl``: a resumed run asks only the others.
+   when ``llm``), at each K of the budget sweep and filled to each evidence-token budget; with ``llm``
+   the answer is judged. One JSON line per finished question in ``<out>/questions.jsonl``: a resumed
+   run asks only the others.
 3. **evaluate**: with the worker stopped, the same-run baselines rank the raw turns, whole and cut
    into the extractive cards' sentences (one sentence per turn kept), dense, BM25 and fused (RRF),
    and keep what comes closest to each question's memstream evidence tokens; the full context is
@@ -31,8 +32,16 @@ from typing import Any, Callable, Sequence
 
 from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, answer_score, full_context, ranked_scores, score
 from memstream.bench.deploy import llm_costs
-from memstream.bench.report import BASELINES, SENTENCES, WHOLE_TURNS, source_commit, summarize_run, write_outputs
-from memstream.bench.scoring import one_per_turn, rrf_fuse, take_nearest_budget
+from memstream.bench.report import (
+    BASELINES,
+    SENTENCES,
+    WHOLE_TURNS,
+    budget_key,
+    source_commit,
+    summarize_run,
+    write_outputs,
+)
+from memstream.bench.scoring import fill_k, one_per_turn, rrf_fuse, take_nearest_budget
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, StoreHit, VectorStore
@@ -48,6 +57,9 @@ STATE = "state.json"
 RECORDS = "questions.jsonl"
 SENTENCE_STORE = "baseline-sentences"
 INDEX_BACKLOG = 64  # memory writes left for the index stage when the next conversation goes in
+# Options that only change how the questions are asked: a run may change them until its first
+# question is asked (its memories do not depend on them).
+ASK_OPTIONS = frozenset({"llm", "judge_model", "planner", "k", "sweep_k", "sweep_tokens"})
 
 
 @dataclass
@@ -62,6 +74,9 @@ class E2EOptions:
     planner: str | None = None  # None: rules with the local LLM server, else the configured planner
     k: int | None = None  # evidence items per question (None: configured)
     sweep_k: Sequence[int] = (5, 10, 20, 40)
+    # Evidence-token budgets: each question asked again for the items, in rank order, that fit one
+    # (the retrieval targets are stated at 300 and 1,000 tokens).
+    sweep_tokens: Sequence[int] = (300, 1000)
     torch_threads: int = 1  # per model call: the worker's stages embed in parallel, one core each
     seed: int = 0
     ask_timeout_s: float = 300.0
@@ -81,6 +96,7 @@ class E2EOptions:
             "planner": self.planner,
             "k": self.k,
             "sweep_k": list(self.sweep_k),
+            "sweep_tokens": list(self.sweep_tokens),
             "seed": self.seed,
         }
 
@@ -122,7 +138,10 @@ class RunState:
         differs = sorted(
             k for k in fingerprint.keys() | state.fingerprint.keys() if fingerprint.get(k) != state.fingerprint.get(k)
         )
-        if differs:
+        if differs and set(differs) <= ASK_OPTIONS and not read_records(out):
+            state.fingerprint = fingerprint  # nothing asked yet: the new way of asking applies to all
+            state.save(out)
+        elif differs:
             raise ValueError(
                 f"{out} holds a run with other options ({', '.join(differs)}): "
                 "pass --fresh to start it over, or another --out"
@@ -428,6 +447,18 @@ class Runner:
                         timeout_s=timeout,
                     )
                     record["sweep"][str(k)] = reply_context(q, swept)
+                for budget in self.options.sweep_tokens:
+                    filled = await client.ask(
+                        q.text,
+                        tenant_id=TENANT,
+                        conversation_id=q.conversation_id,
+                        k=fill_k(budget),
+                        max_tokens=budget,
+                        answer=False,
+                        question_time=q.asked_at,
+                        timeout_s=timeout,
+                    )
+                    record["budgets"][str(budget)] = reply_context(q, filled)
                 if judge is not None:
                     record["judge"] = await asyncio.to_thread(
                         judge_answer, judge, self.bench.name, q, record["answer"] or ""
@@ -450,7 +481,9 @@ class Runner:
         embedder = SentenceTransformerEmbedder.from_settings(settings)
         full_texts = {cid: full_context(turns) for cid, turns in self.bench.conversations.items()}
         full_tokens = {cid: count_tokens(text) for cid, text in full_texts.items()}
-        top = max([*self.options.sweep_k, settings.evidence_k, self.options.k or 0])
+        top = max(
+            [*self.options.sweep_k, *map(fill_k, self.options.sweep_tokens), settings.evidence_k, self.options.k or 0]
+        )
         limits = Limits(whole=max(50, 4 * top), sentences=max(200, 10 * top))
         ranked = self.bench.name == "longmemeval"
         with contextlib.ExitStack() as opened:
@@ -468,6 +501,7 @@ class Runner:
                 budgets = {
                     "main": record["context_tokens"],
                     **{k: s["context_tokens"] for k, s in record["sweep"].items()},
+                    **{budget_key(b): s["context_tokens"] for b, s in record.get("budgets", {}).items()},
                 }
                 rankings = baseline_rankings(q, whole, sentences, embedder.embed([q.text])[0], limits)
                 rows[q.qid] = {
@@ -580,6 +614,7 @@ def question_record(q: BenchQuestion, reply: Reply, latency_ms: float) -> dict[s
         "answer_mode": reply.answer_mode,
         "costs": [c.model_dump(mode="json") for c in reply.costs],
         "sweep": {},
+        "budgets": {},
     }
 
 
@@ -696,7 +731,7 @@ def baseline_rows(
                 "context_tokens": tokens,
                 "scores": {**score(q, [u.turn_id for u in chosen]), **answer_score(q, [u.text for u in chosen])},
             }
-            if ranked and key != "main":
+            if ranked and key.isdigit():  # a swept K
                 entry["ranked_scores"] = ranked_scores(q, [u.turn_id for u in ranking], int(key), cited=False)
             out.setdefault(name, {})[key] = entry
     return out

@@ -47,6 +47,7 @@ ANSWER_METRIC = "answer_bearing"
 EVIDENCE_ANSWER_METRIC = "answer_bearing_evidence"
 ALL = "all"
 SPLITS = (REPORT, TUNE, ALL)
+BUDGET_PREFIX = "tokens:"  # a baseline budget key: the question filled to an evidence-token budget
 SPLIT_TITLES = {REPORT: "report split (untuned)", TUNE: "tune split", ALL: "all questions"}
 SPLIT_RULES = {
     "locomo": "by conversation: the first 2 sample ids of the data file in sorted order are the tune split "
@@ -54,6 +55,20 @@ SPLIT_RULES = {
     "longmemeval": "by question: tune when SHA-256 of the question id (first 8 hex digits) is divisible by 3 "
     "(about a third), else report",
 }
+
+
+def budget_key(budget: int | str) -> str:
+    """The key of one evidence-token budget among a question's budgets (swept K keys are digits)."""
+    return f"{BUDGET_PREFIX}{budget}"
+
+
+def _record_part(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """The reply a key names: the main one, a swept K's, or an evidence-token budget's."""
+    if key == "main":
+        return record
+    if key.startswith(BUDGET_PREFIX):
+        return record["budgets"][key.removeprefix(BUDGET_PREFIX)]
+    return record["sweep"][key]
 
 
 def method_point(
@@ -65,13 +80,13 @@ def method_point(
     *,
     ranked: bool = False,
 ) -> dict[str, Any]:
-    """One question's scores and context tokens for one method, at the main K or a swept K.
+    """One question's scores and context tokens for one method, at the main K, a swept K or a budget.
 
     memstream's answer-bearing recall needs the texts it returned (``context_texts``): a record of an
     older run has none, and the figure is then missing rather than 0. With ``ranked`` (LongMemEval) a
     swept K also gets LongMemEval's own metrics (``ranked_scores``) of memstream's K evidence items."""
     if method == "memstream":
-        part = record if key == "main" else record["sweep"][key]
+        part = _record_part(record, key)
         texts = part.get("context_texts")
         scores = dict(part["scores"])
         if texts is not None:
@@ -83,7 +98,7 @@ def method_point(
             point["reader_tokens"] = part["reader_tokens"]
         if "turns_per_evidence" in part:
             point["turns_per_evidence"] = part["turns_per_evidence"]
-        if ranked and key != "main":
+        if ranked and key.isdigit():  # a swept K
             point["ranked_scores"] = ranked_scores(q, part["turn_ids"], int(key), cited=True)
         return point
     if method == "full_context":
@@ -190,7 +205,7 @@ def summarize_run(
         ALL: list(questions),
     }
     splits = {
-        name: split_summary(bench, qs, records, evaluation["baselines"], options.sweep_k)
+        name: split_summary(bench, qs, records, evaluation["baselines"], options.sweep_k, options.sweep_tokens)
         for name, qs in by_split.items()
     }
     headline = REPORT if by_split[REPORT] else ALL  # a run of tune questions only has no report split
@@ -231,6 +246,7 @@ def summarize_run(
         "headline_split": headline,
         "recall": splits[headline]["recall"],
         "sweep": splits[headline]["sweep"],
+        "budgets": splits[headline]["budgets"],
         "splits": splits,
         "baseline_limits": evaluation.get("baseline_limits"),
         "errors": sum(not r["ok"] for r in records.values()),
@@ -291,9 +307,11 @@ def split_summary(
     records: dict[str, dict[str, Any]],
     baselines: dict[str, Any],
     sweep_k: Sequence[int],
+    sweep_tokens: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Every figure of one split: recall and answer-bearing recall per method, overall and per group,
-    at the main K; the same at each swept K (with LongMemEval's ranked metrics there)."""
+    at the main K and at each evidence-token budget; overall at each swept K (with LongMemEval's
+    ranked metrics there)."""
     metrics = [*bench.metrics, ANSWER_METRIC, EVIDENCE_ANSWER_METRIC]
     ranked = bench.name == "longmemeval"
 
@@ -302,14 +320,21 @@ def split_summary(
 
     groups = sorted({q.group for q in questions}, key=lambda g: (len(g), g))
     by_group = {g: [q for q in questions if q.group == g] for g in groups}
+
+    def recall(key: str) -> dict[str, Any]:
+        return {
+            "overall": {m: aggregate(points(questions, m, key), metrics) for m in METHODS},
+            "per_group": {
+                g: {m: aggregate(points(qs, m, key), metrics) for m in METHODS} for g, qs in by_group.items()
+            },
+        }
+
     return {
         "questions": len(questions),
         "retrieval_scored": sum(q.retrieval_scored for q in questions),
         "answer_scored": sum(q.answer_scored for q in questions),
-        "recall": {
-            "overall": {m: aggregate(points(questions, m), metrics) for m in METHODS},
-            "per_group": {g: {m: aggregate(points(qs, m), metrics) for m in METHODS} for g, qs in by_group.items()},
-        },
+        "recall": recall("main"),
+        "budgets": [{"tokens": int(b), **recall(budget_key(b))} for b in sweep_tokens],
         "sweep": [
             {"k": int(k), **{m: aggregate(points(questions, m, k), metrics) for m in COMPARED}}
             for k in map(str, sweep_k)
@@ -380,13 +405,14 @@ def _columns(metric: str, methods: Sequence[str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _recall_table(result: dict[str, Any], split: dict[str, Any], metric: str) -> list[str]:
-    """One metric per group and method at the main K (full context last)."""
+def _recall_table(result: dict[str, Any], recall: dict[str, Any], metric: str) -> list[str]:
+    """One metric per group and method (full context last) of one ``recall`` entry: the main K's or
+    a budget's."""
     columns = _columns(metric, METHODS)
     header = ["group", "questions", *(label for label, _, _ in columns)]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    rows = [("**overall**", split["recall"]["overall"])] + [
-        (result["groups"][g]["name"], row) for g, row in split["recall"]["per_group"].items()
+    rows = [("**overall**", recall["overall"])] + [
+        (result["groups"][g]["name"], row) for g, row in recall["per_group"].items()
     ]
     for name, row in rows:
         cells = [str(row["memstream"][f"{metric}_questions"]), *(_fmt(row[m].get(x)) for _, m, x in columns)]
@@ -455,8 +481,18 @@ def _split_section(result: dict[str, Any], name: str, headline: bool) -> list[st
         return lines
     for metric in metrics:
         lines += [f"**{_metric_name(metric)}** at the main K (baselines at memstream's tokens per question):", ""]
-        lines += [*_recall_table(result, split, metric), ""]
+        lines += [*_recall_table(result, split["recall"], metric), ""]
     lines += [*_tokens_line(split), ""]
+    for entry in split.get("budgets", []):
+        mine = entry["overall"]["memstream"]
+        lines += [
+            f"**Within {entry['tokens']:,} evidence tokens** (each question asked again for its items in rank "
+            f"order until the budget; memstream {_fmt(mine['context_tokens'], 1)} evidence tokens per question, "
+            f"{_fmt(mine.get('reader_tokens'), 1)} for the reader; baselines at memstream's tokens per question):",
+            "",
+        ]
+        for metric in metrics:
+            lines += [f"{_metric_name(metric)}:", "", *_recall_table(result, entry, metric), ""]
     if split["sweep"]:
         for metric in metrics:
             lines += [f"**{_metric_name(metric)}** against the budget (K = memstream's evidence items):", ""]

@@ -84,6 +84,12 @@ def take_nearest_budget(texts: Sequence[str], budget: int, count: Callable[[str]
     return min(best, len(texts))
 
 
+def fill_k(budget: int) -> int:
+    """The evidence K of a query filled to ``budget`` tokens: enough items (≥ 12 tokens each) that the
+    budget, not K, ends the list, and a candidate pool to match; at most a query's 100."""
+    return min(100, max(10, budget // 12))
+
+
 # --- fair baselines: fusion and one chunk per turn ------------------------------------------------
 
 RRF_K = 60  # the usual reciprocal-rank-fusion constant (Cormack et al. 2009)

@@ -56,10 +56,17 @@ def test_a_resumed_run_must_have_the_same_options(tmp_path: Path) -> None:
     state.save(tmp_path)
     again = RunState.open(tmp_path, options.fingerprint(bench), fresh=False)
     assert again.produced == ["c"]
-    other = E2EOptions(out=tmp_path, sweep_k=(5,), llm=True)
-    with pytest.raises(ValueError, match="llm, sweep_k"):
+    other = E2EOptions(out=tmp_path, sweep_k=(5,), extract="llm")
+    with pytest.raises(ValueError, match="extract, sweep_k"):  # the memories would differ
         RunState.open(tmp_path, other.fingerprint(bench), fresh=False)
+    # How the questions are asked may change until the first one is asked, not after.
+    asking = E2EOptions(out=tmp_path, sweep_k=(5,), sweep_tokens=(500,), llm=True)
+    changed = RunState.open(tmp_path, asking.fingerprint(bench), fresh=False)
+    assert changed.produced == ["c"] and changed.fingerprint["sweep_tokens"] == [500]
+    assert RunState.open(tmp_path, asking.fingerprint(bench), fresh=False).fingerprint == changed.fingerprint
     append_record(tmp_path, {"qid": "c:q0"})
+    with pytest.raises(ValueError, match="llm, sweep_k, sweep_tokens"):
+        RunState.open(tmp_path, options.fingerprint(bench), fresh=False)
     started_over = RunState.open(tmp_path, other.fingerprint(bench), fresh=True)
     assert started_over.produced == [] and read_records(tmp_path) == {}
 
@@ -111,6 +118,7 @@ def _records() -> dict[str, dict]:
             "scores": {"evidence_recall": scores},
             "costs": [{"stage": "answer", "calls": 1, "prompt_tokens": 100, "completion_tokens": 9}],
             "sweep": {"5": {"context_tokens": tokens // 2, "scores": {"evidence_recall": scores / 2}}},
+            "budgets": {"300": {"context_tokens": 3 * tokens, "scores": {"evidence_recall": min(1.0, 2 * scores)}}},
             "answer": "x",
             "judge": {
                 "correct": correct,
@@ -137,6 +145,7 @@ def _evaluation() -> dict:
         return {
             "main": {"context_tokens": 80, "scores": {"evidence_recall": recall}},
             "5": {"context_tokens": 40, "scores": {"evidence_recall": recall / 2}},
+            "tokens:300": {"context_tokens": 240, "scores": {"evidence_recall": min(1.0, 2 * recall)}},
         }
 
     return {
@@ -154,7 +163,7 @@ def _evaluation() -> dict:
 
 def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Path) -> None:
     bench = _bench()
-    options = E2EOptions(out=tmp_path, llm=True, sweep_k=(5,))
+    options = E2EOptions(out=tmp_path, llm=True, sweep_k=(5,), sweep_tokens=(300,))
     state = SimpleNamespace(
         construction={"extract": {"calls": 4, "prompt_tokens": 400, "completion_tokens": 40}},
         started_at="t",
@@ -182,6 +191,15 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     }
     assert result["recall"]["per_group"]["2"]["memstream"]["evidence_recall"] == 0.5
     assert result["sweep"][0]["memstream"]["evidence_recall"] == 0.375
+    # Filled to 300 evidence tokens: per group too, the baselines at that budget's tokens.
+    (budget,) = result["budgets"]
+    assert budget["tokens"] == 300 and budget["overall"]["memstream"]["evidence_recall"] == 1.0
+    assert (
+        budget["overall"]["memstream"]["context_tokens"] == 240
+        and budget["overall"]["dense_topk"]["evidence_recall"] == 1.0
+    )
+    assert budget["per_group"]["2"]["memstream"]["evidence_recall"] == 1.0
+    assert budget["overall"]["full_context"]["context_tokens"] == 1000
     assert result["ingest"]["turns_per_s"] == 2.0  # 4 turns in 2 s over both segments
     assert result["llm_cost"]["construction"]["per_1k_turns"]["calls"] == 1000.0
     assert result["llm_cost"]["query"]["total"] == {"calls": 2, "prompt_tokens": 200, "completion_tokens": 18}
@@ -193,6 +211,8 @@ def test_summary_and_report_hold_every_method_group_cost_and_answer(tmp_path: Pa
     assert "| **overall** | 2 | 0.750 | 0.500 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 1.000 |" in report
     assert "![budget](recall_vs_budget.png)" in report and "accuracy" in report
     assert "accepted as correct at a rate of **1.000**" in report
+    assert "**Within 300 evidence tokens**" in report and "memstream 240.0 evidence tokens per question" in report
+    assert "| **overall** | 2 | 1.000 | 1.000 | 0.000 |" in report
     assert "commit n3w (memories built at 0ld)" in report
     result["ingest"]["commits"], result["ask_commits"] = ["n3w"], ["0ld", "n3w"]
     assert "commit n3w (questions asked at 0ld, n3w)" in render_report(result, {})

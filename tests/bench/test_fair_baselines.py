@@ -323,7 +323,7 @@ def _run_result(records: dict[str, dict], tmp: Path) -> dict:
         consolidation_decisions={},
         store_counts={},
     )
-    options = E2EOptions(out=tmp, sweep_k=(5,))
+    options = E2EOptions(out=tmp, sweep_k=(5,), sweep_tokens=())  # records without budgets
     return summarize_run(bench, options, state, records, evaluation, answer_model=None, judge_model=None)
 
 

@@ -76,6 +76,11 @@ def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kaf
     assert overall["full_context"]["context_tokens"] > 3 * overall["memstream"]["context_tokens"]
     assert [row["k"] for row in result["sweep"]] == [5, 20]
     assert result["sweep"][0]["memstream"]["context_tokens"] < result["sweep"][1]["memstream"]["context_tokens"]
+    # Each question filled to 300 and to 1,000 evidence tokens, over Kafka, the baselines held to that.
+    assert [b["tokens"] for b in result["budgets"]] == [300, 1000]
+    within = [b["overall"]["memstream"]["context_tokens"] for b in result["budgets"]]
+    assert 0 < within[0] <= 300 and within[0] < within[1] <= 1000
+    assert result["budgets"][0]["overall"]["rrf_sentences"]["context_tokens"] <= within[0] + 40
     assert result["ingest"]["turns_per_s"] > 0 and result["latency_ms"]["p50"] > 0
     assert result["llm_cost"]["construction"]["total"]["calls"] == 0  # extractive, no LLM anywhere
     # Both segments and every question ran this checkout's code, once each in the lists.

@@ -1,0 +1,106 @@
+"""How many bytes each turn writes to the segmenter's and the STM's changelogs, and what sending that
+many bytes over loopback TCP costs in CPU (LoCoMo dev, extractive, today's state layout).
+
+The window's contents do not depend on the embedding, so a seeded random one stands in for the model
+(no model load); the STM gets the segmenter's output as in the worker.
+
+    .venv/bin/python scripts/changelog_bytes.py [LOCOMO_JSON] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from memstream.bench.cases import locomo_set
+from memstream.config import Settings
+from memstream.processors import stm
+from memstream.processors.segment import Segmenter, SegmenterState, SegmentParams
+from memstream.processors.tokens import count_tokens
+from memstream.schemas import CompressedTurn
+
+
+def state_bytes(data: Path, stm_tokens: int) -> dict[str, float]:
+    bench = locomo_set(data)
+    rng = np.random.default_rng(0)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        vectors = rng.normal(size=(len(texts), 384))
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    segmenter = Segmenter(SegmentParams(method="similarity"), embed)
+    policy = stm.StmPolicy(budget_tokens=stm_tokens)
+    sums = dict.fromkeys(("segmenter", "segmenter_seen", "stm", "stm_seen"), 0)
+    turns = 0
+    for conversation in bench.conversations.values():
+        window, buffer = SegmenterState(), stm.StmState()
+        for turn in conversation:
+            tokens = count_tokens(turn.text)
+            item = CompressedTurn(
+                tenant_id=turn.tenant_id,
+                conversation_id=turn.conversation_id,
+                turn=turn,
+                compressed_text=turn.text,
+                tokens_in=tokens,
+                tokens_out=tokens,
+                compressor="off",
+                received_at=datetime.now(timezone.utc),
+            )
+            for segmented in segmenter.add(window, item):
+                stm.add_turn(buffer, segmented, 0.0, policy)
+                saved = buffer.to_dict()  # the STM stage saves its buffer after every turn it takes
+                sums["stm"] += len(json.dumps(saved))
+                sums["stm_seen"] += len(json.dumps(saved["seen"]))
+            saved = window.to_dict()
+            sums["segmenter"] += len(json.dumps(saved))
+            sums["segmenter_seen"] += len(json.dumps(saved["seen"]))
+            turns += 1
+    return {"turns": turns, **{f"{k}_bytes_per_turn": round(v / turns, 1) for k, v in sums.items()}}
+
+
+def loopback_send_ms(size: int, sends: int = 2000) -> float:
+    """CPU milliseconds one blocking send of ``size`` bytes takes over loopback TCP (a reader drains)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def drain() -> None:
+        conn, _ = server.accept()
+        while conn.recv(1 << 20):
+            pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    client = socket.create_connection(server.getsockname())
+    payload = b"x" * size
+    start = time.thread_time()
+    for _ in range(sends):
+        client.sendall(payload)
+    spent = time.thread_time() - start
+    client.close()
+    return round(spent * 1000 / sends, 4)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="?", type=Path, default=Path("../shared/data/locomo/locomo_dev.json"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    stm_tokens = Settings().stm_tokens
+    result = {"data": str(args.data), "stm_tokens": stm_tokens, **state_bytes(args.data, stm_tokens)}
+    per_turn = int(result["segmenter_bytes_per_turn"] + result["stm_bytes_per_turn"])
+    result["loopback_send_cpu_ms"] = {str(n): loopback_send_ms(n) for n in (1_000, per_turn, 100_000)}
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
