@@ -214,7 +214,7 @@ class QueryEngine:
 
         if plan.profile == "replay" and evidence:
             t0 = time.perf_counter()
-            evidence = self._replay(scope, evidence)
+            evidence = self._replay(scope, evidence, query.max_tokens)
             latency["replay_ms"] = _ms(t0)
 
         t0 = time.perf_counter()
@@ -415,8 +415,9 @@ class QueryEngine:
         latency[ROUNDS_KEY] = float(rounds)  # taken out again by ``run``: it goes on the plan
         return ranked
 
-    def _replay(self, scope: Scope, evidence: list[Evidence]) -> list[Evidence]:
-        """Follow provenance to the raw turns (± window), token-capped, source turns first."""
+    def _replay(self, scope: Scope, evidence: list[Evidence], max_tokens: int | None = None) -> list[Evidence]:
+        """Follow provenance to the raw turns (± window), source turns first, capped at the replay
+        budget or the query's own, whichever is smaller (raw turns are longer than the cards)."""
         turn_ids: list[str] = []
         for e in evidence:
             turn_ids += [t for t in e.turn_ids if t not in turn_ids]
@@ -435,7 +436,7 @@ class QueryEngine:
             key=lambda h: (h.payload["turn_id"] not in order, order.get(h.payload["turn_id"], 0), h.payload["seq"])
         )
         texts = [f"{h.payload['speaker']}: {h.payload['text']}" for h in window]
-        keep = cap_to_budget(texts, self.options.replay_max_tokens)
+        keep = cap_to_budget(texts, min(self.options.replay_max_tokens, max_tokens or self.options.replay_max_tokens))
         return [
             Evidence(
                 evidence_id=f"R{i + 1}",

@@ -153,6 +153,18 @@ def test_a_query_budget_caps_the_evidence_tokens_under_either_policy(stored_engi
         assert capped.context_tokens <= budget
 
 
+def test_replay_keeps_to_the_query_budget_too(stored_engine):
+    engine = stored_engine(evidence_k=10)
+    replay = budget_query(None).model_copy(update={"profile": "replay"})
+    free = engine.run(replay, clock=lambda: NOW)
+    sizes = [count_tokens(e.text) for e in free.evidence]
+    assert free.access_profile == "replay" and len(sizes) > 1 and {e.kind for e in free.evidence} == {"turn"}
+    budget = sizes[0]  # the raw turns are longer than the cards they replace: only the first fits
+    capped = engine.run(replay.model_copy(update={"max_tokens": budget}), clock=lambda: NOW)
+    assert [e.point_id for e in capped.evidence] == [free.evidence[0].point_id]
+    assert capped.context_tokens <= budget
+
+
 def test_the_adaptive_policy_takes_fewer_items_with_a_stricter_dropoff(stored_engine):
     loose = stored_engine(evidence_policy="adaptive", evidence_dropoff=0.05, evidence_min_items=1).run(
         budget_query(None), clock=lambda: NOW
