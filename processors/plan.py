@@ -84,6 +84,12 @@ _WEEKDAY_NAMES = frozenset(w.capitalize() for w in WEEKDAYS)
 _MONTH_ONLY = re.compile(
     rf"\b(last|this|in|during|since|before|after|until|till|by)\s+({'|'.join(MONTHS)})\b(?!\.?,?\s*\d)", re.I
 )
+# "in March and April", "during May, June or July": the months listed after the first one (same year
+# rule); not after a one-sided qualifier ("since March and April" is left as "since March").
+_MONTH_TAIL = re.compile(
+    rf"(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|&|to|through)\s+)({'|'.join(MONTHS)})\b(?!\.?,?\s*\d)", re.I
+)
+_LISTS_MONTHS = frozenset({"last", "this", "in", "during"})
 # timeparse reads a bare year only after "in/since/during/of"; "before 2024" needs this.
 _YEAR_QUALIFIED = re.compile(r"\b(before|after|until|till|by)\s+((?:19|20)\d{2})\b", re.I)
 _QUALIFIERS = frozenset({"since", "after", "before", "until", "till", "by"})
@@ -113,7 +119,11 @@ def _period_end(start: datetime, granularity: str) -> datetime:
 
 
 def _month_only(m: re.Match[str], now: datetime) -> datetime:
-    rel, month = m.group(1).lower(), MONTHS.index(m.group(2).lower()) + 1
+    return _month_start(m.group(1).lower(), m.group(2), now)
+
+
+def _month_start(rel: str, name: str, now: datetime) -> datetime:
+    month = MONTHS.index(name.lower()) + 1
     year = now.year
     if rel == "this":
         pass
@@ -139,6 +149,11 @@ def _spans(text: str, now: datetime) -> list[tuple[int, int, datetime, datetime,
             continue
         start = _month_only(m, now)
         found.append(_qualified(text, m.start(), m.end(), TimeMention(m.group(0), start, "month")))
+        end, rel = m.end(), m.group(1).lower()
+        while rel in _LISTS_MONTHS and (tail := _MONTH_TAIL.match(text, end)):
+            start = _month_start(rel, tail.group(1), now)
+            found.append((tail.start(1), tail.end(), start, _period_end(start, "month"), None))
+            end = tail.end()
     for m in _YEAR_QUALIFIED.finditer(text):
         if any(m.start() < e and s < m.end() for s, e, *_ in found):
             continue

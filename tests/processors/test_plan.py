@@ -103,6 +103,7 @@ def test_rule_participants(question, participants):
         ("When did Melanie paint a sunrise?", ["Melanie"]),
         ("What did Caroline do in May 2023 and on Monday?", ["Caroline"]),  # no "May", no "Monday"
         ("Did May visit Paris?", ["May", "Paris"]),  # May the person stays
+        ("Which airline did I fly with the most in March and April?", []),  # a listed month is a time
         ("What is my favourite colour?", []),
     ],
 )
@@ -122,6 +123,10 @@ def test_rule_entities(question, entities):
         ("What did I say two weeks ago?", utc(2023, 7, 17), end_of(2023, 7, 23)),
         ("What did Caroline do last May?", utc(2023, 5, 1), end_of(2023, 5, 31)),
         ("What did Caroline read in September?", utc(2022, 9, 1), end_of(2022, 9, 30)),  # latest past one
+        ("Which airline did I fly with the most in March and April?", utc(2023, 3, 1), end_of(2023, 4, 30)),
+        ("What did I buy in May, June or July?", utc(2023, 5, 1), end_of(2023, 7, 31)),
+        ("How many trips did I take in January through March?", utc(2023, 1, 1), end_of(2023, 3, 31)),
+        ("What did I do since March and April?", utc(2023, 3, 1), None),  # one-sided: the first month bounds
         ("What happened on 7 May 2023?", utc(2023, 5, 7), end_of(2023, 5, 7)),
         ("What did I do between May 2023 and July 2023?", utc(2023, 5, 1), end_of(2023, 7, 31)),
         ("What did I do since 2022?", utc(2022, 1, 1), None),
