@@ -35,6 +35,7 @@ from .retrieve import (
     rerank,
     speakers_named,
     top_k,
+    top_up,
     within_budget,
 )
 from .text import without_names
@@ -204,9 +205,17 @@ class QueryEngine:
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
         budget = Budget(query.max_tokens, query.deadline, clock, costs)
         chosen = self.retrieve(plan, scope, texts, vectors, k, latency, budget, content=guess)
-        if not chosen and scope.time_range is not None:
-            # The plan's period held nothing: a wrong range should not silence the memory.
-            chosen = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
+        p = self.retriever.params
+        if scope.time_range is not None and (
+            not chosen or (p.time_top_up and p.evidence_policy == "fixed" and len(chosen) < k)
+        ):
+            # A wrong range should not silence the memory, nor a period that holds fewer than K items
+            # (topped up from outside it, ranked after).
+            wider = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
+            if chosen:
+                chosen = top_up(chosen, wider, k, max_tokens=query.max_tokens, new_turns_only=p.new_turns_only)
+            else:
+                chosen = wider
         plan = plan.model_copy(update={"rounds": int(latency.pop(ROUNDS_KEY, 1))})
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)

@@ -38,6 +38,7 @@ from .graph import (
     turn_ids,
 )
 from .index import CARDS, SCENES, TRIGGERS, TURNS
+from .tokens import count_tokens
 
 # Cards consolidation took out of the current view (superseded, merged, repeats) carry retired=true.
 # An excluded value, not a required one: cards written before consolidation ran have no such key.
@@ -61,6 +62,9 @@ class RetrievalParams:
     neighbour_s: float = 3600.0  # scenes this close in time to a chosen one are its neighbours
     entity_weight: float = 0.25  # in first-rank RRF votes
     new_turns_only: bool = True  # one evidence item per source turn: more of the conversation in K
+    # A plan's period that holds fewer than K items is topped up from outside it, ranked after: a card
+    # is dated by its turn, and a turn may speak of another period.
+    time_top_up: bool = True
     # "fixed": K items; "adaptive": as many as the fused scores hold up for (see ``adaptive_count``).
     evidence_policy: str = "fixed"
     evidence_dropoff: float = 0.5  # adaptive: stop at the first item scoring under this share of the best
@@ -206,6 +210,39 @@ def top_k(ranked: Sequence[Candidate], k: int, *, new_turns_only: bool = False) 
         out.append(c)
         if len(out) == k:
             break
+    return out
+
+
+def top_up(
+    chosen: Sequence[Candidate],
+    more: Sequence[Candidate],
+    k: int,
+    *,
+    max_tokens: int | None = None,
+    new_turns_only: bool = False,
+) -> list[Candidate]:
+    """``chosen``, then those of ``more`` that are new (another point, another text and, with
+    ``new_turns_only``, a turn not yet covered), while fewer than ``k`` and within ``max_tokens``."""
+    out = list(chosen)
+    ids = {c.id for c in out}
+    seen = {" ".join(str(c.payload.get("text", "")).lower().split()) for c in out}
+    covered = {t for c in out for t in c.payload.get("turn_ids", [])}
+    used = sum(count_tokens(str(c.payload.get("text", ""))) for c in out)
+    for c in more:
+        if len(out) >= k:
+            break
+        key = " ".join(str(c.payload.get("text", "")).lower().split())
+        turns = set(c.payload.get("turn_ids", []))
+        if c.id in ids or key in seen or (new_turns_only and turns and turns <= covered):
+            continue
+        n = count_tokens(str(c.payload.get("text", "")))
+        if max_tokens is not None and out and used + n > max_tokens:
+            break
+        out.append(c)
+        ids.add(c.id)
+        seen.add(key)
+        covered |= turns
+        used += n
     return out
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from memstream.ports import StoreHit
 from memstream.processors.cascade import NOISE, density_clusters, rank_topics
 from memstream.processors.query import replay_window, roles_for, time_range
-from memstream.processors.retrieve import Pool, RetrievalParams, mentions_entity, rerank, top_k
+from memstream.processors.retrieve import Candidate, Pool, RetrievalParams, mentions_entity, rerank, top_k, top_up
 from memstream.schemas import Plan
 
 
@@ -78,6 +78,27 @@ def test_top_k_drops_the_same_sentence_said_twice_and_stops_at_k():
         ],
     )
     assert [c.id for c in top_k(rerank(pool, Q, [], PARAMS), 2)] == ["a", "c"]
+
+
+def cand(pid: str, text: str, *turns: str) -> Candidate:
+    return Candidate(pid, {"text": text, "turn_ids": list(turns)}, None)
+
+
+def test_top_up_adds_what_is_new_after_the_chosen_until_k_or_the_budget():
+    chosen = [cand("a", "We ran in March", "D1:1")]
+    wider = [
+        cand("a", "We ran in March", "D1:1"),  # already chosen
+        cand("b", "we ran in march", "D2:1"),  # the same text
+        cand("c", "I missed the fun run for work", "D1:1"),  # its turn is covered
+        cand("d", "The fun run was on the 5th", "D3:1"),
+        cand("e", "Another run, in April, rained out", "D4:1"),
+        cand("f", "Later", "D5:1"),
+    ]
+    assert [c.id for c in top_up(chosen, wider, 3, new_turns_only=True)] == ["a", "d", "e"]
+    assert [c.id for c in top_up(chosen, wider, 4)] == ["a", "c", "d", "e"]  # every turn allowed
+    # 4 + 7 tokens fit 12; the next (7 more) would not.
+    assert [c.id for c in top_up(chosen, wider, 10, max_tokens=12, new_turns_only=True)] == ["a", "d"]
+    assert top_up(chosen, [], 5) == chosen
 
 
 def test_density_clusters_group_close_scenes_and_leave_outliers():
