@@ -182,7 +182,7 @@ class Outcome:
     latency_ms: float | None = None  # the engine's own time for the question (baselines: None)
 
 
-def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None) -> Reply:
+def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None, max_tokens: int | None = None) -> Reply:
     now = datetime.now(timezone.utc)
     query = Query(
         tenant_id=TENANT,
@@ -193,6 +193,7 @@ def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None) -> R
         question_time=q.asked_at,
         profile=profile or "auto",  # type: ignore[arg-type]
         k=k,
+        max_tokens=max_tokens,
         answer=False,
         sent_at=now,  # type: ignore[arg-type]
     )

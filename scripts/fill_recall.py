@@ -12,19 +12,17 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 from memstream.adapters import open_store
 from memstream.adapters.st_embedder import SentenceTransformerEmbedder
-from memstream.bench.cases import TENANT, locomo_set, longmemeval_set, score
+from memstream.bench.ablate import ask
+from memstream.bench.cases import locomo_set, longmemeval_set, score
 from memstream.bench.e2e import provenance
 from memstream.bench.retrieval import _query_options
 from memstream.bench.scoring import fill_k
 from memstream.config import Settings
 from memstream.processors.query import QueryEngine
-from memstream.schemas import Query
 
 DATA = {
     "locomo": Path("../shared/data/locomo/locomo_dev.json"),
@@ -59,20 +57,7 @@ def main() -> None:
                 groups: dict[str, dict[str, list[float]]] = {}
                 tokens = 0
                 for q in questions:
-                    now = datetime.now(timezone.utc)
-                    query = Query(
-                        tenant_id=TENANT,
-                        conversation_id=q.conversation_id,
-                        correlation_id=uuid.uuid4().hex,
-                        reply_topic="fill-recall",
-                        question=q.text,
-                        question_time=q.asked_at,
-                        k=k,
-                        max_tokens=max_tokens,
-                        answer=False,
-                        sent_at=now,
-                    )
-                    reply = engine.run(query, clock=lambda now=now: now)
+                    reply = ask(engine, q, k, None, max_tokens)
                     tokens += reply.context_tokens
                     for metric, value in score(q, provenance(reply)).items():
                         recall.setdefault(metric, []).append(value)
