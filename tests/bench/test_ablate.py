@@ -6,11 +6,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memstream.bench.ablate import (
+    MAX_TOKENS,
     VARIANTS,
     AblationOptions,
     Outcome,
     adaptive_variants,
     baseline_outcome,
+    bench_fill,
     budget_variants,
     chosen_variants,
     retrieval_overrides,
@@ -63,6 +65,19 @@ def test_every_variant_names_real_retrieval_parameters():
     assert retrieval_overrides({"graph": 0})["graph"].hops == 0
     wide = GraphParams(per_item=2.0)
     assert retrieval_overrides({"graph": wide})["graph"] is wide  # a GraphParams is taken as it is
+
+
+def test_budget_rows_ask_as_the_benches_do():
+    # The fixed policy with K = fill_k and the query's own max_tokens, as `bench locomo --sweep-tokens`
+    # sends it (the period top-up only runs under the fixed policy); max_tokens is no RetrievalParams field.
+    assert bench_fill(1000) == {"evidence_k": 83, MAX_TOKENS: 1000}
+    for name, (_, params, _) in budget_variants().items():
+        assert params[MAX_TOKENS] in (300, 1000) and MAX_TOKENS not in retrieval_overrides(params), name
+        assert "evidence_policy" not in params, name
+    assert retrieval_overrides(budget_variants()["fill 1000 tokens, no period top-up"][1]) == {
+        "evidence_k": 83,
+        "time_top_up": False,
+    }
 
 
 def test_only_picks_variants_by_name_beside_the_default():
