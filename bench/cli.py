@@ -658,9 +658,12 @@ def retrieval(
         "retrieval_p50_ms",
         "retrieval_p99_ms",
         "reply_p50_ms",
+        "reply_worker_p50_ms",
         "retrieval_p50_ms_100k",
         "retrieval_p99_ms_100k",
         "reply_p50_ms_100k",
+        "reply_p99_ms_100k",
+        "reply_worker_p50_ms_100k",
         "adaptive_profiles",
     ):
         if key in result:
