@@ -171,6 +171,12 @@ def split_of(q: BenchQuestion, *, bench: str, sample_ids: Sequence[str] = ()) ->
     return TUNE if digest % TUNE_BUCKETS == 0 else REPORT
 
 
+def check_split(split: str | None) -> None:
+    """A split named on the command line is one of the two parts :func:`split_of` assigns."""
+    if split is not None and split not in (TUNE, REPORT):
+        raise ValueError(f"unknown split {split!r}: expected {TUNE!r} or {REPORT!r}")
+
+
 def subset(questions: Sequence[BenchQuestion], n: int | None, seed: int) -> list[BenchQuestion]:
     """``n`` questions drawn with ``seed``, every group represented in proportion (all when ``n`` is
     None or not smaller); the draw keeps the file's order."""
@@ -202,9 +208,12 @@ def locomo_set(
     categories: Sequence[int] = (1, 2, 3, 4),
     questions: int | None = None,
     seed: int = 0,
+    split: str | None = None,
 ) -> BenchSet:
     """LoCoMo: each sample is a conversation; category 1–4 questions with evidence, asked the day
-    after the conversation's last session. With ``questions``, only their conversations stream."""
+    after the conversation's last session. With ``questions`` or ``split`` (:func:`split_of`: tune or
+    report), only the questions drawn and their conversations stream."""
+    check_split(split)
     samples = load_locomo(data)
     sample_ids = [s.sample_id for s in samples]  # the whole file: the split ignores ``conversations``
     if conversations:
@@ -228,11 +237,14 @@ def locomo_set(
                         tuple(qa.evidence),
                     )
                 )
+    if split is not None:
+        asked = [q for q in asked if split_of(q, bench="locomo", sample_ids=sample_ids) == split]
     asked = subset(asked, questions, seed)
     needed = {q.conversation_id for q in asked}
     convs = {s.sample_id: list(locomo_turns(s, tenant_id=TENANT)) for s in samples if s.sample_id in needed}
     if not asked:
-        raise ValueError(f"no questions of categories {list(categories)} with evidence in {data}")
+        part = f" in the {split} split" if split else ""
+        raise ValueError(f"no questions of categories {list(categories)} with evidence{part} in {data}")
     return BenchSet(
         "locomo",
         data,
@@ -271,13 +283,19 @@ def longmemeval_question(q: LongMemEvalQuestion) -> BenchQuestion:
     )
 
 
-def longmemeval_set(data: Path, *, questions: int | None = None, seed: int = 0) -> BenchSet:
-    """LongMemEval: each question's haystack is its own conversation (sessions in time order)."""
+def longmemeval_set(data: Path, *, questions: int | None = None, seed: int = 0, split: str | None = None) -> BenchSet:
+    """LongMemEval: each question's haystack is its own conversation (sessions in time order). With
+    ``split`` (tune or report), only that part's questions and their haystacks (a question keeps its
+    part whatever else is in the file, so a run of one split asks what a whole run reports for it)."""
+    check_split(split)
     raw = load_longmemeval(data)
-    if not raw:
-        raise ValueError(f"no questions in {data}")
     by_id = {q.question_id: q for q in raw}
-    asked = subset([longmemeval_question(q) for q in raw], questions, seed)
+    candidates = [longmemeval_question(q) for q in raw]
+    if split is not None:
+        candidates = [q for q in candidates if split_of(q, bench="longmemeval") == split]
+    if not candidates:
+        raise ValueError(f"no questions{f' in the {split} split' if split else ''} in {data}")
+    asked = subset(candidates, questions, seed)
     convs = {q.conversation_id: longmemeval_turns(by_id[q.qid], tenant_id=TENANT) for q in asked}
     return BenchSet(
         "longmemeval",
@@ -306,6 +324,7 @@ __all__ = [
     "answer_score",
     "ranked_scores",
     "LONGMEMEVAL_RANKED",
+    "check_split",
     "split_of",
     "TUNE",
     "REPORT",

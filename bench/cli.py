@@ -953,6 +953,9 @@ _TORCH_THREADS = typer.Option(
     1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in parallel, one core each)"
 )
 _SEED = typer.Option(0, help="Seed of the question draw")
+_SPLIT = typer.Option(
+    None, help="Only this tuning split's questions: tune or report (the headline part; only their conversations stream)"
+)
 _FRESH = typer.Option(False, help="Start over instead of resuming what --out holds")
 
 
@@ -980,18 +983,23 @@ def locomo(
     sweep_tokens: str = _SWEEP_TOKENS,
     torch_threads: int = _TORCH_THREADS,
     seed: int = _SEED,
+    split: Optional[str] = _SPLIT,
     fresh: bool = _FRESH,
 ) -> None:
     """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
     from memstream.bench.cases import locomo_set
 
-    bench_set = locomo_set(
-        data,
-        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-        questions=questions,
-        seed=seed,
-    )
+    try:
+        bench_set = locomo_set(
+            data,
+            conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+            questions=questions,
+            seed=seed,
+            split=split,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     _run_e2e(
         bench_set,
         _e2e_options(
@@ -1035,6 +1043,7 @@ def longmemeval(
     sweep_tokens: str = _SWEEP_TOKENS,
     torch_threads: int = _TORCH_THREADS,
     seed: int = _SEED,
+    split: Optional[str] = _SPLIT,
     fresh: bool = _FRESH,
 ) -> None:
     """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
@@ -1042,7 +1051,10 @@ def longmemeval(
     with --llm, answers judged with per-type rubrics (abstention apart)."""
     from memstream.bench.cases import longmemeval_set
 
-    bench_set = longmemeval_set(data, questions=questions, seed=seed)
+    try:
+        bench_set = longmemeval_set(data, questions=questions, seed=seed, split=split)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     _run_e2e(
         bench_set,
         _e2e_options(

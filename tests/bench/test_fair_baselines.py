@@ -19,6 +19,7 @@ from memstream.bench.cases import (
     answer_score,
     full_context,
     locomo_set,
+    longmemeval_set,
     ranked_scores,
     split_of,
 )
@@ -241,6 +242,25 @@ def test_the_split_is_deterministic_and_disjoint() -> None:
     bench = locomo_set(demo_conversation_path())
     assert all(bench.split(q.qid) in (TUNE, REPORT) for q in bench.questions)
     assert len({bench.split(q.qid) for q in bench.questions if q.conversation_id == "demo-nora-tomas"}) == 1
+
+
+def test_a_run_of_one_split_asks_that_splits_questions_and_streams_only_their_conversations() -> None:
+    data = Path(__file__).resolve().parents[2] / "memstream" / "data" / "demo_longmemeval.json"
+    whole = longmemeval_set(data)
+    for part in (TUNE, REPORT):
+        one = longmemeval_set(data, split=part)
+        expected = [q.qid for q in whole.questions if whole.split(q.qid) == part]
+        assert [q.qid for q in one.questions] == expected and expected  # the demo file has both parts
+        assert set(one.conversations) == {q.conversation_id for q in one.questions}
+        assert {one.split(q.qid) for q in one.questions} == {part}
+    # The demo conversation is the only sample of its file, so it is tune: a report run has nothing to ask.
+    assert {q.qid for q in locomo_set(demo_conversation_path(), split=TUNE).questions} == {
+        q.qid for q in locomo_set(demo_conversation_path()).questions
+    }
+    with pytest.raises(ValueError, match="report split"):
+        locomo_set(demo_conversation_path(), split=REPORT)
+    with pytest.raises(ValueError, match="unknown split"):
+        longmemeval_set(data, split="dev")
 
 
 # --- memstream's records and the report -----------------------------------------------------------
