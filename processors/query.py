@@ -204,14 +204,15 @@ class QueryEngine:
 
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
         budget = Budget(query.max_tokens, query.deadline, clock, costs)
-        chosen = self.retrieve(plan, scope, texts, vectors, k, latency, budget, content=guess)
+        chosen, held = self.retrieve(plan, scope, texts, vectors, k, latency, budget, content=guess)
         p = self.retriever.params
         if scope.time_range is not None and (
-            not chosen or (p.time_top_up and p.evidence_policy == "fixed" and len(chosen) < k)
+            not chosen or (p.time_top_up and p.evidence_policy == "fixed" and held < k)
         ):
             # A wrong range should not silence the memory, nor a period that holds fewer than K items
-            # (topped up from outside it, ranked after).
-            wider = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
+            # (topped up from outside it, ranked after). A period the token budget cut short held
+            # enough: searching outside it would only look for a card small enough for what is left.
+            wider, _ = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
             if chosen:
                 chosen = top_up(chosen, wider, k, max_tokens=query.max_tokens, new_turns_only=p.new_turns_only)
             else:
@@ -287,10 +288,11 @@ class QueryEngine:
         budget: Budget | None = None,
         *,
         content: ContentQuery | None = None,
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], int]:
         """The profile's candidate pool, reranked, cut to ``k`` (or, with the adaptive policy, where
-        the scores drop off) within the budget's tokens; per-step latencies into ``latency``, LLM
-        costs (research reflection) into the budget's."""
+        the scores drop off) within the budget's tokens, and how many the scope held before the
+        token cut; per-step latencies into ``latency``, LLM costs (research reflection) into the
+        budget's."""
         budget = budget or Budget()
         max_tokens = budget.max_tokens
         pool = Pool()
@@ -328,7 +330,7 @@ class QueryEngine:
         chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
         if not adaptive and max_tokens is None:
             latency["cut_ms"] = _ms(t0)
-            return chosen  # K items, no budget: nothing to count on the hot path
+            return chosen, len(chosen)  # K items, no budget: nothing to count on the hot path
         tokens = [count_tokens(str(c.payload.get("text", ""))) for c in chosen]
         if adaptive:
             n = adaptive_count(
@@ -341,7 +343,7 @@ class QueryEngine:
         else:
             n = within_budget(tokens, max_tokens)
         latency["cut_ms"] = _ms(t0)
-        return chosen[:n]
+        return chosen[:n], len(chosen)
 
     def _content_guess(self, query: Query) -> ContentQuery | None:
         """The content query from the speakers this conversation's earlier pools showed (None when

@@ -173,3 +173,57 @@ def test_the_adaptive_policy_takes_fewer_items_with_a_stricter_dropoff(stored_en
         budget_query(None), clock=lambda: NOW
     )
     assert 1 <= len(strict.evidence) < len(loose.evidence)
+
+
+class CountingStore:
+    """The store, with every lexical search counted: one per retrieval (the hybrid's BM25 half)."""
+
+    def __init__(self, inner):  # noqa: ANN001
+        self.inner = inner
+        self.text_searches = 0
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        attr = getattr(self.inner, name)
+        if name != "search_text":
+            return attr
+
+        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            self.text_searches += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def test_a_period_is_topped_up_when_it_holds_fewer_than_k_not_when_the_budget_cut_it(tmp_path):
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+    from memstream.processors.index import COLLECTIONS, index_write
+    from memstream.processors.retrieve import RetrievalParams
+    from tests.factories import T0
+    from tests.processors.test_forget import DIM, HashEmbedder, write
+
+    inner = QdrantEdgeStore(tmp_path / "q")
+    inner.ensure_collections(COLLECTIONS, DIM)
+    three = write("acme", "c1")
+    dated = [c.model_copy(update={"event_time": T0}) for c in three.cards]  # all three of May 2023
+    index_write(three.model_copy(update={"cards": dated}), HashEmbedder(), inner)
+    in_may = budget_query(None).model_copy(update={"question": "Where did Caroline go in May 2023?"})
+
+    def asked(k: int, max_tokens: int | None) -> tuple[list[str], int]:
+        store = CountingStore(inner)
+        retrieval = RetrievalParams(new_turns_only=False, evidence_k=k)
+        reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(
+            in_may.model_copy(update={"max_tokens": max_tokens}), clock=lambda: NOW
+        )
+        assert reply.plan.time_from is not None  # the question names a period
+        return [e.text for e in reply.evidence], store.text_searches
+
+    try:
+        assert asked(10, None)[1] == 2  # May holds 3 of the 10 asked: searched again outside it
+        two, searches = asked(2, None)
+        assert len(two) == 2 and searches == 1  # May holds the 2 asked
+        first = count_tokens(two[0])
+        assert first < count_tokens(two[0]) + count_tokens(two[1])
+        # The budget leaves room for one: May held 2, so nothing is looked for outside it.
+        assert asked(2, first) == ([two[0]], 1)
+    finally:
+        inner.close()
