@@ -206,17 +206,18 @@ class QueryEngine:
         budget = Budget(query.max_tokens, query.deadline, clock, costs)
         chosen, held = self.retrieve(plan, scope, texts, vectors, k, latency, budget, content=guess)
         p = self.retriever.params
-        if scope.time_range is not None and (
-            not chosen or (p.time_top_up and p.evidence_policy == "fixed" and held < k)
-        ):
-            # A wrong range should not silence the memory, nor a period that holds fewer than K items
-            # (topped up from outside it, ranked after). A period the token budget cut short held
-            # enough: searching outside it would only look for a card small enough for what is left.
-            wider, _ = self.retrieve(plan, scope.without_time(), texts, vectors, k, latency, budget, content=guess)
-            if chosen:
-                chosen = top_up(chosen, wider, k, max_tokens=query.max_tokens, new_turns_only=p.new_turns_only)
-            else:
-                chosen = wider
+        searched = scope
+        for widen, top_up_on in ((Scope.without_time, p.time_top_up), (Scope.any_side, p.side_top_up)):
+            # A wrong period or side should not silence the memory, nor a period or side that holds
+            # fewer than K items (topped up from the wider scope, ranked after). A scope the token
+            # budget cut short held enough: searching outside it would only look for a card small
+            # enough for what is left.
+            wider_scope = widen(searched)
+            if wider_scope == searched or (chosen and not (top_up_on and p.evidence_policy == "fixed" and held < k)):
+                continue
+            wider, held = self.retrieve(plan, wider_scope, texts, vectors, k, latency, budget, content=guess)
+            chosen = top_up(chosen, wider, k, max_tokens=query.max_tokens, new_turns_only=p.new_turns_only)
+            searched = wider_scope
         plan = plan.model_copy(update={"rounds": int(latency.pop(ROUNDS_KEY, 1))})
         if plan.operation in TEMPORAL_OPERATIONS:
             chosen.sort(key=lambda c: c.payload.get("event_ts") or 0.0)

@@ -16,6 +16,7 @@ for naming a planned entity, orders the pool; near-identical texts are dropped; 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -65,6 +66,9 @@ class RetrievalParams:
     # A plan's period that holds fewer than K items is topped up from outside it, ranked after: a card
     # is dated by its turn, and a turn may speak of another period.
     time_top_up: bool = True
+    # Likewise the one side (user / assistant) a question names: "What degree did I graduate with?"
+    # searches the user's cards, and may find the degree only in the assistant's congratulations.
+    side_top_up: bool = True
     # "fixed": K items; "adaptive": as many as the fused scores hold up for (see ``adaptive_count``).
     evidence_policy: str = "fixed"
     evidence_dropoff: float = 0.5  # adaptive: stop at the first item scoring under this share of the best
@@ -103,7 +107,13 @@ class Scope:
         return StoreFilter(equals=equals, any_of=any_of, range_ts=ranges, not_equals={} if self.history else RETIRED)
 
     def without_time(self) -> Scope:
-        return Scope(self.tenant_id, self.conversation_id, None, self.roles, self.history)
+        """This scope without its period (itself when it has none)."""
+        return dataclasses.replace(self, time_range=None)
+
+    def any_side(self) -> Scope:
+        """This scope over every side, when it searches only one (itself otherwise: an ambiguous
+        question already searches each side)."""
+        return dataclasses.replace(self, roles=(None,)) if len(self.roles) == 1 else self
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Recall of a finished `memstream bench locomo|longmemeval` run's store, in process, at K = 10 and
 filled to 300 / 1,000 evidence tokens the way the benches ask over Kafka (fixed policy, K = fill_k,
-max_tokens), one split, for RetrievalParams variants given as JSON overrides.
+max_tokens), one split, for RetrievalParams variants given as JSON overrides; with --baselines, the
+same-run baselines held to each variant's evidence tokens per question.
 
     .venv/bin/python scripts/fill_recall.py longmemeval RUN_DIR tune \\
         '{"top-up": {}, "no top-up": {"time_top_up": false}}' --json OUT
@@ -18,8 +19,9 @@ from memstream.adapters import open_store
 from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 from memstream.bench.ablate import ask
 from memstream.bench.cases import locomo_set, longmemeval_set, score
-from memstream.bench.e2e import provenance
-from memstream.bench.retrieval import _query_options
+from memstream.bench.e2e import SENTENCE_STORE, Limits, baseline_rankings, provenance, take_units
+from memstream.bench.report import source_commit
+from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
 from memstream.bench.scoring import fill_k
 from memstream.config import Settings
 from memstream.processors.query import QueryEngine
@@ -31,6 +33,20 @@ DATA = {
 BUDGETS = (("K = 10", 10, None), ("300 tokens", fill_k(300), 300), ("1,000 tokens", fill_k(1000), 1000))
 
 
+def mean_scores(rows: list[tuple[str, dict[str, float]]]) -> dict:
+    """Mean of each metric over ``(group, scores)`` rows, overall and per group."""
+    overall: dict[str, list[float]] = {}
+    groups: dict[str, dict[str, list[float]]] = {}
+    for group, scores in rows:
+        for metric, value in scores.items():
+            overall.setdefault(metric, []).append(value)
+            groups.setdefault(group, {}).setdefault(metric, []).append(value)
+    return {
+        "recall": {m: round(sum(v) / len(v), 4) for m, v in overall.items()},
+        "per_group": {g: {m: round(sum(v) / len(v), 4) for m, v in by.items()} for g, by in sorted(groups.items())},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bench", choices=sorted(DATA))
@@ -39,37 +55,68 @@ def main() -> None:
     parser.add_argument("variants", help="JSON: variant name -> RetrievalParams overrides")
     parser.add_argument("--data", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also the same-run baselines (whole raw turns and their sentences), each held to memstream's "
+        "evidence tokens per question in that variant and budget, as the benches hold them",
+    )
     args = parser.parse_args()
     data = args.data or DATA[args.bench]
     bench = locomo_set(data) if args.bench == "locomo" else longmemeval_set(data)
     settings = Settings(data_dir=args.run / "deployment")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     questions = [q for q in bench.questions if bench.split(q.qid) == args.split and q.retrieval_scored]
-    result: dict = {"bench": args.bench, "run": str(args.run), "split": args.split, "questions": len(questions)}
-    with contextlib.closing(open_store(settings)) as store:
+    result: dict = {
+        "bench": args.bench,
+        "commit": source_commit(),
+        "run": str(args.run),
+        "split": args.split,
+        "questions": len(questions),
+    }
+    with contextlib.ExitStack() as opened:
+        store = opened.enter_context(contextlib.closing(open_store(settings)))
+        rankings: dict[str, dict] = {}
+        if args.baselines:
+            asked = {q.conversation_id for q in questions}  # a split's run ingested only its conversations
+            turns = [t for cid, ts in bench.conversations.items() if cid in asked for t in ts]
+            # As the benches do: LoCoMo's whole turns in their own store, LongMemEval's in the pipeline's.
+            own = bench.baseline_index == "own"
+            whole = (
+                opened.enter_context(contextlib.closing(baseline_store(args.run / "baseline", turns, embedder)))
+                if own
+                else store
+            )
+            sentences = opened.enter_context(
+                contextlib.closing(sentence_baseline_store(args.run / SENTENCE_STORE, turns, embedder))
+            )
+            top = max(fill_k(budget) for _, _, budget in BUDGETS if budget)
+            limits = Limits(whole=max(50, 4 * top), sentences=max(200, 10 * top))
+            vectors = embedder.embed([q.text for q in questions])
+            for q, vector in zip(questions, vectors, strict=True):
+                rankings[q.qid] = baseline_rankings(q, whole, sentences, vector, limits)
         base = _query_options(settings)
         for name, overrides in json.loads(args.variants).items():
             retrieval = dataclasses.replace(base.retrieval, **overrides)
             engine = QueryEngine(store, embedder, None, dataclasses.replace(base, retrieval=retrieval))
             rows = result.setdefault("variants", {}).setdefault(name, {"overrides": overrides})
             for label, k, max_tokens in BUDGETS:
-                recall: dict[str, list[float]] = {}
-                groups: dict[str, dict[str, list[float]]] = {}
+                mine: list[tuple[str, dict[str, float]]] = []
+                theirs: dict[str, list[tuple[str, dict[str, float]]]] = {}
                 tokens = 0
                 for q in questions:
                     reply = ask(engine, q, k, None, max_tokens)
                     tokens += reply.context_tokens
-                    for metric, value in score(q, provenance(reply)).items():
-                        recall.setdefault(metric, []).append(value)
-                        groups.setdefault(q.group, {}).setdefault(metric, []).append(value)
-                rows[label] = {
-                    "recall": {m: round(sum(v) / len(v), 4) for m, v in recall.items()},
-                    "evidence_tokens": round(tokens / len(questions), 1),
-                    "per_group": {
-                        g: {m: round(sum(v) / len(v), 4) for m, v in by.items()} for g, by in sorted(groups.items())
-                    },
-                }
+                    mine.append((q.group, score(q, provenance(reply))))
+                    for baseline, ranking in rankings.get(q.qid, {}).items():
+                        chosen, _ = take_units(ranking, max(reply.context_tokens, 1))
+                        theirs.setdefault(baseline, []).append((q.group, score(q, [u.turn_id for u in chosen])))
+                rows[label] = {**mean_scores(mine), "evidence_tokens": round(tokens / len(questions), 1)}
+                if theirs:
+                    rows[label]["baselines_at_these_tokens"] = {b: mean_scores(r) for b, r in theirs.items()}
                 print(name, label, rows[label]["recall"], rows[label]["evidence_tokens"], flush=True)
+                for b, r in rows[label].get("baselines_at_these_tokens", {}).items():
+                    print("   ", b, r["recall"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -225,3 +225,36 @@ def test_a_period_is_topped_up_when_it_holds_fewer_than_k_not_when_the_budget_cu
         assert asked(2, count_tokens(two[0])) == ([two[0]], 1)
     finally:
         inner.close()
+
+
+def test_the_side_a_question_names_is_topped_up_from_the_other_when_it_holds_fewer_than_k(tmp_path):
+    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
+    from memstream.processors.index import COLLECTIONS, index_write
+    from memstream.processors.retrieve import RetrievalParams
+    from tests.processors.test_forget import DIM, HashEmbedder, write
+
+    inner = QdrantEdgeStore(tmp_path / "q")
+    inner.ensure_collections(COLLECTIONS, DIM)
+    w = write("acme", "c1")
+    # D1:2 is the assistant's reply: the card citing it first ("Mel likes painting.") is the assistant's side.
+    turns = [t.model_copy(update={"role": "assistant"}) if t.turn_id == "D1:2" else t for t in w.source_turns]
+    index_write(w.model_copy(update={"source_turns": turns}), HashEmbedder(), inner)
+    mine = budget_query(None).model_copy(update={"question": "Where did I go in Lisbon?"})
+
+    def asked(k: int, **params: bool) -> tuple[list[str], int]:
+        store = CountingStore(inner)
+        retrieval = RetrievalParams(new_turns_only=False, evidence_k=k, **params)
+        reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(
+            mine, clock=lambda: NOW
+        )
+        assert reply.plan.participants == "user"  # "I": the user's side
+        return [e.text for e in reply.evidence], store.text_searches
+
+    try:
+        user_side, searches = asked(10, side_top_up=False)
+        assert searches == 1 and "Mel likes painting." not in user_side and len(user_side) == 2
+        topped, searches = asked(10)  # the user's side holds 2 of the 10 asked: searched again over both
+        assert searches == 2 and topped[:2] == user_side and topped[2:] == ["Mel likes painting."]
+        assert asked(2) == (user_side, 1)  # the user's side holds the 2 asked
+    finally:
+        inner.close()
