@@ -244,9 +244,7 @@ def test_the_side_a_question_names_is_topped_up_from_the_other_when_it_holds_few
     def asked(k: int, **params: bool) -> tuple[list[str], int]:
         store = CountingStore(inner)
         retrieval = RetrievalParams(new_turns_only=False, evidence_k=k, **params)
-        reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(
-            mine, clock=lambda: NOW
-        )
+        reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(mine, clock=lambda: NOW)
         assert reply.plan.participants == "user"  # "I": the user's side
         return [e.text for e in reply.evidence], store.text_searches
 
