@@ -18,7 +18,7 @@ from pathlib import Path
 from memstream.adapters import open_store
 from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 from memstream.bench.ablate import ask
-from memstream.bench.cases import locomo_set, longmemeval_set, score
+from memstream.bench.cases import BenchQuestion, locomo_set, longmemeval_set, score
 from memstream.bench.e2e import SENTENCE_STORE, Limits, baseline_rankings, provenance, take_units
 from memstream.bench.report import source_commit
 from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
@@ -33,18 +33,20 @@ DATA = {
 BUDGETS = (("K = 10", 10, None), ("300 tokens", fill_k(300), 300), ("1,000 tokens", fill_k(1000), 1000))
 
 
-def mean_scores(rows: list[tuple[str, dict[str, float]]]) -> dict:
-    """Mean of each metric over ``(group, scores)`` rows, overall and per group."""
+def mean_scores(rows: list[tuple[BenchQuestion, dict[str, float]]]) -> dict:
+    """Mean of each metric over ``(question, scores)`` rows, overall, per group (category or question
+    type) and per conversation (LongMemEval: one per question, so left out)."""
     overall: dict[str, list[float]] = {}
-    groups: dict[str, dict[str, list[float]]] = {}
-    for group, scores in rows:
+    by: dict[str, dict[str, dict[str, list[float]]]] = {"per_group": {}, "per_conversation": {}}
+    for q, scores in rows:
         for metric, value in scores.items():
             overall.setdefault(metric, []).append(value)
-            groups.setdefault(group, {}).setdefault(metric, []).append(value)
-    return {
-        "recall": {m: round(sum(v) / len(v), 4) for m, v in overall.items()},
-        "per_group": {g: {m: round(sum(v) / len(v), 4) for m, v in by.items()} for g, by in sorted(groups.items())},
-    }
+            by["per_group"].setdefault(q.group, {}).setdefault(metric, []).append(value)
+            by["per_conversation"].setdefault(q.conversation_id, {}).setdefault(metric, []).append(value)
+    if len(by["per_conversation"]) == len(rows):
+        del by["per_conversation"]
+    mean = lambda metrics: {m: round(sum(v) / len(v), 4) for m, v in metrics.items()}  # noqa: E731
+    return {"recall": mean(overall), **{name: {key: mean(d[key]) for key in sorted(d)} for name, d in by.items()}}
 
 
 def main() -> None:
@@ -101,16 +103,16 @@ def main() -> None:
             engine = QueryEngine(store, embedder, None, dataclasses.replace(base, retrieval=retrieval))
             rows = result.setdefault("variants", {}).setdefault(name, {"overrides": overrides})
             for label, k, max_tokens in BUDGETS:
-                mine: list[tuple[str, dict[str, float]]] = []
-                theirs: dict[str, list[tuple[str, dict[str, float]]]] = {}
+                mine: list[tuple[BenchQuestion, dict[str, float]]] = []
+                theirs: dict[str, list[tuple[BenchQuestion, dict[str, float]]]] = {}
                 tokens = 0
                 for q in questions:
                     reply = ask(engine, q, k, None, max_tokens)
                     tokens += reply.context_tokens
-                    mine.append((q.group, score(q, provenance(reply))))
+                    mine.append((q, score(q, provenance(reply))))
                     for baseline, ranking in rankings.get(q.qid, {}).items():
                         chosen, _ = take_units(ranking, max(reply.context_tokens, 1))
-                        theirs.setdefault(baseline, []).append((q.group, score(q, [u.turn_id for u in chosen])))
+                        theirs.setdefault(baseline, []).append((q, score(q, [u.turn_id for u in chosen])))
                 rows[label] = {**mean_scores(mine), "evidence_tokens": round(tokens / len(questions), 1)}
                 if theirs:
                     rows[label]["baselines_at_these_tokens"] = {b: mean_scores(r) for b, r in theirs.items()}
