@@ -284,7 +284,9 @@ def run_ablation(
         bench = dataclasses.replace(
             bench, questions=[q for q in bench.questions if bench.split(q.qid) == options.split]
         )
-    limits = Limits(whole=200, sentences=600)
+    # As many baseline hits as the benches ask for the largest K a variant asks (fills included).
+    asked = [p.get(key, 0) for _, p, _ in variants.values() for key in ("evidence_k", "evidence_max_items")]
+    limits = Limits.for_k(max(options.k, *asked))
     vectors = embedder.embed([q.text for q in bench.questions])
     rankings = {
         q.qid: baseline_rankings(q, whole, sentences, v, limits) for q, v in zip(bench.questions, vectors, strict=True)

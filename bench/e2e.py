@@ -484,7 +484,7 @@ class Runner:
         top = max(
             [*self.options.sweep_k, *map(fill_k, self.options.sweep_tokens), settings.evidence_k, self.options.k or 0]
         )
-        limits = Limits(whole=max(50, 4 * top), sentences=max(200, 10 * top))
+        limits = Limits.for_k(top)
         ranked = self.bench.name == "longmemeval"
         with contextlib.ExitStack() as opened:
             store = opened.enter_context(deployment.store())
@@ -660,6 +660,11 @@ class Limits:
 
     whole: int
     sentences: int
+
+    @classmethod
+    def for_k(cls, top: int) -> Limits:
+        """Enough hits for the largest K (or filled budget's K) a run asks."""
+        return cls(whole=max(50, 4 * top), sentences=max(200, 10 * top))
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,7 @@ def main() -> None:
             sentences = opened.enter_context(
                 contextlib.closing(sentence_baseline_store(args.run / SENTENCE_STORE, turns, embedder))
             )
-            top = max(fill_k(budget) for _, _, budget in BUDGETS if budget)
-            limits = Limits(whole=max(50, 4 * top), sentences=max(200, 10 * top))
+            limits = Limits.for_k(max(k for _, k, _ in BUDGETS))
             vectors = embedder.embed([q.text for q in questions])
             for q, vector in zip(questions, vectors, strict=True):
                 rankings[q.qid] = baseline_rankings(q, whole, sentences, vector, limits)
