@@ -4,6 +4,7 @@ watchdog and the consumer-lag gauges. Values travel as raw bytes and are validat
 from __future__ import annotations
 
 import logging
+import os
 from typing import Sequence
 
 import faust
@@ -17,11 +18,20 @@ from ..stages import REGISTRY
 from .context import StageContext
 from .fence import FreezeFence
 from .offsets import SafeCommits
+from .processes import EXIT_RESTART
 from .watchdog import lag_gauges, watchdog
 
 log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_S = 10.0  # a worker silent this long leaves its group; its partitions move
+
+
+def exit_for_restart(gap_s: float) -> None:
+    """A freeze long enough for the group to move partitions: in-memory tables may be stale (see
+    ``fence``), so the supervisor restarts the worker and it recovers them from the changelogs."""
+    log.error("frozen for %.1fs: exiting for a restart, tables recover from changelogs (%d)", gap_s, EXIT_RESTART)
+    logging.shutdown()
+    os._exit(EXIT_RESTART)
 
 
 def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
@@ -54,7 +64,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     )
     commits = SafeCommits(app, lambda tps: group_positions(settings, app_id, tps))
     commits.install()
-    fence = FreezeFence(SESSION_TIMEOUT_S)
+    fence = FreezeFence(SESSION_TIMEOUT_S, on_freeze=exit_for_restart)
 
     def rejoined(*_args: object, **_kwargs: object) -> None:
         fence.rejoined()

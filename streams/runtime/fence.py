@@ -13,6 +13,14 @@ half the session timeout, the worker counts as suspect: stages write neither sta
 (:class:`Fenced`), and no new message is handled, until a rebalance has assigned partitions again
 or three session timeouts have passed (a freeze too short to be expelled). A handler that was
 fenced does not count as finished, so its message comes again, to whoever owns it then.
+
+The fence alone is not enough for the tables. While the process was frozen the group may have given
+its partitions to another worker and, once it woke, back to it: faust then sees partitions it never
+lost and recovers nothing, so a window table keeps the state it had before the freeze, without the
+turns the other owner added meanwhile (a chaos run lost 18 turns of one conversation this way: the
+stale window was written over the newer one, and the offsets were already past those turns). So a
+worker (``on_freeze``) exits for a restart as soon as it notices a freeze: a fresh process recovers
+every table from its changelogs, and what it had not committed comes again.
 """
 
 from __future__ import annotations
@@ -30,7 +38,15 @@ class Fenced(RuntimeError):
 
 
 class FreezeFence:
-    def __init__(self, session_timeout_s: float, *, clock: Callable[[], float] = time.monotonic, tick_s: float = 0.25):
+    def __init__(
+        self,
+        session_timeout_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        tick_s: float = 0.25,
+        on_freeze: Callable[[float], None] | None = None,
+    ):
+        self.on_freeze = on_freeze  # called with the gap (seconds) when a freeze is noticed
         self.threshold_s = session_timeout_s / 2
         self.hold_s = session_timeout_s * 3
         self.tick_s = tick_s
@@ -56,6 +72,8 @@ class FreezeFence:
             self._suspect_until = now + self.hold_s
             self.freezes += 1
             log.warning("this process was frozen for %.1fs: no writes until the group has rebalanced", gap)
+            if self.on_freeze is not None:
+                self.on_freeze(gap)
         self._last_alive = now
 
     def suspect(self) -> bool:

@@ -50,3 +50,18 @@ def test_a_gap_under_half_the_session_timeout_is_not_a_freeze():
     clock.now += 4.0
     fence.tick()
     assert not fence.suspect() and fence.freezes == 0
+
+
+def test_a_noticed_freeze_calls_on_freeze_once_with_its_gap_and_live_ticks_never():
+    clock = Clock()
+    gaps: list[float] = []
+    fence = FreezeFence(10.0, clock=clock, on_freeze=gaps.append)
+    for _ in range(40):  # ten seconds of a live process
+        clock.now += 0.25
+        fence.tick()
+    assert gaps == []
+    clock.now += 15.0  # SIGSTOP for 15 s: the group may have moved this worker's partitions meanwhile
+    fence.tick()
+    clock.now += 0.25
+    fence.tick()
+    assert gaps == [15.0]
