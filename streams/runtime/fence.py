@@ -14,13 +14,12 @@ half the session timeout, the worker counts as suspect: stages write neither sta
 or three session timeouts have passed (a freeze too short to be expelled). A handler that was
 fenced does not count as finished, so its message comes again, to whoever owns it then.
 
-The fence alone is not enough for the tables. While the process was frozen the group may have given
-its partitions to another worker and, once it woke, back to it: faust then sees partitions it never
-lost and recovers nothing, so a window table keeps the state it had before the freeze, without the
-turns the other owner added meanwhile (a chaos run lost 18 turns of one conversation this way: the
-stale window was written over the newer one, and the offsets were already past those turns). So a
-worker (``on_freeze``) exits for a restart as soon as it notices a freeze: a fresh process recovers
-every table from its changelogs, and what it had not committed comes again.
+The fence alone is not enough for the tables. While the process was frozen the group may give its
+partitions to another worker and, once it woke, back to it; a chaos run then saw the woken worker
+write a window as it was before the freeze, over the other owner's newer one, with the input offsets
+already past the turns in between (18 lost). So a worker (``on_freeze``) exits for a restart as soon
+as it notices a freeze: a fresh process recovers every table from its changelogs before it handles
+anything, and what it had not committed comes again.
 """
 
 from __future__ import annotations
