@@ -33,9 +33,9 @@ DATA = {
 BUDGETS = (("K = 10", 10, None), ("300 tokens", fill_k(300), 300), ("1,000 tokens", fill_k(1000), 1000))
 
 
-def mean_scores(rows: list[tuple[BenchQuestion, dict[str, float]]]) -> dict:
+def mean_scores(rows: list[tuple[BenchQuestion, dict[str, float]]], *, per_conversation: bool) -> dict:
     """Mean of each metric over ``(question, scores)`` rows, overall, per group (category or question
-    type) and per conversation (LongMemEval: one per question, so left out)."""
+    type) and, with ``per_conversation``, per conversation (LongMemEval has one per question)."""
     overall: dict[str, list[float]] = {}
     by: dict[str, dict[str, dict[str, list[float]]]] = {"per_group": {}, "per_conversation": {}}
     for q, scores in rows:
@@ -43,9 +43,12 @@ def mean_scores(rows: list[tuple[BenchQuestion, dict[str, float]]]) -> dict:
             overall.setdefault(metric, []).append(value)
             by["per_group"].setdefault(q.group, {}).setdefault(metric, []).append(value)
             by["per_conversation"].setdefault(q.conversation_id, {}).setdefault(metric, []).append(value)
-    if len(by["per_conversation"]) == len(rows):
+    if not per_conversation:
         del by["per_conversation"]
-    mean = lambda metrics: {m: round(sum(v) / len(v), 4) for m, v in metrics.items()}  # noqa: E731
+
+    def mean(metrics: dict[str, list[float]]) -> dict[str, float]:
+        return {m: round(sum(v) / len(v), 4) for m, v in metrics.items()}
+
     return {"recall": mean(overall), **{name: {key: mean(d[key]) for key in sorted(d)} for name, d in by.items()}}
 
 
@@ -69,6 +72,7 @@ def main() -> None:
     settings = Settings(data_dir=args.run / "deployment")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     questions = [q for q in bench.questions if bench.split(q.qid) == args.split and q.retrieval_scored]
+    by_conversation = args.bench == "locomo"  # LongMemEval: a conversation (haystack) per question
     result: dict = {
         "bench": args.bench,
         "commit": source_commit(),
@@ -112,9 +116,14 @@ def main() -> None:
                     for baseline, ranking in rankings.get(q.qid, {}).items():
                         chosen, _ = take_units(ranking, max(reply.context_tokens, 1))
                         theirs.setdefault(baseline, []).append((q, score(q, [u.turn_id for u in chosen])))
-                rows[label] = {**mean_scores(mine), "evidence_tokens": round(tokens / len(questions), 1)}
+                rows[label] = {
+                    **mean_scores(mine, per_conversation=by_conversation),
+                    "evidence_tokens": round(tokens / len(questions), 1),
+                }
                 if theirs:
-                    rows[label]["baselines_at_these_tokens"] = {b: mean_scores(r) for b, r in theirs.items()}
+                    rows[label]["baselines_at_these_tokens"] = {
+                        b: mean_scores(r, per_conversation=by_conversation) for b, r in theirs.items()
+                    }
                 print(name, label, rows[label]["recall"], rows[label]["evidence_tokens"], flush=True)
                 for b, r in rows[label].get("baselines_at_these_tokens", {}).items():
                     print("   ", b, r["recall"], flush=True)
