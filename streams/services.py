@@ -45,9 +45,9 @@ class Services:
         from memstream.adapters.encoder_attention import EncoderAttention
 
         s = self.settings
-        # The attention pass follows the embedder: ONNX Runtime (fp32 for both onnx backends) or torch.
+        # The attention pass runs as the embedder does: ONNX Runtime (fp32 for both onnx backends) or torch.
         backend = "torch" if s.embedding_backend == "torch" else "onnx"
-        attention = EncoderAttention(s.embedding_model, backend=backend, threads=s.torch_threads)
+        attention = EncoderAttention(s.segment_attention_model, backend=backend, threads=s.torch_threads)
         log.info(
             "attention encoder loaded: %s (%d layers x %d heads, %s)",
             attention.name,
@@ -87,10 +87,10 @@ class Services:
         if s.segment_heads:
             heads = tuple((int(layer), int(h)) for layer, h in (item.split(":") for item in s.segment_heads.split(",")))
         elif s.segment_method != "similarity":
-            from memstream.adapters.encoder_attention import load_heads, model_name
-            from memstream.adapters.st_embedder import default_model_path
+            from memstream.adapters.encoder_attention import load_heads
+            from memstream.adapters.packaged_models import model_name, model_path
 
-            name = model_name(s.embedding_model or default_model_path())
+            name = model_name(model_path(s.segment_attention_model))
             heads = load_heads(name)
             if not heads:
                 log.warning(

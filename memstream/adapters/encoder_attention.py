@@ -19,6 +19,8 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from .packaged_models import model_name, model_path
+
 # Calibrated "semantic" heads per encoder (memstream bench calibrate-heads writes it).
 HEADS_FILE = Path(__file__).resolve().parent.parent / "data" / "attention_heads.json"
 
@@ -26,21 +28,12 @@ AttentionBackend = Literal["torch", "onnx"]
 MassFn = Callable[[list[int], np.ndarray, np.ndarray], np.ndarray]  # ids, rows_mean, cols_sum -> mass
 
 
-def model_name(path: str) -> str:
-    """A stable name for a model folder (the packaged MiniLM lives in a folder called ``model``)."""
-    from .st_embedder import default_model_path
-
-    if os.path.realpath(path) == os.path.realpath(default_model_path()):
-        return "all-MiniLM-L6-v2"
-    return os.path.basename(path.rstrip("/")) or path
-
-
 class EncoderAttention:
     """Per-head cohesion of adjacent turns from a BERT-style encoder (the embedder's own weights)."""
 
     def __init__(
         self,
-        model_path: str | None = None,
+        model: str | None = None,
         *,
         turn_tokens: int = 40,
         max_tokens: int = 512,
@@ -51,9 +44,7 @@ class EncoderAttention:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoConfig, AutoTokenizer
 
-        from .st_embedder import default_model_path
-
-        path = model_path or default_model_path()
+        path = model_path(model)
         self.name = model_name(path)
         self.backend = backend
         self._tokenizer = AutoTokenizer.from_pretrained(path)

@@ -146,6 +146,11 @@ class OnnxEncoder:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        # The exporter drops inputs the model never reads (MPNet has no token types).
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        # Padding is masked out, but MPNet numbers positions from the tokens that are not its pad id.
+        padding = json.loads((folder / "tokenizer.json").read_text()).get("padding") or {}
+        self._pad_id = int(padding.get("pad_id", 0))
         self.dim = int(json.loads((folder / "config.json").read_text())["hidden_size"])  # mean pooling keeps it
 
     def encode(self, texts: Sequence[str], *, batch_size: int, batch_tokens: int = 0) -> np.ndarray:
@@ -157,12 +162,13 @@ class OnnxEncoder:
         vectors, order = [], []
         for batch in length_batches([len(e) for e in encodings], batch_size, batch_tokens):
             rows = [encodings[i] for i in batch]
-            ids = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
+            ids = np.full((len(rows), max(map(len, rows))), self._pad_id, dtype=np.int64)
             mask = np.zeros_like(ids)
             for r, row in enumerate(rows):
                 ids[r, : len(row)] = row
                 mask[r, : len(row)] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            feeds = {name: value for name, value in feeds.items() if name in self._inputs}
             vectors.append(mean_pooled(self._session.run(None, feeds)[0], mask))
             order += batch
         sorted_vectors = np.concatenate(vectors)

