@@ -132,7 +132,9 @@ def _torch_mass(path: str) -> MassFn:
 def _onnx_mass(model_dir: Path, threads: int) -> MassFn:
     import onnxruntime as ort
 
-    from .onnx_encoder import OPSET, export_once, model_cache_folder
+    from memstream.cache import made_once
+
+    from .onnx_encoder import OPSET, model_cache_folder
 
     def export(target: Path) -> None:
         import torch
@@ -157,7 +159,7 @@ def _onnx_mass(model_dir: Path, threads: int) -> MassFn:
                 dynamo=False,
             )
 
-    path = export_once(model_cache_folder(model_dir) / "attention-mass.onnx", export)
+    path = made_once(model_cache_folder(model_dir) / "attention-mass.onnx", export)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads

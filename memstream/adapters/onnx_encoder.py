@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from memstream.cache import cache_dir as cache_dir_of
+from memstream.cache import made_once
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
@@ -24,11 +24,6 @@ OPSET = 17
 
 class UnsupportedModel(ValueError):
     """The model folder is not one the ONNX backend can run exactly like sentence-transformers."""
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "memstream" / "onnx"
 
 
 def check_mean_pooled(model_dir: Path) -> int:
@@ -94,28 +89,13 @@ def export_onnx(model_dir: Path, target: Path) -> None:
 
 def model_cache_folder(model_dir: Path, cache_dir: Path | None = None) -> Path:
     """Where the exports of this model (this version of its weights) live."""
-    return (cache_dir or default_cache_dir()) / f"{model_dir.name}-{model_fingerprint(model_dir)}"
-
-
-def export_once(target: Path, export: Callable[[Path], None]) -> Path:
-    """``target``, made by ``export(tmp_path)`` the first time only; concurrent first runs (two
-    workers) each write their own temporary file and the rename is atomic."""
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
-    try:
-        export(work / target.name)
-        os.replace(work / target.name, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+    return (cache_dir or cache_dir_of("onnx")) / f"{model_dir.name}-{model_fingerprint(model_dir)}"
 
 
 def exported_model(model_dir: Path, *, quantized: bool, cache_dir: Path | None = None) -> Path:
     """The model's ONNX file (int8-quantised with ``quantized``), exported once into the cache."""
     folder = model_cache_folder(model_dir, cache_dir)
-    fp32 = export_once(folder / "model.onnx", lambda tmp: export_onnx(model_dir, tmp))
+    fp32 = made_once(folder / "model.onnx", lambda tmp: export_onnx(model_dir, tmp))
     if not quantized:
         return fp32
 
@@ -125,7 +105,7 @@ def exported_model(model_dir: Path, *, quantized: bool, cache_dir: Path | None =
         # Per output channel: one scale per tensor drifted much further from torch on short texts.
         quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
 
-    return export_once(folder / "model-int8-per-channel.onnx", quantize)
+    return made_once(folder / "model-int8-per-channel.onnx", quantize)
 
 
 class OnnxEncoder:
@@ -148,9 +128,6 @@ class OnnxEncoder:
         self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         # The exporter drops inputs the model never reads (MPNet has no token types).
         self._inputs = {i.name for i in self._session.get_inputs()}
-        # Padding is masked out, but MPNet numbers positions from the tokens that are not its pad id.
-        padding = json.loads((folder / "tokenizer.json").read_text()).get("padding") or {}
-        self._pad_id = int(padding.get("pad_id", 0))
         self.dim = int(json.loads((folder / "config.json").read_text())["hidden_size"])  # mean pooling keeps it
 
     def encode(self, texts: Sequence[str], *, batch_size: int, batch_tokens: int = 0) -> np.ndarray:
@@ -162,7 +139,7 @@ class OnnxEncoder:
         vectors, order = [], []
         for batch in length_batches([len(e) for e in encodings], batch_size, batch_tokens):
             rows = [encodings[i] for i in batch]
-            ids = np.full((len(rows), max(map(len, rows))), self._pad_id, dtype=np.int64)
+            ids = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
             mask = np.zeros_like(ids)
             for r, row in enumerate(rows):
                 ids[r, : len(row)] = row

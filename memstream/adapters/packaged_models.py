@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
+
+from memstream.cache import cache_dir as cache_dir_of
+from memstream.cache import made_once
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -23,11 +25,6 @@ MPNET_PARTS = 5
 
 class ModelNotInstalled(RuntimeError):
     """A packaged model was named whose packages are not installed."""
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "memstream" / "models"
 
 
 def minilm_path() -> str:
@@ -55,34 +52,27 @@ def mpnet_part_files() -> list[Path]:
     return parts
 
 
+def unpack_mpnet(parts: list[Path], folder: Path) -> None:
+    """The model folder from the pieces of its zip, joined beside ``folder``."""
+    joined = folder.with_name(f"{MPNET}.zip")
+    with joined.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, out, 16 << 20)
+    with zipfile.ZipFile(joined) as archive:
+        archive.extractall(folder.with_name("unpacked"))
+    (folder.with_name("unpacked") / MPNET).rename(folder)
+    for junk in folder.rglob("desktop.ini"):  # shipped by the packager; not part of the model
+        junk.unlink()
+
+
 def assemble_mpnet(cache_dir: Path | None = None) -> Path:
-    """The unpacked model folder, made the first time only; concurrent first runs (two workers) each
-    unpack into their own temporary folder and the first rename wins."""
-    target = (cache_dir or default_cache_dir()) / MPNET
-    if (target / "model.safetensors").is_file():
+    """The unpacked model folder, made the first time only (``memstream.cache.made_once``)."""
+    target = (cache_dir or cache_dir_of("models")) / MPNET
+    if target.exists():
         return target
-    parts = mpnet_part_files()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
-    try:
-        joined = work / f"{MPNET}.zip"
-        with joined.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, out, 16 << 20)
-        with zipfile.ZipFile(joined) as archive:
-            archive.extractall(work / "unpacked")
-        folder = work / "unpacked" / MPNET
-        for junk in folder.rglob("desktop.ini"):  # shipped by the packager; not part of the model
-            junk.unlink()
-        try:
-            os.replace(folder, target)
-        except OSError:
-            if not (target / "model.safetensors").is_file():  # lost the race to a finished unpack: fine
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+    parts = mpnet_part_files()  # before anything is made: a missing package leaves nothing behind
+    return made_once(target, lambda folder: unpack_mpnet(parts, folder))
 
 
 def model_path(model: str | None) -> str:

@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 Backend = Literal["torch", "onnx", "onnx-int8"]
 
 
-def default_model_path() -> str:
-    return model_path(None)
-
-
 class SentenceTransformerEmbedder:
     def __init__(
         self,

@@ -13,14 +13,15 @@ incompatibility, not a naming one. On glibc >= 2.38 nothing happens.
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
+
+from memstream.cache import cache_dir as cache_dir_of
+from memstream.cache import made_once
 
 _C23_PREFIX = "__isoc23_"
 _SHT_DYNSYM = 11
@@ -172,11 +173,6 @@ def _libraries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.startswith("lib") and ".so" in p.name)
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "memstream" / "native"
-
-
 def compatible_library_dir(cache_dir: Path | None = None) -> Path | None:
     """The folder to load llama.cpp from: None for the wheel's own (this glibc is new enough, or this
     is not glibc), else a cache folder with patched copies, made once per wheel build and glibc."""
@@ -186,26 +182,18 @@ def compatible_library_dir(cache_dir: Path | None = None) -> Path | None:
     if running is None or not any(needs_patch(lib, running) for lib in libraries):
         return None
     stamp = f"{bundled.stat().st_mtime_ns}-{sum(lib.stat().st_size for lib in libraries)}"
-    target = (cache_dir or default_cache_dir()) / f"llama-cpp-py-sync-{stamp}-glibc{'.'.join(map(str, running))}"
-    if (target / "libllama.so").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Built beside the target and renamed into place: concurrent starts never load a half-written copy.
-    work = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
+    target = (cache_dir or cache_dir_of("native")) / f"llama-cpp-py-sync-{stamp}-glibc{'.'.join(map(str, running))}"
+
+    def patched_copies(folder: Path) -> None:
+        folder.mkdir()
         for lib in libraries:
             data = bytearray(lib.read_bytes())
             patch_library(data, running)
-            (work / lib.name).write_bytes(data)
-            shutil.copymode(lib, work / lib.name)
-        try:
-            work.rename(target)
-        except OSError:  # another process made it first
-            if not (target / "libllama.so").is_file():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+            (folder / lib.name).write_bytes(data)
+            shutil.copymode(lib, folder / lib.name)
+
+    # Made beside the target and renamed into place: concurrent starts never load a half-written copy.
+    return made_once(target, patched_copies)
 
 
 def use_compatible_libraries(cache_dir: Path | None = None) -> Path | None:

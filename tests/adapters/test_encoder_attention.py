@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from memstream.adapters.encoder_attention import EncoderAttention, eager_model, load_heads
-from memstream.adapters.st_embedder import default_model_path
+from memstream.adapters.packaged_models import minilm_path
 from memstream.processors.segment import head_scores
 
 TEXTS = [
@@ -25,7 +25,7 @@ def attention(request) -> EncoderAttention:
 
 @pytest.fixture(scope="module")
 def reference_model():
-    return eager_model(default_model_path())
+    return eager_model(minilm_path())
 
 
 def reference_cohesion(att: EncoderAttention, model, texts: list[str]) -> np.ndarray:

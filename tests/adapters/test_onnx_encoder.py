@@ -14,7 +14,8 @@ from memstream.adapters.onnx_encoder import (
     mean_pooled,
     model_fingerprint,
 )
-from memstream.adapters.st_embedder import SentenceTransformerEmbedder, default_model_path
+from memstream.adapters.packaged_models import minilm_path
+from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 
 TEXTS = [
     "Caroline went to an LGBTQ support group yesterday.",
@@ -75,7 +76,7 @@ def _folder(tmp_path: Path, pooling: dict, modules: list[str]) -> Path:
 
 
 def test_only_mean_pooled_models_are_taken(tmp_path):
-    assert check_mean_pooled(Path(default_model_path())) == 256
+    assert check_mean_pooled(Path(minilm_path())) == 256
     mean = {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}
     assert check_mean_pooled(_folder(tmp_path / "a", mean, ["Transformer", "Pooling"])) == 128
     cls = {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}
@@ -110,24 +111,21 @@ def test_workers_embed_with_the_configured_backend_and_device():
 
 
 def _tiny_mpnet(folder: Path) -> Path:
-    """A small random MPNet as a sentence-transformers folder (MiniLM's word pieces; pad id 1, as
-    MPNet's own tokenizer has it): a model that takes no token types."""
+    """A small random MPNet as a sentence-transformers folder (MiniLM's word pieces): a model that
+    takes no token types."""
     import shutil
 
     from transformers import MPNetConfig, MPNetModel
 
-    minilm = Path(default_model_path())
+    minilm = Path(minilm_path())
     config = MPNetConfig(
         vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
     )
     MPNetModel(config).save_pretrained(str(folder))
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "modules.json"):
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "modules.json"):
         shutil.copy(minilm / name, folder / name)
     shutil.copytree(minilm / "1_Pooling", folder / "1_Pooling")
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
-    tokenizer = json.loads((minilm / "tokenizer.json").read_text())
-    tokenizer["padding"] = {**(tokenizer.get("padding") or {}), "pad_id": 1}
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     return folder
 
 
