@@ -43,6 +43,7 @@ from memstream.adapters.qdrant_store import (
     COLLECTION_PREFIX,
     _dense,
     _settable,
+    dimension_mismatch,
 )
 from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
@@ -141,7 +142,7 @@ class QdrantEdgeStore:
                 if saved.exists():  # a clear error, also for a shard a read has already opened
                     stored = json.loads(saved.read_text()).get("vectors", {}).get("", {}).get("size")
                     if stored != dim:
-                        raise ValueError(f"{full} holds {stored}-d vectors, not {dim}-d")
+                        raise dimension_mismatch(full, stored, dim)
                 shard = self._shard(name, dim=dim)
                 assert shard is not None
                 have = shard.info().payload_schema

@@ -50,6 +50,16 @@ _INT_FIELDS = ("seq",)
 _BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
 
 
+def dimension_mismatch(full: str, stored: object, dim: int) -> ValueError:
+    """The error for a collection whose vectors another embedder made: upserts and searches would
+    fail later, or (same size, another model) mix vectors that cannot be compared."""
+    return ValueError(
+        f"{full} holds {stored}-d vectors, not {dim}-d: the store was built with another embedder. "
+        "Set MEMSTREAM_EMBEDDING_MODEL to the one it was built with, or use a new store "
+        "(MEMSTREAM_DATA_DIR, or another Qdrant server)"
+    )
+
+
 class QdrantStore:
     def __init__(self, *, url: str | None = None, api_key: str | None = None, path: Path | None = None):
         if url:
@@ -85,12 +95,17 @@ class QdrantStore:
                         vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
                         sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
                     )
-                elif not self._has_bm25(full):
-                    log.warning(
-                        "%s predates BM25 support: texts are not indexed and search_text fails; "
-                        "recreate the collection to search it lexically",
-                        full,
-                    )
+                else:
+                    vectors = self._client.get_collection(full).config.params.vectors
+                    stored = vectors.size if isinstance(vectors, models.VectorParams) else None
+                    if stored != dim:
+                        raise dimension_mismatch(full, stored, dim)
+                    if not self._has_bm25(full):
+                        log.warning(
+                            "%s predates BM25 support: texts are not indexed and search_text fails; "
+                            "recreate the collection to search it lexically",
+                            full,
+                        )
                 if not self.embedded:  # payload indexes only exist on a server
                     self._create_indexes(full)
                 self._ready.add(full)

@@ -210,6 +210,21 @@ def test_points_persist_after_close_and_reopen(kind, tmp_path):
         s.close()
 
 
+def test_a_store_built_with_another_embedders_size_is_refused_with_a_clear_error(kind, tmp_path):
+    s = _open(kind, tmp_path / "q")
+    s.ensure_collections([COLL], DIM)
+    fill(s)
+    s.close()
+    s = _open(kind, tmp_path / "q")
+    try:
+        with pytest.raises(ValueError, match=r"holds 4-d vectors, not 8-d: the store was built with another embedder"):
+            s.ensure_collections([COLL], 2 * DIM)
+        s.ensure_collections([COLL], DIM)  # the refusal changed nothing: the right size still opens it
+        assert s.count(COLL) == 4
+    finally:
+        s.close()
+
+
 def test_every_read_needs_a_tenant(store):
     fill(store)
     with pytest.raises(ValueError):
