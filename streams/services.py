@@ -10,6 +10,7 @@ from memstream.config import Settings
 from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder
+from memstream.processors.fingerprint import META, check_embedder
 from memstream.processors.graph import GraphParams
 from memstream.processors.index import COLLECTIONS
 from memstream.processors.query import QueryOptions
@@ -113,7 +114,12 @@ class Services:
         from memstream.adapters import open_store
 
         store = open_store(self.settings)
-        store.ensure_collections(COLLECTIONS, self.embedder.dim)
+        try:
+            store.ensure_collections((*COLLECTIONS, META), self.embedder.dim)
+            check_embedder(store, self.embedder)  # same size, another model: refused here, not searched as noise
+        except Exception:
+            store.close()  # an embedded store's folder lock goes with it
+            raise
         log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
         return MeteredStore(store, self.metrics)
 
