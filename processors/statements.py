@@ -38,9 +38,12 @@ _FIRST_PERSON_VERB = re.compile(
     r"dislike|disliked|adore|adored)\b",
     re.I,
 )
+# "into" is a taste right after "I'm" and an intensifier ("I'm really into board games"); after a verb
+# it is a phrasal verb ("I'm looking into adoption agencies", "we're moving into a flat").
+_DEGREE = r"(?:not|a|an|such|big|huge|really|so|totally|very|quite|pretty|also|just|still|definitely)"
 _FIRST_PERSON_OTHER = re.compile(
     r"\bmy\s+(?:\w+\s+)?favou?rite\b"
-    r"|\b(?:i'm|i am|we're|we are)\s+(?:\w+\s+){0,2}?(?:fan of|into)\b"
+    rf"|\b(?:i'm|i am|we're|we are)\s+(?:{_DEGREE}\s+){{0,3}}(?:fan of|into)\b"
     r"|\b(?:i|we)\s+(?:can't|cannot|can not)\s+stand\b",
     re.I,
 )

@@ -41,6 +41,18 @@ def test_a_statement_of_the_speakers_own_taste(sentence):
     assert speakers_preference(sentence)
 
 
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "And here's one of the adoption agencies I'm looking into.",
+        "We're moving into a bigger flat next month.",
+        "I'm going into the office early tomorrow.",
+    ],
+)
+def test_into_after_a_verb_is_no_taste(sentence):
+    assert not speakers_preference(sentence)
+
+
 def test_a_card_is_a_preference_whoever_holds_it_but_never_a_question():
     assert states_preference("My sister loves jazz.") and not speakers_preference("My sister loves jazz.")
     assert not states_preference("Do you love jazz?") and is_question("Do you love jazz?")
