@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import signal
@@ -854,6 +855,11 @@ def _e2e_options(
     )
 
 
+def _e2e_options_from(given: dict):  # noqa: ANN202 - E2EOptions, imported lazily
+    """The shared options from a bench command's parameters, which carry ``_e2e_options``'s names."""
+    return _e2e_options(**{name: given[name] for name in inspect.signature(_e2e_options).parameters})
+
+
 def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
     from memstream.bench.e2e import Runner, Ui
 
@@ -989,6 +995,7 @@ def locomo(
 ) -> None:
     """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
+    given = dict(locals())  # the parameters, before any other local
     from memstream.bench.cases import locomo_set
 
     try:
@@ -1003,20 +1010,7 @@ def locomo(
         raise typer.BadParameter(str(exc)) from exc
     _run_e2e(
         bench_set,
-        _e2e_options(
-            out=out,
-            extract=extract,
-            consolidate=consolidate,
-            llm=llm,
-            judge_base_url=judge_base_url,
-            judge_model=judge_model,
-            planner=planner,
-            k=k,
-            sweep_k=sweep_k,
-            sweep_tokens=sweep_tokens,
-            torch_threads=torch_threads,
-            seed=seed,
-        ),
+        _e2e_options_from(given),
         fresh,
     )
 
@@ -1050,6 +1044,7 @@ def longmemeval(
     """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
     asked over request/reply; session and turn recall per type against the baselines, costs, speed;
     with --llm, answers judged with per-type rubrics (abstention apart)."""
+    given = dict(locals())  # the parameters, before any other local
     from memstream.bench.cases import longmemeval_set
 
     try:
@@ -1058,19 +1053,6 @@ def longmemeval(
         raise typer.BadParameter(str(exc)) from exc
     _run_e2e(
         bench_set,
-        _e2e_options(
-            out=out,
-            extract=extract,
-            consolidate=consolidate,
-            llm=llm,
-            judge_base_url=judge_base_url,
-            judge_model=judge_model,
-            planner=planner,
-            k=k,
-            sweep_k=sweep_k,
-            sweep_tokens=sweep_tokens,
-            torch_threads=torch_threads,
-            seed=seed,
-        ),
+        _e2e_options_from(given),
         fresh,
     )

@@ -33,7 +33,7 @@ def check_embedder(store: VectorStore, embedder: Embedder) -> float | None:
     collection must exist (``ensure_collections`` with the embedder's size)."""
     vector = np.asarray(embedder.embed([FINGERPRINT_TEXT])[0], dtype=np.float32)
     kept = store.scroll(META, SYSTEM_TENANT, limit=1, with_vectors=True)
-    if not kept or kept[0].vector is None:
+    if not kept:
         payload = {"tenant_id": SYSTEM_TENANT, "kind": "embedder_fingerprint", "model": embedder.name}
         store.upsert(META, [StorePoint(FINGERPRINT_ID, vector.tolist(), payload)])
         return None

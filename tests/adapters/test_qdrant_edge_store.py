@@ -193,36 +193,33 @@ def test_count_with_and_without_a_tenant(store):
     assert store.count("never_created") == 0
 
 
-def test_points_persist_after_close_and_reopen(kind, tmp_path):
+@pytest.fixture
+def reopened(kind, tmp_path):  # noqa: ANN001
+    """A store filled with ROWS, closed, and opened again (its collections not yet ensured)."""
     s = _open(kind, tmp_path / "q")
     s.ensure_collections([COLL], DIM)
     fill(s)
     s.close()
     s = _open(kind, tmp_path / "q")
-    try:
-        assert s.count(COLL) == 4  # readable before ensure_collections
-        s.ensure_collections([COLL], DIM)  # idempotent on an existing collection
-        s.ensure_collections([COLL], DIM)
-        assert s.count(COLL) == 4
-        hits = s.search(COLL, "t1", unit(1, 0, 0, 0), where=StoreFilter(any_of={"turn_ids": ["D1:1"]}), limit=3)
-        assert [h.id for h in hits] == [pid(1)] and hits[0].payload["subject"] == "Maria"
-    finally:
-        s.close()
-
-
-def test_a_store_built_with_another_embedders_size_is_refused_with_a_clear_error(kind, tmp_path):
-    s = _open(kind, tmp_path / "q")
-    s.ensure_collections([COLL], DIM)
-    fill(s)
+    yield s
     s.close()
-    s = _open(kind, tmp_path / "q")
-    try:
-        with pytest.raises(ValueError, match=r"holds 4-d vectors, not 8-d: the store was built with another embedder"):
-            s.ensure_collections([COLL], 2 * DIM)
-        s.ensure_collections([COLL], DIM)  # the refusal changed nothing: the right size still opens it
-        assert s.count(COLL) == 4
-    finally:
-        s.close()
+
+
+def test_points_persist_after_close_and_reopen(reopened):
+    s = reopened
+    assert s.count(COLL) == 4  # readable before ensure_collections
+    s.ensure_collections([COLL], DIM)  # idempotent on an existing collection
+    s.ensure_collections([COLL], DIM)
+    assert s.count(COLL) == 4
+    hits = s.search(COLL, "t1", unit(1, 0, 0, 0), where=StoreFilter(any_of={"turn_ids": ["D1:1"]}), limit=3)
+    assert [h.id for h in hits] == [pid(1)] and hits[0].payload["subject"] == "Maria"
+
+
+def test_a_store_built_with_another_embedders_size_is_refused_with_a_clear_error(reopened):
+    with pytest.raises(ValueError, match=r"holds 4-d vectors, not 8-d: the store was built with another embedder"):
+        reopened.ensure_collections([COLL], 2 * DIM)
+    reopened.ensure_collections([COLL], DIM)  # the refusal changed nothing: the right size still opens it
+    assert reopened.count(COLL) == 4
 
 
 def test_every_read_needs_a_tenant(store):

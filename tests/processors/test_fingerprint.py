@@ -37,21 +37,21 @@ def minilm() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
-def _open(kind: str, path):  # noqa: ANN001
+def _open(kind: str, path, dim: int):  # noqa: ANN001
     store = QdrantStore(path=path) if kind == "local" else QdrantEdgeStore(path)
-    store.ensure_collections((*COLLECTIONS, META), 384)
+    store.ensure_collections((*COLLECTIONS, META), dim)
     return store
 
 
 @pytest.mark.parametrize("kind", ["local", "edge"])
 def test_the_first_embedder_is_kept_and_another_of_the_same_size_is_refused(kind, tmp_path, minilm):
-    store = _open(kind, tmp_path / "q")
+    store = _open(kind, tmp_path / "q", minilm.dim)
     try:
         assert check_embedder(store, minilm) is None  # a new store takes this embedder's fingerprint
         assert check_embedder(store, minilm) == pytest.approx(1.0, abs=1e-4)
     finally:
         store.close()
-    store = _open(kind, tmp_path / "q")  # reopened: the fingerprint persisted
+    store = _open(kind, tmp_path / "q", minilm.dim)  # reopened: the fingerprint persisted
     try:
         with pytest.raises(EmbedderMismatch, match="built with the embedder 'all-MiniLM-L6-v2', not 'rotated-MiniLM'"):
             check_embedder(store, RotatedEmbedder(minilm))
@@ -62,7 +62,7 @@ def test_the_first_embedder_is_kept_and_another_of_the_same_size_is_refused(kind
 
 
 def test_the_int8_backend_of_the_same_model_is_the_same_embedder(tmp_path, minilm):
-    store = _open("edge", tmp_path / "q")
+    store = _open("edge", tmp_path / "q", minilm.dim)
     try:
         check_embedder(store, minilm)
         assert check_embedder(store, SentenceTransformerEmbedder(backend="onnx-int8")) > 0.99
