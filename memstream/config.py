@@ -174,6 +174,9 @@ class Settings(BaseSettings):
     embedding_device: str = Field(
         "cpu", pattern=r"^(cpu|cuda(:\d+)?|auto)$", description="torch backend: cpu, cuda[:N] or auto (CUDA if seen)"
     )
+    embedding_precision: Literal["float32", "float16"] = Field(
+        "float32", description="torch backend on CUDA: float16 halves weights and activations (docs/capacity.md)"
+    )
     embedding_cache: int = Field(
         32768,
         ge=0,

@@ -86,6 +86,9 @@ def model_path(model: str | None) -> str:
 
 def model_name(path: str) -> str:
     """A stable name for a model folder (the packaged MiniLM lives in a folder called ``model``)."""
-    if os.path.realpath(path) == os.path.realpath(minilm_path()):
-        return MINILM
+    try:
+        if os.path.realpath(path) == os.path.realpath(minilm_path()):
+            return MINILM
+    except ImportError:  # a folder given where the MiniLM package is not installed (a GPU machine)
+        pass
     return os.path.basename(path.rstrip("/")) or path

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from memstream.config import Settings
 
 Backend = Literal["torch", "onnx", "onnx-int8"]
+Precision = Literal["float32", "float16"]
 
 
 class SentenceTransformerEmbedder:
@@ -32,12 +33,14 @@ class SentenceTransformerEmbedder:
         batch_tokens: int = 0,
         device: str = "cpu",
         backend: Backend = "torch",
+        precision: Precision = "float32",
         threads: int = 1,
         cache_size: int = 4096,
         on_embed: Callable[[int, int], None] | None = None,
     ):
         """``on_embed(computed, from_cache)`` is called after every ``embed`` (metrics). ``device``
-        (``cpu``, ``cuda``, ``auto``) is torch's; ``threads`` ONNX Runtime's (0 = its default)."""
+        (``cpu``, ``cuda``, ``auto``) is torch's, and so is ``precision`` (``float16`` halves the weights
+        and activations: a GPU's setting); ``threads`` ONNX Runtime's (0 = its default)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         path = model_path(model)
@@ -45,9 +48,12 @@ class SentenceTransformerEmbedder:
         self.backend = backend
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens  # onnx only: sentence-transformers batches by count
+        self.dtype = "float32"
         self._encode: Callable[[list[str]], np.ndarray]
+        if precision != "float32" and backend != "torch":
+            raise ValueError(f"embedding precision {precision!r} needs the torch backend, not {backend!r}")
         if backend == "torch":
-            self.dim = self._load_torch(path, resolve_device(device))
+            self.dim = self._load_torch(path, resolve_device(device), precision)
         elif backend in ("onnx", "onnx-int8"):
             from .onnx_encoder import OnnxEncoder
 
@@ -74,6 +80,7 @@ class SentenceTransformerEmbedder:
             "batch_tokens": settings.embedding_batch_tokens,
             "device": settings.embedding_device,
             "backend": settings.embedding_backend,
+            "precision": settings.embedding_precision,
             "threads": settings.torch_threads,
             **options,
         }
@@ -123,10 +130,18 @@ class SentenceTransformerEmbedder:
         """The raw model speed (benchmarks): no cache on the way."""
         return np.asarray(self._encode(list(texts)), dtype=np.float32)
 
-    def _load_torch(self, path: str, device: str) -> int:
+    def _load_torch(self, path: str, device: str, precision: Precision) -> int:
+        import torch
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(path, device=device)
+        # Loaded in float32 whatever the weights were saved in (transformers would keep a float16 file's
+        # dtype); float16 is then a choice, not an accident of the file.
+        model = SentenceTransformer(path, device=device, model_kwargs={"dtype": torch.float32})
+        if precision == "float16":
+            if not device.startswith("cuda"):
+                raise ValueError("embedding precision float16 needs a CUDA device (CPUs run it slower, not faster)")
+            model.half()
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # what really runs
         self._encode = lambda texts: model.encode(
             texts,
             batch_size=self.batch_size,

@@ -54,3 +54,32 @@ def test_every_call_reports_what_it_computed_and_what_the_cache_answered():
     embedder.embed(["Caroline", "a sunny day in Lisbon"])
     embedder.embed(["Caroline", "Melanie", "Caroline"])
     assert counts == [(2, 0), (1, 2)]
+
+
+def test_float16_is_refused_where_it_cannot_help():
+    # float16 is a GPU setting: on a CPU it is slower, and the ONNX backends have no such switch.
+    with pytest.raises(ValueError, match="CUDA"):
+        SentenceTransformerEmbedder(backend="torch", device="cpu", precision="float16")
+    with pytest.raises(ValueError, match="torch backend"):
+        SentenceTransformerEmbedder(backend="onnx", precision="float16")
+
+
+def test_a_float16_file_is_still_run_in_float32(tmp_path):
+    # transformers keeps a float16 file's dtype unless told otherwise; precision float32 must mean it.
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from memstream.adapters.packaged_models import minilm_path
+
+    folder = tmp_path / "minilm16"
+    shutil.copytree(minilm_path(), folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    save_file(
+        {k: (v.half() if v.is_floating_point() else v) for k, v in weights.items()}, str(folder / "model.safetensors")
+    )
+    halved = SentenceTransformerEmbedder(str(folder), backend="torch", cache_size=0)
+    full = SentenceTransformerEmbedder(backend="torch", cache_size=0)
+    texts = ["Nora's pottery class meets on Thursdays.", "Tomas adopted a dog named Pico."]
+    assert halved.dtype == "float32"
+    assert np.min(np.sum(halved.embed(texts) * full.embed(texts), axis=1)) > 0.9999
