@@ -335,7 +335,7 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
     """Open the run's stores (its workers must be stopped) and ablate."""
     import contextlib
 
-    from memstream.adapters import open_store
+    from memstream.adapters import open_existing_store
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
     from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
     from memstream.config import Settings
@@ -352,7 +352,7 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     turns = [t for ts in bench.conversations.values() for t in ts]
     with contextlib.ExitStack() as opened:
-        store = opened.enter_context(contextlib.closing(open_store(settings)))
+        store = opened.enter_context(contextlib.closing(open_existing_store(settings)))
         whole = opened.enter_context(contextlib.closing(baseline_store(options.run / "baseline", turns, embedder)))
         sentences = opened.enter_context(
             contextlib.closing(sentence_baseline_store(options.run / SENTENCE_STORE, turns, embedder))

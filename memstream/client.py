@@ -451,11 +451,13 @@ class AsyncMemoryClient:
         """Every memory of the scope (raw turns, cards with provenance and versions, scenes, profile
         items, triggers), read from the store itself, not over Kafka. The embedded store is one
         process's: stop its workers first; a Qdrant server (``MEMSTREAM_QDRANT_URL``) needs no stop."""
-        from memstream.adapters import open_store
+        from memstream.adapters import StoreNotFound, open_existing_store
         from memstream.processors.export import export_records
 
         try:
-            store = open_store(self.settings)
+            store = open_existing_store(self.settings)
+        except StoreNotFound as exc:
+            raise MemstreamError(str(exc)) from None
         except RuntimeError as exc:
             raise MemstreamError(f"cannot open the store: {exc}") from exc
         try:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memstream.schemas.topics import Topic
@@ -74,6 +75,11 @@ def _default_data_dir() -> Path:
     return Path.cwd() / ".data"
 
 
+def absolute_path(path: Path) -> Path:
+    """``path`` with ``~`` expanded and made absolute against the current directory (symlinks kept)."""
+    return Path(os.path.abspath(path.expanduser()))
+
+
 class Settings(BaseSettings):
     """Runtime configuration, read from ``MEMSTREAM_*`` environment variables (and ``.env``)."""
 
@@ -118,7 +124,12 @@ class Settings(BaseSettings):
     # --- Workers -----------------------------------------------------------------------------
     stages: str = Field("all", description="Comma-separated stages this worker runs, or 'all'")
     data_dir: Path = Field(
-        default_factory=_default_data_dir, description="Local state: broker data, embedded Qdrant, worker state"
+        default_factory=_default_data_dir,
+        description="Local state: broker data, embedded Qdrant, worker state (a relative path is read against "
+        "the directory memstream starts in)",
+    )
+    kafka_data: Path | None = Field(
+        None, description="Data folder of the local broker started by memstream up / demo (default data_dir/kafka)"
     )
     metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
     metrics_host: str = Field("127.0.0.1", description="Address the /metrics endpoint binds (0.0.0.0 in containers)")
@@ -322,6 +333,15 @@ class Settings(BaseSettings):
     )
     gateway_retry_after_s: int = Field(5, ge=1, description="Retry-After of a 503 when the broker is unavailable")
 
+    @field_validator(
+        "data_dir", "kafka_data", "qdrant_path", "kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"
+    )
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Made absolute once, against the directory of the process reading the settings: the processes
+        it starts get these paths, whatever their own working directory."""
+        return absolute_path(path) if path is not None else None
+
     @model_validator(mode="after")
     def _kafka_security_is_complete(self) -> Settings:
         if self.kafka_security_protocol.startswith("SASL") and not (
@@ -378,3 +398,8 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         return self.qdrant_path or (self.data_dir / f"qdrant-{self.qdrant_embedded}")
+
+    @property
+    def kafka_data_dir(self) -> Path:
+        """Where the local broker (memstream up, infra/kafka/kafka.sh) keeps its data."""
+        return self.kafka_data or (self.data_dir / "kafka")

@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import orjson
 import typer
@@ -18,6 +18,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from memstream.adapters import store_problem
 from memstream.client import AsyncMemoryClient, ForgetOutcome, MemstreamError, QueryTimeout
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
@@ -97,19 +98,36 @@ def up(
         False, "--local-llm", help="Also start the local LLM server (memstream.localllm: llama.cpp + SmolLM2)"
     ),
 ) -> None:
-    """Start the local broker (and LLM server) and one background worker running every stage."""
+    """Start the local broker (and LLM server) and one background worker running every stage. Its
+    state (store, logs, broker data) goes to MEMSTREAM_DATA_DIR, default .data in this directory."""
     s = _settings()
-    console.print("starting Kafka…")
-    runtime.KAFKA.start(s)
-    env = {}
-    if local_llm:
-        console.print("starting the local LLM server…")
-        runtime.LOCAL_LLM.start(s)
-        env = runtime.local_llm_env(s)
+    with _infra_scripts():
+        console.print("starting Kafka…")
+        if not runtime.KAFKA.start(s):
+            console.print(f"a broker already answers at {s.kafka_bootstrap}: using it")
+        env = runtime.path_env(s)
+        if local_llm:
+            console.print("starting the local LLM server…")
+            runtime.LOCAL_LLM.start(s)
+            env |= runtime.local_llm_env(s)
     w = runtime.spawn_worker(env, s.data_dir / "logs" / "worker.log")
     runtime.wait_worker_ready(w)
     (s.data_dir / "worker.pid").write_text(str(w.process.pid))
-    console.print(f"[green]memstream is up[/]: worker pid {w.process.pid}, log {w.log_path}, metrics :{s.metrics_port}")
+    console.print(
+        f"[green]memstream is up[/]: worker pid {w.process.pid}, data {s.data_dir}, log {w.log_path}, "
+        f"metrics :{s.metrics_port}",
+        soft_wrap=True,
+    )
+
+
+@contextlib.contextmanager
+def _infra_scripts() -> Iterator[None]:
+    """A missing infra/ script (an install without them) ends the command with what to do instead."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from None
 
 
 @cli.command()
@@ -127,8 +145,9 @@ def down() -> None:
         except ProcessLookupError:
             pass
         pid_file.unlink()
-    runtime.LOCAL_LLM.stop(s)
-    runtime.KAFKA.stop(s)
+    with _infra_scripts():
+        runtime.LOCAL_LLM.stop(s)
+        runtime.KAFKA.stop(s)
     console.print("memstream is down")
 
 
@@ -434,11 +453,17 @@ def export(
 ) -> None:
     """Every memory of the scope as JSONL (data portability): raw turns, cards with their provenance
     and versions, scenes, profile items and triggers. Opens the store itself: with the embedded
-    store, stop the workers first (it is single-process); a Qdrant server needs no stop."""
+    store, stop the workers first (it is single-process); a Qdrant server needs no stop. A store
+    that is not there (another MEMSTREAM_DATA_DIR than the workers') is an error, not 0 records."""
+    s = _settings()
+    problem = store_problem(s)
+    if problem:
+        console.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(2)
     n = 0
     try:
         with contextlib.ExitStack() as stack:
-            records = AsyncMemoryClient(_settings()).export(tenant_id=tenant, conversation_id=conversation)
+            records = AsyncMemoryClient(s).export(tenant_id=tenant, conversation_id=conversation)
             fh = sys.stdout.buffer if str(out) == "-" else stack.enter_context(out.open("wb"))
             for record in records:
                 fh.write(orjson.dumps(record) + b"\n")
@@ -484,13 +509,15 @@ def demo(
     with contextlib.ExitStack() as running:
         t0 = time.perf_counter()
         console.print("[bold]1/5[/] starting Kafka (KRaft, local)…")
-        running.enter_context(runtime.KAFKA.session(s))
+        with _infra_scripts():
+            running.enter_context(runtime.KAFKA.session(s))
         timings["kafka_start_s"] = time.perf_counter() - t0
-        env = {"MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
+        env = {**runtime.path_env(s), "MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
         if use_llm:
             t0 = time.perf_counter()
             console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
-            running.enter_context(runtime.LOCAL_LLM.session(s))
+            with _infra_scripts():
+                running.enter_context(runtime.LOCAL_LLM.session(s))
             env |= runtime.local_llm_env(s) | {"MEMSTREAM_EXTRACT_MODE": "extractive"}
             timings["llm_start_s"] = time.perf_counter() - t0
         else:
@@ -614,6 +641,18 @@ def _run_bench(args: list[str]) -> int:
         bench_app(args=args, prog_name="memstream bench")
     except SystemExit as exc:
         return int(exc.code or 0)
+    except FileNotFoundError as exc:
+        shared = runtime.REPO_ROOT.parent / "shared"
+        if not str(exc.filename or "").startswith(str(shared) + os.sep):
+            raise
+        # A default data set: they sit beside a source checkout (../shared), never beside an installed package.
+        console.print(
+            f"[red]{exc.filename} not found: the benchmarks' default data sets sit beside a source checkout "
+            "(../shared); give the data file with --data[/]",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return 2
     return 0
 
 

@@ -19,9 +19,9 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from memstream.adapters import open_store
+from memstream.adapters import open_existing_store
 from memstream.client import AsyncMemoryClient, ForgetOutcome
-from memstream.config import Settings, group_id, reading_groups
+from memstream.config import Settings, absolute_path, group_id, reading_groups
 from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
 from memstream.schemas.base import ID_PATTERN
@@ -111,6 +111,7 @@ class Deployment:
         self, base: Settings, data_dir: Path, extra_env: Mapping[str, str] | None = None, *, prefix: str | None = None
     ):
         prefix = prefix or f"t{uuid.uuid4().hex[:10]}"
+        data_dir = absolute_path(data_dir)  # its workers get it absolute: their directory does not matter
         data_dir.mkdir(parents=True, exist_ok=True)
         # What a later run needs to pick this deployment up again (its topics, consumer group, store).
         (data_dir / self.MANIFEST).write_text(json.dumps({"topic_prefix": prefix}) + "\n")
@@ -291,7 +292,7 @@ class Deployment:
     def store(self) -> Iterator[VectorStore]:
         """The embedded store, opened after the workers stopped (it locks its folder to one process)."""
         assert not any(w.alive() for w in self.workers), "stop the workers before opening the embedded store"
-        store = open_store(self.settings)
+        store = open_existing_store(self.settings)
         try:
             yield store
         finally:

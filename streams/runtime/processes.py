@@ -7,12 +7,13 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from memstream.config import Settings
 
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 
 EXIT_RESTART = 75  # EX_TEMPFAIL: the worker asks its supervisor for a restart (stalled, or no broker at start-up)
 
+# A source checkout: the repository root (streams/ sits beside infra/). Installed from a wheel, the
+# same expression is the installed memstream package, where infra/'s scripts ship as package data
+# (memstream/infra), so INFRA is found either way. Nothing else may default to a path under it: a
+# wheel's REPO_ROOT is in site-packages.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA = REPO_ROOT / "infra"
 
@@ -37,7 +42,10 @@ def configure_logging(level: str) -> None:
 def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     path = INFRA / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run memstream from a source checkout (pip install -e .)")
+        raise FileNotFoundError(
+            f"{path} not found: memstream up and demo need the infra/ scripts (a source checkout, or a wheel "
+            "built with them); otherwise run `memstream worker` against your broker and store"
+        )
     return subprocess.run(["bash", str(path), *args], env={**os.environ, **(env or {})}, text=True, capture_output=True)
 
 
@@ -49,13 +57,47 @@ def _run_infra(name: str, *args: str, settings: Settings) -> str:
 
 
 def infra_env(settings: Settings) -> dict[str, str]:
+    """What the infra/ scripts read: absolute data folders (never their own <repo>/.data default,
+    which from an installed package would be in site-packages), ports, this Python."""
     host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
     return {
         "MEMSTREAM_DATA_DIR": str(settings.data_dir),
+        "MEMSTREAM_KAFKA_DATA": str(settings.kafka_data_dir),
+        "MEMSTREAM_PROMETHEUS_DATA": os.environ.get("MEMSTREAM_PROMETHEUS_DATA")
+        or str(settings.data_dir / "prometheus"),
         "MEMSTREAM_KAFKA_PORT": port or "9092",
         "MEMSTREAM_LLM_PORT": str(settings.llm_port),
         "MEMSTREAM_PYTHON": sys.executable,
     }
+
+
+def path_env(settings: Settings) -> dict[str, str]:
+    """The path settings as MEMSTREAM_* variables, absolute (Settings made them so against the
+    directory of the process that read them), for the processes memstream starts."""
+    env = {"MEMSTREAM_DATA_DIR": str(settings.data_dir)}
+    for name in ("qdrant_path", "kafka_data", "kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+        value = getattr(settings, name)
+        if value is not None:
+            env[f"MEMSTREAM_{name.upper()}"] = str(value)
+    return env
+
+
+def _answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def broker_answers(settings: Settings) -> bool:
+    """Something accepts connections at the first bootstrap address (a broker started elsewhere)."""
+    host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
+    return bool(port.isdigit()) and _answers(host.strip("[]") or "127.0.0.1", int(port))
+
+
+def llm_answers(settings: Settings) -> bool:
+    return _answers("127.0.0.1", settings.llm_port)
 
 
 @dataclass(frozen=True)
@@ -63,12 +105,18 @@ class LocalService:
     """A service started by one of the project's infra/ scripts (start | stop | status)."""
 
     script: str
+    # Whether one answers on the service's port already (started by another data folder, or not by
+    # memstream): used as it is rather than started again, and never stopped by this data folder's stop.
+    answers: Callable[[Settings], bool] | None = None
 
     def running(self, settings: Settings) -> bool:
         return _script(self.script, "status", env=infra_env(settings)).returncode == 0
 
     def start(self, settings: Settings) -> bool:
-        """Start it unless it runs; True when this call started it (so the caller stops it)."""
+        """Start it unless it runs (or one answers on its port); True when this call started it (so
+        the caller stops it)."""
+        if self.answers is not None and self.answers(settings):
+            return False
         if self.running(settings):
             return False
         _run_infra(self.script, "start", settings=settings)
@@ -88,8 +136,8 @@ class LocalService:
                 self.stop(settings)
 
 
-KAFKA = LocalService("kafka/kafka.sh")
-LOCAL_LLM = LocalService("llm/llm_server.sh")
+KAFKA = LocalService("kafka/kafka.sh", broker_answers)
+LOCAL_LLM = LocalService("llm/llm_server.sh", llm_answers)
 PROMETHEUS = LocalService("prometheus/prometheus.sh")
 
 
@@ -162,7 +210,8 @@ class WorkerProcess:
 def spawn_worker(
     env: Mapping[str, str], log_path: Path, *, stages: str | None = None, metrics_port: int | None = None
 ) -> WorkerProcess:
-    """Start ``memstream worker`` with ``env`` (MEMSTREAM_* settings); output goes to ``log_path``."""
+    """Start ``memstream worker`` with ``env`` (MEMSTREAM_* settings; give paths absolute, as
+    ``path_env`` does) in this process's working directory; output goes to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env}
     if stages:
@@ -174,7 +223,6 @@ def spawn_worker(
         env=full_env,
         stdout=fh,
         stderr=subprocess.STDOUT,
-        cwd=str(REPO_ROOT),
         start_new_session=True,
     )
     fh.close()
@@ -200,7 +248,9 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     """Run ``command`` (``memstream worker --no-supervise``) as a child; restart it when it exits with
     ``EXIT_RESTART`` (its watchdog found stranded messages, or the broker went away while it
     started); pass SIGTERM/SIGINT on to it. Returns the child's last exit code."""
-    configure_logging(Settings().log_level)
+    settings = Settings()
+    configure_logging(settings.log_level)
+    env = {**os.environ, **path_env(settings)}  # the paths as this process resolved them
     child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: object) -> None:
@@ -211,7 +261,7 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     try:
         restarts = 0
         while True:
-            child = subprocess.Popen(list(command))
+            child = subprocess.Popen(list(command), env=env)
             code = child.wait()
             if code != EXIT_RESTART:
                 return code
