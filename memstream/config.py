@@ -105,6 +105,18 @@ class Settings(BaseSettings):
         description="How long a starting worker (and topic creation) waits for an unreachable broker before failing",
     )
     topic_partitions: int = Field(4, ge=1, description="Partitions of every memstream topic")
+    topic_replication_factor: int = Field(
+        1,
+        ge=1,
+        description="Replicas of every topic memstream creates (its own, the changelogs, faust's internal ones); "
+        "3 on a cluster of 3 or more brokers",
+    )
+    topic_min_insync_replicas: int = Field(
+        1,
+        ge=1,
+        description="min.insync.replicas of those topics: an acks=all write (every memstream producer) succeeds "
+        "only once this many replicas have it; 2 with a replication factor of 3 survives the loss of a broker",
+    )
     topic_retention_s: float = Field(
         7 * 86400.0,
         gt=0,
@@ -341,6 +353,15 @@ class Settings(BaseSettings):
         """Made absolute once, against the directory of the process reading the settings: the processes
         it starts get these paths, whatever their own working directory."""
         return absolute_path(path) if path is not None else None
+
+    @model_validator(mode="after")
+    def _replication_is_possible(self) -> Settings:
+        if self.topic_min_insync_replicas > self.topic_replication_factor:
+            raise ValueError(
+                f"MEMSTREAM_TOPIC_MIN_INSYNC_REPLICAS={self.topic_min_insync_replicas} is more than "
+                f"MEMSTREAM_TOPIC_REPLICATION_FACTOR={self.topic_replication_factor}: no write could succeed"
+            )
+        return self
 
     @model_validator(mode="after")
     def _kafka_security_is_complete(self) -> Settings:

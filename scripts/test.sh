@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, start Kafka and the local LLM server, run every test
-# (unit and integration against the real services), stop what this script started.
+# (unit and integration against the real services) but the cluster ones, stop what this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -17,4 +17,5 @@ for svc in kafka/kafka.sh llm/llm_server.sh; do
     fi
 done
 
-.venv/bin/python -m pytest tests "$@"
+# The cluster tests start a 3-broker cluster of their own: `make test-cluster` runs them.
+.venv/bin/python -m pytest tests -m "not cluster" "$@"

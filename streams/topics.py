@@ -53,6 +53,19 @@ async def wait_for_broker(settings: Settings, timeout_s: float | None = None, po
         log.info("broker %s reachable again", settings.kafka_bootstrap)
 
 
+def new_topics(settings: Settings, names: Sequence[str], configs: dict[str, dict[str, str]]) -> list[NewTopic]:
+    """The create requests of ``names``: the configured partitions and replication factor."""
+    return [
+        NewTopic(
+            name,
+            num_partitions=settings.topic_partitions,
+            replication_factor=settings.topic_replication_factor,
+            topic_configs=configs[name],
+        )
+        for name in names
+    ]
+
+
 def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, dict[str, str]]:
     """The broker config of every memstream topic and of the changelogs that workers of ``stages``
     keep (full names).
@@ -60,16 +73,24 @@ def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, d
     Deleted by age: the topics that carry raw text (nothing else removes it after a forget).
     Compacted: the audit topic and the changelogs, which must not lose a conversation's latest
     state however old; ``max.compaction.lag.ms`` bounds how long a replaced record (a window before
-    a forget scrubbed it) stays readable."""
+    a forget scrubbed it) stays readable. Every one: ``min.insync.replicas`` from the settings (an
+    acks=all write, which every memstream producer makes, needs that many replicas to have it)."""
     retention_ms = str(int(settings.topic_retention_s * 1000))
     segment_ms = str(int(settings.topic_segment_s * 1000))
     size = str(settings.max_message_bytes)
-    compacted = {"cleanup.policy": "compact", "max.compaction.lag.ms": retention_ms, "max.message.bytes": size}
+    insync = str(settings.topic_min_insync_replicas)
+    compacted = {
+        "cleanup.policy": "compact",
+        "max.compaction.lag.ms": retention_ms,
+        "max.message.bytes": size,
+        "min.insync.replicas": insync,
+    }
     deleted = {
         "cleanup.policy": "delete",
         "retention.ms": retention_ms,
         "segment.ms": segment_ms,
         "max.message.bytes": size,
+        "min.insync.replicas": insync,
     }
     configs = {
         settings.topic(name): dict(compacted) if name in COMPACTED_TOPICS else dict(deleted) for name in ALL_TOPICS
@@ -80,9 +101,11 @@ def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, d
 
 
 async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> None:
-    """Create every memstream topic with the configured partitions and retention (idempotent), and
-    the compacted changelog topics of the tables that workers of ``stages`` keep; topics that exist
-    with another retention get the configured one.
+    """Create every memstream topic with the configured partitions, replication and retention
+    (idempotent), and the compacted changelog topics of the tables that workers of ``stages`` keep;
+    topics that exist with another retention get the configured one. An existing topic keeps its
+    replicas (adding some is a partition reassignment): it is logged, and its min.insync.replicas is
+    kept within them, so that it stays writable.
 
     A worker creates its changelogs before it subscribes: a topic created after the consumer read
     its metadata stays unassigned until the next metadata refresh (5 minutes), and meanwhile faust
@@ -96,20 +119,18 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
         try:
             await admin.start()
             existing = set(await admin.list_topics())
-            wanted = [
-                NewTopic(
-                    full, num_partitions=settings.topic_partitions, replication_factor=1, topic_configs=configs[full]
-                )
-                for full in mine
-                if full not in existing
-            ]
+            wanted = new_topics(settings, [full for full in mine if full not in existing], configs)
             if wanted:
                 try:
                     await admin.create_topics(wanted)
                 except TopicAlreadyExistsError:
                     pass
                 log.info("created topics: %s", ", ".join(t.name for t in wanted))
-            await _align_retention(admin, [full for full in mine if full in existing], configs)
+            present = [full for full in mine if full in existing]
+            if present:
+                replicas = _replicas(await admin.describe_topics(present))
+                _cap_insync(settings, configs, replicas)
+            await _align_retention(admin, present, configs)
             return
         except KafkaConnectionError:
             # Gone again between the wait and the admin request (a restart in progress).
@@ -118,6 +139,32 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
             await asyncio.sleep(1.0)
         finally:
             await admin.close()
+
+
+def _replicas(described: list[dict]) -> dict[str, int]:
+    """The replication factor of each described topic (its least replicated partition)."""
+    return {
+        topic["topic"]: min(len(p["replicas"]) for p in topic["partitions"])
+        for topic in described
+        if topic.get("partitions")
+    }
+
+
+def _cap_insync(settings: Settings, configs: dict[str, dict[str, str]], replicas: dict[str, int]) -> None:
+    """Existing topics with fewer replicas than configured: logged, and min.insync.replicas kept at
+    most their replica count (more would refuse every acks=all write)."""
+    fewer = sorted(name for name, n in replicas.items() if n < settings.topic_replication_factor)
+    if not fewer:
+        return
+    log.warning(
+        "topics with fewer replicas than MEMSTREAM_TOPIC_REPLICATION_FACTOR=%d (made before it was set; "
+        "a partition reassignment adds replicas): %s",
+        settings.topic_replication_factor,
+        ", ".join(f"{name} ({replicas[name]})" for name in fewer),
+    )
+    for name in fewer:
+        wanted = int(configs[name]["min.insync.replicas"])
+        configs[name]["min.insync.replicas"] = str(min(wanted, replicas[name]))
 
 
 async def _align_retention(admin: AIOKafkaAdminClient, names: list[str], configs: dict[str, dict[str, str]]) -> None:

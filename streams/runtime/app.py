@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import faust
 
@@ -34,6 +34,23 @@ def exit_for_restart(gap_s: float) -> None:
     os._exit(EXIT_RESTART)
 
 
+def kafka_config(s: Settings) -> dict[str, Any]:
+    """The faust settings of the broker side: where, how, and how durably. Topics faust declares (its
+    leader-assignor topic; the changelogs, which ``ensure_topics`` makes first) get the configured
+    replication factor; the producer waits for acks=all, so that with min.insync.replicas a write the
+    broker acknowledged survives the loss of a broker."""
+    return {
+        "broker": [f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
+        "broker_credentials": faust_credentials(s),
+        "topic_partitions": s.topic_partitions,
+        "topic_replication_factor": s.topic_replication_factor,
+        "topic_allow_declare": True,
+        "producer_max_request_size": s.max_message_bytes,
+        "consumer_max_fetch_size": s.max_message_bytes,
+        "producer_acks": -1,  # all in-sync replicas
+    }
+
+
 def create_app(settings: Settings, services: Services, stages: Sequence[str] | None = None) -> faust.App:
     stages = list(stages or settings.stage_list())
     s = settings
@@ -42,20 +59,13 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id,
-        broker=[f"kafka://{h.strip()}" for h in s.kafka_bootstrap.split(",")],
-        broker_credentials=faust_credentials(s),
+        **kafka_config(s),
         value_serializer="raw",
         key_serializer="raw",
-        topic_partitions=s.topic_partitions,
-        topic_replication_factor=1,
-        topic_allow_declare=True,
         table_standby_replicas=0,
         store="memory://",
         datadir=str(datadir),
         web_enabled=False,
-        producer_max_request_size=s.max_message_bytes,
-        consumer_max_fetch_size=s.max_message_bytes,
-        producer_acks=-1,
         broker_commit_interval=1.0,
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=1.0,

@@ -62,6 +62,14 @@ def test_kafka_matches_the_local_broker():
     assert "9092:9092" in SERVICES["kafka"]["ports"]
 
 
+def test_workers_replicate_their_topics_as_far_as_the_brokers_can():
+    brokers = [s for s in SERVICES.values() if str(s.get("image", "")).startswith("apache/kafka:")]
+    for name, service in WORKERS.items():
+        env = service["environment"]
+        replicas = int(env["MEMSTREAM_TOPIC_REPLICATION_FACTOR"])
+        assert int(env["MEMSTREAM_TOPIC_MIN_INSYNC_REPLICAS"]) <= replicas <= len(brokers), name
+
+
 def test_grafana_provisions_the_dashboards_folder():
     volumes = SERVICES["grafana"]["volumes"]
     assert "../dashboards:/var/lib/grafana/dashboards/memstream:ro" in volumes

@@ -5,6 +5,9 @@ data folder, so tests never see each other's messages or memories."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -32,6 +35,79 @@ def kafka() -> Iterator[Settings]:
     settings = Settings()
     with runtime.KAFKA.session(settings):
         yield settings
+
+
+@dataclass
+class KafkaCluster:
+    """A 3-broker KRaft cluster on loopback started by ``infra/kafka/kafka.sh --brokers 3`` in a
+    temporary folder, on ports of its own: ``run`` any of the script's verbs on it (``kill-node 2``,
+    ``start-node 2``, ``node-pid 2``, ``status``)."""
+
+    data: Path
+    base_port: int
+    brokers: int = 3
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_KAFKA_")}
+        return env | {"MEMSTREAM_KAFKA_DATA": str(self.data), "MEMSTREAM_KAFKA_PORT": str(self.base_port)}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.base_port + 2 * i}" for i in range(self.brokers))
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        script = runtime.INFRA / "kafka" / "kafka.sh"
+        done = subprocess.run(
+            ["bash", str(script), "--brokers", str(self.brokers), *args], env=self.env, capture_output=True, text=True
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"kafka.sh {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done
+
+    def kill(self, node: int) -> None:
+        self.run("kill-node", str(node))
+
+    def start(self, node: int) -> None:
+        self.run("start-node", str(node))
+
+
+def free_port_run(first: int = 19092, length: int = 6, step: int = 10) -> int:
+    """The first port from ``first`` (by ``step``) with ``length`` free ports from it, on 127.0.0.1."""
+    for base in range(first, 30000, step):
+        ports = range(base, base + length)
+        socks: list[socket.socket] = []
+        try:
+            for port in ports:
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {length} free ports from {first}")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_nodes(tmp_path_factory) -> Iterator[KafkaCluster]:
+    """The running 3-broker cluster, to kill and restart its nodes (tests leave all three running)."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), free_port_run())
+    cluster.run("start")
+    try:
+        yield cluster
+    finally:
+        cluster.run("stop", check=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(kafka_cluster_nodes: KafkaCluster) -> Settings:
+    """Settings for the 3-broker cluster: every topic memstream makes has 3 replicas, 2 in sync."""
+    return Settings(
+        kafka_bootstrap=kafka_cluster_nodes.bootstrap, topic_replication_factor=3, topic_min_insync_replicas=2
+    )
 
 
 @pytest.fixture(scope="session")

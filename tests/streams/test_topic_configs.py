@@ -1,7 +1,10 @@
 """The broker config memstream asks for: bounded retention where raw text lives, compaction for
-the audit and the changelogs (no broker needed)."""
+the audit and the changelogs, the configured replication (no broker needed)."""
 
 from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
 
 from memstream.config import Settings, changelog_topics
 from memstream.schemas.topics import ALL_TOPICS
@@ -19,3 +22,56 @@ def test_raw_text_topics_are_deleted_by_age_and_state_topics_are_compacted():
     for changelog in changelog_topics("m", ["segment", "stm"]):
         assert configs[changelog]["cleanup.policy"] == "compact"
     assert set(configs) == {f"m.{t}" for t in ALL_TOPICS} | set(changelog_topics("m", ["segment", "stm"]))
+
+
+def test_every_topic_gets_min_insync_replicas_from_the_settings():
+    s = Settings(topic_prefix="m", topic_replication_factor=3, topic_min_insync_replicas=2)
+    configs = topic_configs(s, ["segment", "stm"])
+    assert {c["min.insync.replicas"] for c in configs.values()} == {"2"}
+    assert {c["min.insync.replicas"] for c in topic_configs(Settings(topic_prefix="m")).values()} == {"1"}
+
+
+def test_the_replication_factor_reaches_the_topics_memstream_creates_and_faust():
+    import faust
+
+    from memstream.streams.runtime.app import kafka_config
+    from memstream.streams.topics import new_topics
+
+    s = Settings(
+        topic_prefix="m",
+        kafka_bootstrap="127.0.0.1:1,127.0.0.1:3",
+        topic_partitions=6,
+        topic_replication_factor=3,
+        topic_min_insync_replicas=2,
+    )
+    configs = topic_configs(s, ["segment"])
+    created = new_topics(s, sorted(configs), configs)
+    assert {(t.num_partitions, t.replication_factor) for t in created} == {(6, 3)}
+    assert all(t.topic_configs["min.insync.replicas"] == "2" for t in created)
+    conf = faust.App("replication-test", **kafka_config(s)).conf
+    assert conf.topic_replication_factor == 3 and conf.topic_partitions == 6
+    assert conf.producer_acks == -1  # acks=all: min.insync.replicas only guards acks=all writes
+    assert [str(url) for url in conf.broker] == ["kafka://127.0.0.1:1", "kafka://127.0.0.1:3"]
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_refused():
+    with pytest.raises(ValidationError, match="TOPIC_MIN_INSYNC_REPLICAS=2 is more than"):
+        Settings(topic_replication_factor=1, topic_min_insync_replicas=2)
+    with pytest.raises(ValidationError):
+        Settings(topic_replication_factor=0)
+    assert Settings(topic_replication_factor=3, topic_min_insync_replicas=3).topic_min_insync_replicas == 3
+
+
+def test_an_existing_topic_with_fewer_replicas_keeps_a_writable_min_insync(caplog):
+    from memstream.streams.topics import _cap_insync, _replicas
+
+    s = Settings(topic_prefix="m", topic_replication_factor=3, topic_min_insync_replicas=2)
+    configs = topic_configs(s)
+    described = [
+        {"topic": "m.turns", "partitions": [{"replicas": [1]}, {"replicas": [2]}]},
+        {"topic": "m.cards", "partitions": [{"replicas": [1, 2, 3]}]},
+    ]
+    _cap_insync(s, configs, _replicas(described))
+    assert configs["m.turns"]["min.insync.replicas"] == "1"
+    assert configs["m.cards"]["min.insync.replicas"] == "2"
+    assert "m.turns (1)" in caplog.text

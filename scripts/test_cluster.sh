@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The cluster tests (pytest -m cluster): memstream on a 3-broker Kafka cluster (and a Qdrant
+# cluster). Their session fixtures start and stop what they need (tests/integration/conftest.py:
+# kafka_cluster, on ports and in a data folder of their own), so this script starts nothing itself;
+# `make test` leaves these tests out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+.venv/bin/python -m pytest tests -m cluster "$@"
