@@ -151,7 +151,27 @@ class Settings(BaseSettings):
     )
 
     # --- Vector store ------------------------------------------------------------------------
-    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded store under data_dir")
+    qdrant_url: str | None = Field(
+        None,
+        description="Qdrant server URL, or the URLs of a cluster's nodes comma-separated (a call fails over to the "
+        "next node that answers); unset = embedded store under data_dir",
+    )
+    qdrant_shards: int | None = Field(
+        None, ge=1, description="Server: shards of each collection memstream creates (unset: one per node)"
+    )
+    qdrant_replication_factor: int = Field(
+        2, ge=1, description="Server: nodes holding each shard (a single node holds its one copy)"
+    )
+    qdrant_write_consistency: int = Field(
+        1,
+        ge=1,
+        description="Server: replicas that acknowledge a write before it counts (1: writes go on with a node down)",
+    )
+    qdrant_collection_prefix: str = Field(
+        "memstream_",
+        pattern=r"^[A-Za-z0-9_-]*$",
+        description="Server: prefix of memstream's collections (deployments sharing a server use their own)",
+    )
     qdrant_api_key: SecretStr | None = Field(None, description="Qdrant server API key (sent only over https)")
     qdrant_path: Path | None = Field(None, description="Embedded store folder (default data_dir/qdrant-<engine>)")
     qdrant_embedded: Literal["edge", "local"] = Field(
@@ -374,7 +394,13 @@ class Settings(BaseSettings):
             )
         if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
             raise ValueError("MEMSTREAM_KAFKA_SSL_CERTFILE and MEMSTREAM_KAFKA_SSL_KEYFILE go together")
-        if self.qdrant_api_key and self.qdrant_url and not _tls_or_loopback(self.qdrant_url):
+        if self.qdrant_write_consistency > self.qdrant_replication_factor:
+            raise ValueError(
+                f"MEMSTREAM_QDRANT_WRITE_CONSISTENCY={self.qdrant_write_consistency} is more than "
+                f"MEMSTREAM_QDRANT_REPLICATION_FACTOR={self.qdrant_replication_factor}: no write could succeed"
+            )
+        urls = (self.qdrant_url or "").split(",")
+        if self.qdrant_api_key and self.qdrant_url and not all(_tls_or_loopback(u.strip()) for u in urls):
             raise ValueError("MEMSTREAM_QDRANT_API_KEY is sent only over https: use an https:// MEMSTREAM_QDRANT_URL")
         return self
 

@@ -36,6 +36,11 @@ class LLMError(RuntimeError):
         return self.kind in self.TRANSIENT
 
 
+class StoreUnavailable(RuntimeError):
+    """The vector store cannot be reached now (every server node down or unable to serve): an outage
+    to wait out, never a reason to dead-letter the message being handled."""
+
+
 class LLM(Protocol):
     model: str
 

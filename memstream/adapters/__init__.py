@@ -21,10 +21,17 @@ def open_store(settings: Settings) -> VectorStore:
     """The configured vector store: a Qdrant server by URL, else the embedded engine under data_dir
     (created when missing: what a worker opens)."""
     if settings.qdrant_url:
-        from .qdrant_store import QdrantStore
+        from .qdrant_store import QdrantStore, ServerLayout
 
         api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        return QdrantStore(url=settings.qdrant_url, api_key=api_key)
+        layout = ServerLayout(
+            shards=settings.qdrant_shards,
+            replication_factor=settings.qdrant_replication_factor,
+            write_consistency=settings.qdrant_write_consistency,
+        )
+        return QdrantStore(
+            url=settings.qdrant_url, api_key=api_key, layout=layout, prefix=settings.qdrant_collection_prefix
+        )
     if settings.qdrant_embedded == "edge":
         from .qdrant_edge_store import QdrantEdgeStore
 

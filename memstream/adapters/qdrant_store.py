@@ -3,6 +3,12 @@
 Every read is filtered by ``tenant_id`` here, below the processors, so no caller can forget it.
 The embedded store locks its folder to one process: scaled deployments use a Qdrant server.
 
+On a server (one node or a cluster; ``QdrantNodes`` fails over between the URLs given) collections
+are made with the :class:`ServerLayout`: automatic sharding over ``shards`` shards, each held by
+``replication_factor`` nodes, a write acknowledged once ``write_consistency`` replicas have it. Tenants
+share the collections: the ``tenant_id`` payload index is a tenant index (``is_tenant``: a tenant's
+points are stored together), every read filters on it (docs/capacity.md: why not a shard per tenant).
+
 BM25: every collection has the unnamed dense vector ("") plus a named sparse vector ``bm25`` with
 the IDF modifier; points upserted with text carry both (``{"": dense, "bm25": sparse}``). Qdrant
 cannot add a vector to an existing collection, so a collection created before BM25 support stays
@@ -17,15 +23,18 @@ Qdrant server another writer's change to the same point between the read and the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from qdrant_client import QdrantClient, models
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
+from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
 from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
 log = logging.getLogger(__name__)
@@ -50,6 +59,15 @@ _INT_FIELDS = ("seq",)
 _BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
 
 
+@dataclass(frozen=True)
+class ServerLayout:
+    """How a server makes a collection memstream creates (an existing one keeps its own)."""
+
+    shards: int | None = None  # None: the server's default, one per node at creation
+    replication_factor: int = 2  # nodes holding each shard; a single node holds the one copy it can
+    write_consistency: int = 1  # replicas that must acknowledge a write: 1 keeps writing with a node down
+
+
 def dimension_mismatch(full: str, stored: object, dim: int) -> ValueError:
     """The error for a collection whose vectors another embedder made: upserts and searches would
     fail later, or (same size, another model) mix vectors that cannot be compared."""
@@ -61,11 +79,26 @@ def dimension_mismatch(full: str, stored: object, dim: int) -> ValueError:
 
 
 class QdrantStore:
-    def __init__(self, *, url: str | None = None, api_key: str | None = None, path: Path | None = None):
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        api_key: str | None = None,
+        path: Path | None = None,
+        layout: ServerLayout | None = None,
+        prefix: str = COLLECTION_PREFIX,
+    ):
+        self._client: Any
+        self._layout = layout or ServerLayout()
+        self._prefix = prefix
+        # The read-merge-write of set_payload is atomic within this process (see the module notes).
+        self._patch_lock = threading.RLock()
+        self._lock: contextlib.AbstractContextManager[Any]
         if url:
-            self._client = QdrantClient(url=url, api_key=api_key, timeout=30)
+            self._client = QdrantNodes(split_urls(url), api_key=api_key)
             self.location = url
             self.embedded = False
+            self._lock = contextlib.nullcontext()  # the HTTP client is thread-safe; the server orders writes
         else:
             if path is None:
                 raise ValueError("an embedded Qdrant store needs a path")
@@ -73,15 +106,14 @@ class QdrantStore:
             self._client = QdrantClient(path=str(path))
             self.location = str(path)
             self.embedded = True
-        # qdrant-client's local mode is not safe across threads; a lock costs little here.
-        self._lock = threading.RLock()
+            # qdrant-client's local mode is not safe across threads; a lock costs little here.
+            self._lock = threading.RLock()
         self._ready: set[str] = set()
         self._lexical: dict[str, bool] = {}  # collection -> has the bm25 sparse vector (asked once)
         self._bm25 = Bm25Encoder()
 
-    @staticmethod
-    def _name(collection: str) -> str:
-        return COLLECTION_PREFIX + collection
+    def _name(self, collection: str) -> str:
+        return self._prefix + collection
 
     def ensure_collections(self, names: Sequence[str], dim: int) -> None:
         with self._lock:
@@ -90,11 +122,7 @@ class QdrantStore:
                 if full in self._ready:
                     continue
                 if not self._client.collection_exists(full):
-                    self._client.create_collection(
-                        full,
-                        vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
-                        sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-                    )
+                    self._create(full, dim)
                 else:
                     vectors = self._client.get_collection(full).config.params.vectors
                     stored = vectors.size if isinstance(vectors, models.VectorParams) else None
@@ -109,6 +137,29 @@ class QdrantStore:
                 if not self.embedded:  # payload indexes only exist on a server
                     self._create_indexes(full)
                 self._ready.add(full)
+
+    def _create(self, full: str, dim: int) -> None:
+        layout = {}
+        if not self.embedded:
+            layout = {
+                "shard_number": self._layout.shards,
+                "replication_factor": self._layout.replication_factor,
+                "write_consistency_factor": self._layout.write_consistency,
+            }
+        try:
+            self._client.create_collection(
+                full,
+                vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
+                sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+                **layout,
+            )
+        except Exception:
+            # Workers of a scaled store group start together: another one may have made it meanwhile.
+            if not self._client.collection_exists(full):
+                raise
+            vectors = self._client.get_collection(full).config.params.vectors
+            if not isinstance(vectors, models.VectorParams) or vectors.size != dim:
+                raise dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
 
     def _has_bm25(self, full: str) -> bool:
         known = self._lexical.get(full)
@@ -130,7 +181,7 @@ class QdrantStore:
         ):
             for field in fields:
                 if field not in have:
-                    self._client.create_payload_index(full, field, field_schema=kind)
+                    self._client.create_payload_index(full, field, field_schema=_index_schema(field, kind))
 
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not points:
@@ -241,7 +292,7 @@ class QdrantStore:
         fields = _settable(fields)
         full = self._name(collection)
         flt = _filter(tenant_id, None, has_id=point_id)  # the engine, not Python, keeps to the tenant
-        with self._lock:  # held across the read and the write: the answer and the update agree
+        with self._lock, self._patch_lock:  # held across the read and the write: the answer and the update agree
             if not self._client.collection_exists(full):
                 return False
             if any(v is None for v in fields.values()):
@@ -276,6 +327,14 @@ class QdrantStore:
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._client.close()
+
+
+def _index_schema(field: str, kind: models.PayloadSchemaType) -> models.PayloadSchemaType | models.KeywordIndexParams:
+    """The tenant key is a tenant index: the server keeps each tenant's points together, so a
+    tenant's filtered search reads its own points, not every tenant's."""
+    if field == "tenant_id":
+        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+    return kind
 
 
 def _dense(vector: Any) -> list[float]:

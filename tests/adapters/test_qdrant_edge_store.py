@@ -1,9 +1,14 @@
-"""VectorStore contract, run over both embedded adapters: qdrant-client local mode and Qdrant Edge.
+"""VectorStore contract, run over both embedded adapters (qdrant-client local mode, Qdrant Edge) and
+over a real Qdrant server through qdrant-client (marked ``cluster``: ``make test-cluster``, which
+needs a Qdrant binary).
 
-Small hand-made 4-d vectors; each case opens a fresh store in tmp_path.
+Small hand-made 4-d vectors; each case opens a fresh store in tmp_path (on the server: collections
+of their own, named after tmp_path).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pytest
@@ -26,12 +31,20 @@ def pid(i: int) -> str:
     return f"00000000-0000-0000-0000-{i:012d}"
 
 
+SERVER: dict[str, str] = {}  # the server's URL, once a "server" case has started it
+
+
 def _open(kind: str, path):  # noqa: ANN001
+    if kind == "server":  # one server for every case: each case's collections are its own
+        prefix = "t" + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_"
+        return QdrantStore(url=SERVER["url"], prefix=prefix)
     return QdrantStore(path=path) if kind == "local" else QdrantEdgeStore(path)
 
 
-@pytest.fixture(params=["local", "edge"])
+@pytest.fixture(params=["local", "edge", pytest.param("server", marks=[pytest.mark.integration, pytest.mark.cluster])])
 def kind(request) -> str:  # noqa: ANN001
+    if request.param == "server":
+        SERVER["url"] = request.getfixturevalue("qdrant_server").url
     return request.param
 
 
@@ -232,9 +245,9 @@ def test_every_read_needs_a_tenant(store):
         store.count(COLL, "")
 
 
-def test_embedded_store_attributes(kind, store, tmp_path):
-    assert store.embedded is True
-    assert store.location == str(tmp_path / "q")
+def test_store_attributes(kind, store, tmp_path):
+    assert store.embedded is (kind != "server")
+    assert store.location == (SERVER["url"] if kind == "server" else str(tmp_path / "q"))
     store.upsert(COLL, [])  # no-op
 
 
