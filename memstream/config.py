@@ -167,6 +167,9 @@ class Settings(BaseSettings):
         ge=1,
         description="Server: replicas that acknowledge a write before it counts (1: writes go on with a node down)",
     )
+    store_wait_s: float = Field(
+        300.0, ge=0, description="How long a starting worker waits for an unreachable Qdrant server before failing"
+    )
     qdrant_collection_prefix: str = Field(
         "memstream_",
         pattern=r"^[A-Za-z0-9_-]*$",

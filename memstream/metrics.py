@@ -27,6 +27,12 @@ class Metrics:
         self.errors = Counter(
             "memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r
         )
+        self.store_outages = Counter(
+            "memstream_store_unavailable_total",
+            "Attempts at a message that found the vector store unreachable (the message is held and tried again)",
+            ["stage"],
+            registry=r,
+        )
         self.skipped = Counter(
             "memstream_stage_messages_skipped_total",
             "Messages not handled: redelivered after the stage finished them, or handed over out of order "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from functools import cached_property
+from typing import Callable, TypeVar
 
 from memstream.config import Settings
 from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.metrics import Metrics
-from memstream.ports import LLM, Compressor, Embedder
+from memstream.ports import LLM, Compressor, Embedder, StoreUnavailable
 from memstream.processors.fingerprint import META, check_embedder
 from memstream.processors.graph import GraphParams
 from memstream.processors.index import COLLECTIONS
@@ -18,6 +20,24 @@ from memstream.processors.retrieve import RetrievalParams
 from memstream.processors.segment import SegmentParams
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def wait_for_store(call: Callable[[], T], timeout_s: float, poll_s: float = 2.0) -> T:
+    """``call()`` once the vector store answers: a worker starting during a Qdrant outage waits up to
+    ``timeout_s`` for it (as it waits for the broker) instead of failing at once."""
+    deadline = time.monotonic() + timeout_s
+    warned = False
+    while True:
+        try:
+            return call()
+        except StoreUnavailable as exc:
+            if time.monotonic() >= deadline:
+                raise
+            if not warned:
+                log.warning("vector store unavailable (%s): waiting up to %.0fs for it", exc, timeout_s)
+                warned = True
+            time.sleep(poll_s)
 
 
 class Services:
@@ -115,7 +135,9 @@ class Services:
 
         store = open_store(self.settings)
         try:
-            store.ensure_collections((*COLLECTIONS, META), self.embedder.dim)
+            wait_for_store(
+                lambda: store.ensure_collections((*COLLECTIONS, META), self.embedder.dim), self.settings.store_wait_s
+            )
             check_embedder(store, self.embedder)  # same size, another model: refused here, not searched as noise
         except Exception:
             store.close()  # an embedded store's folder lock goes with it

@@ -20,6 +20,7 @@ from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
 from memstream.metrics import Metrics
+from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
 
 from ..services import Services
@@ -137,7 +138,8 @@ class StageContext:
         record = Record(raw, event.message.timestamp, event.message.partition)
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
-        for attempt in range(self.s.processing_retries + 1):
+        attempt = outage = 0
+        while True:
             try:
                 result = await handler(record)
                 await self.produce(stage, result.outputs)
@@ -148,6 +150,22 @@ class StageContext:
             except SchemaError as exc:
                 await self.dead_letter(stage, event, raw, str(exc), exc)
                 return
+            except StoreUnavailable as exc:
+                # An outage, not bad input: the message is held (its partition with it, nothing commits)
+                # and tried again until the store answers, however long that takes.
+                outage += 1
+                self.metrics.store_outages.labels(stage).inc()
+                if outage == 1 or outage % 20 == 0:
+                    log.warning(
+                        "%s: vector store unavailable, holding %s[%s]@%s and trying again (%d): %s",
+                        stage,
+                        event.message.topic,
+                        event.message.partition,
+                        event.message.offset,
+                        outage,
+                        exc,
+                    )
+                await asyncio.sleep(min(0.25 * 2**outage, 10.0))
             except Exception as exc:  # noqa: BLE001 - anything else: retry, then dead-letter
                 self.metrics.errors.labels(stage).inc()
                 log.exception(
@@ -162,6 +180,7 @@ class StageContext:
                     await self.dead_letter(stage, event, raw, f"processing failed: {exc}", exc)
                     return
                 await asyncio.sleep(min(2.0**attempt * 0.2, 5.0))
+                attempt += 1
 
     async def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> Awaitable[Any]:
         """Publish now; returns the delivery future.
