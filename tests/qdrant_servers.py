@@ -13,6 +13,8 @@ from pathlib import Path
 
 from memstream.streams import runtime
 
+TESTED_VERSION = "1.18.3"  # the server the cluster tests run (../shared/bin/qdrant); compose's image too
+
 
 @dataclass
 class QdrantNodes:

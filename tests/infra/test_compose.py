@@ -77,3 +77,17 @@ def test_grafana_provisions_the_dashboards_folder():
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/memstream"
     datasource = yaml.safe_load((INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def test_qdrant_is_a_cluster_of_the_tested_version_and_every_worker_knows_every_node():
+    from tests.qdrant_servers import TESTED_VERSION
+
+    nodes = sorted(name for name in SERVICES if name.startswith("qdrant-"))
+    assert len(nodes) == 3
+    assert {SERVICES[n]["image"] for n in nodes} == {f"qdrant/qdrant:v{TESTED_VERSION}"}
+    assert all(SERVICES[n]["environment"]["QDRANT__CLUSTER__ENABLED"] == "true" for n in nodes)
+    for name, service in WORKERS.items():
+        urls = service["environment"]["MEMSTREAM_QDRANT_URL"].split(",")
+        assert urls == [f"http://{n}:6333" for n in nodes], name
+        settings = Settings(qdrant_url=service["environment"]["MEMSTREAM_QDRANT_URL"])
+        assert settings.qdrant_replication_factor == int(service["environment"]["MEMSTREAM_QDRANT_REPLICATION_FACTOR"])
