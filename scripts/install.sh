@@ -24,6 +24,8 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama
     MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
 fi
 bash infra/kafka/kafka.sh fetch
+# helm (Go, built once from the module proxy: helm.sh/helm/v4) for tests/infra/test_helm.py; later runs check a file.
+bash infra/helm/helm.sh >/dev/null
 # Prometheus (Debian package): the observability tests scrape real workers with it.
 if ! command -v prometheus >/dev/null 2>&1; then
     echo "install: Prometheus (apt-get install prometheus)"
