@@ -136,6 +136,56 @@ class LocalService:
                 self.stop(settings)
 
 
+@dataclass(frozen=True)
+class LocalCluster:
+    """N nodes on loopback started by an infra/ script that takes a size option (``kafka.sh --brokers
+    N``, ``qdrant.sh --nodes N``), in a data folder and from a base port of its own: the benches'
+    clusters (the tests use the same scripts). Node numbers run from 1."""
+
+    script: str
+    size_option: str
+    size: int
+    env: Mapping[str, str]  # the script's data folder and base port variables
+
+    def run(self, *args: str) -> str:
+        result = _script(self.script, self.size_option, str(self.size), *args, env=dict(self.env))
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.script} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr[-3000:]}")
+        return result.stdout.strip()
+
+    def start(self) -> None:
+        self.run("start")
+
+    def stop(self) -> None:
+        self.run("stop")
+
+    def kill(self, node: int) -> None:
+        """kill -9 of node ``node``'s process."""
+        self.run("kill-node", str(node))
+
+    def start_node(self, node: int) -> None:
+        """Node ``node`` again, on its own storage; returns once it answers."""
+        self.run("start-node", str(node))
+
+
+def kafka_cluster(data: Path, base_port: int, brokers: int = 3) -> LocalCluster:
+    return LocalCluster(
+        "kafka/kafka.sh",
+        "--brokers",
+        brokers,
+        {"MEMSTREAM_KAFKA_DATA": str(data), "MEMSTREAM_KAFKA_PORT": str(base_port)},
+    )
+
+
+def qdrant_cluster(data: Path, base_port: int, nodes: int = 3) -> LocalCluster:
+    return LocalCluster(
+        "qdrant/qdrant.sh",
+        "--nodes",
+        nodes,
+        {"MEMSTREAM_QDRANT_DATA": str(data), "MEMSTREAM_QDRANT_PORT": str(base_port)},
+    )
+
+
 KAFKA = LocalService("kafka/kafka.sh", broker_answers)
 LOCAL_LLM = LocalService("llm/llm_server.sh", llm_answers)
 PROMETHEUS = LocalService("prometheus/prometheus.sh")
