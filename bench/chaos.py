@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
+from memstream.ports import VectorStore
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, Reply, Turn
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
@@ -115,10 +116,11 @@ def score_delivery(
     chaos_ids: dict[str, set[str]],
     reference_ids: dict[str, set[str]],
     writes: Iterable[MemoryWrite],
+    collections: Sequence[str] = COLLECTIONS,
 ) -> Delivery:
     """Lost: produced turns whose raw-turn point is missing. Duplicated: turns extracted in more than
     one distinct memory write (a redelivered write has the same id and does not count). Extra and
-    missing: point ids of the chaos store the reference lacks, and the reverse."""
+    missing: point ids of the chaos store the reference lacks, and the reverse (over ``collections``)."""
     turns = {turn_point_id(t.tenant_id, t.conversation_id, t.turn_id) for t in produced}
     lost = len(turns - chaos_ids.get(TURNS, set()))
     writes_of: dict[str, set[str]] = {}
@@ -126,9 +128,31 @@ def score_delivery(
         for st in w.source_turns:
             writes_of.setdefault(turn_point_id(w.tenant_id, w.conversation_id, st.turn_id), set()).add(w.write_id)
     duplicated = sum(1 for ids in writes_of.values() if len(ids) > 1)
-    extra = {c: len(chaos_ids.get(c, set()) - reference_ids.get(c, set())) for c in COLLECTIONS}
-    missing = {c: len(reference_ids.get(c, set()) - chaos_ids.get(c, set())) for c in COLLECTIONS}
+    extra = {c: len(chaos_ids.get(c, set()) - reference_ids.get(c, set())) for c in collections}
+    missing = {c: len(reference_ids.get(c, set()) - chaos_ids.get(c, set())) for c in collections}
     return Delivery(len(turns), lost, duplicated, sum(extra.values()), sum(missing.values()), extra, missing)
+
+
+def changed_payloads(
+    points: dict[str, dict[str, dict[str, Any]]],
+    reference: dict[str, dict[str, dict[str, Any]]],
+    ignore: Iterable[str] = (),
+) -> dict[str, dict[str, list[str]]]:
+    """Points both stores hold (``store_points``) whose payloads differ: collection -> point id -> the
+    fields that differ, ``ignore``'s left out (collections without a difference are not listed)."""
+    skip = set(ignore)
+    out: dict[str, dict[str, list[str]]] = {}
+    for collection, ours in points.items():
+        theirs = reference.get(collection, {})
+        for point_id in ours.keys() & theirs.keys():
+            a, b = ours[point_id], theirs[point_id]
+            fields = sorted(k for k in (a.keys() | b.keys()) - skip if a.get(k, _ABSENT) != b.get(k, _ABSENT))
+            if fields:
+                out.setdefault(collection, {})[point_id] = fields
+    return out
+
+
+_ABSENT = object()  # a field one payload lacks differs from any value, None included
 
 
 @dataclass
@@ -386,13 +410,21 @@ def ask_continuously(
     asyncio.run(go())
 
 
-def store_ids(deployment: Deployment, tenants: Iterable[str]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {c: set() for c in COLLECTIONS}
-    with deployment.store() as store:
-        for tenant in tenants:
-            for collection in COLLECTIONS:
-                out[collection] |= {h.id for h in store.scroll(collection, tenant, limit=1_000_000)}
+def store_points(
+    store: VectorStore, tenants: Iterable[str], collections: Sequence[str] = COLLECTIONS
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every point of ``tenants`` in ``collections``: collection -> point id -> payload. Any store: the
+    embedded one once its workers stopped, a Qdrant server while they run."""
+    out: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in collections}
+    for tenant in tenants:
+        for collection in collections:
+            out[collection] |= {h.id: dict(h.payload) for h in store.scroll(collection, tenant, limit=1_000_000)}
     return out
+
+
+def store_ids(deployment: Deployment, tenants: Iterable[str]) -> dict[str, set[str]]:
+    with deployment.store() as store:
+        return {c: set(points) for c, points in store_points(store, tenants).items()}
 
 
 def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) -> float:

@@ -2,7 +2,7 @@
 
 from datetime import datetime, timezone
 
-from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, plan_events, score_delivery
+from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, changed_payloads, plan_events, score_delivery
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, SourceTurn, Turn
 
@@ -64,6 +64,16 @@ def test_lost_duplicated_extra_and_missing_points_are_counted_apart():
     assert (d.turns, d.lost, d.duplicated) == (4, 1, 1)
     assert (d.extra_points, d.missing_points) == (1, 2)
     assert d.extra_by_collection[CARDS] == 1 and d.missing_by_collection[TURNS] == 1
+
+
+def test_changed_payloads_names_the_fields_that_differ_on_points_both_stores_hold():
+    reference = {CARDS: {"c1": {"text": "a", "v": 1}, "c2": {"text": "b"}}, TURNS: {"t1": {"seq": 1}}}
+    points = {
+        CARDS: {"c1": {"text": "a", "v": 2, "extra": None}, "c3": {"text": "c"}},  # c3/c2: ids, not payloads
+        TURNS: {"t1": {"seq": 1.0}},  # the same number, whichever store typed it
+    }
+    assert changed_payloads(points, reference) == {CARDS: {"c1": ["extra", "v"]}}
+    assert changed_payloads(points, reference, ignore=["v", "extra"]) == {}
 
 
 def test_asked_counts_every_outcome_and_a_p99():

@@ -14,6 +14,7 @@ from typing import Iterator
 import orjson
 import pytest
 
+from memstream.bench.deploy import worker_samples
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas import Turn
@@ -171,3 +172,20 @@ def latest_table_value(pipe: Deployment, table: str, key: str) -> dict:
         if k and orjson.loads(k) == key
     ]
     return values[-1] if values and values[-1] else {}
+
+
+def metric_total(port: int | None, name: str, **labels: str) -> float:
+    """A worker's series ``name`` summed over those with ``labels`` (0 while its endpoint does not answer)."""
+    try:
+        return sum(
+            s.value
+            for s in worker_samples(port)  # type: ignore[arg-type]
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+    except OSError:
+        return 0.0
+
+
+def handled(port: int | None, stage: str) -> float:
+    """Messages a worker's ``stage`` handled."""
+    return metric_total(port, "memstream_stage_messages_in_total", stage=stage)

@@ -7,26 +7,14 @@ import time
 
 import pytest
 
-from memstream.bench.deploy import worker_samples
 from memstream.processors.index import TURNS
 from memstream.schemas.topics import INGEST_TOPICS
 
-from .conftest import first_sessions
+from .conftest import first_sessions, handled
 
 pytestmark = pytest.mark.integration
 
 INGEST_GROUP = "compress,segment,stm,extract"
-
-
-def handled(port: int | None, stage: str) -> float:
-    try:
-        return sum(
-            s.value
-            for s in worker_samples(port)
-            if s.name == "memstream_stage_messages_in_total" and s.labels.get("stage") == stage
-        )
-    except OSError:
-        return 0.0
 
 
 def test_kill_9_of_one_of_two_workers_of_a_stage_group_loses_no_turn_and_stores_none_twice(make_pipeline):
