@@ -10,6 +10,13 @@ deterministic (tenant, conversation, provenance, content), so the two stores mus
 ids: a turn missing is lost, a point the reference lacks is extra, and a turn extracted in two
 different memory writes is duplicated.
 
+With ``--cluster`` the failures reach every layer: the run's deployment streams through a 3-broker
+Kafka cluster (replication 3, min.insync.replicas 2) into a 3-node Qdrant cluster (3 shards x 2
+replicas) with two store workers beside the two ingest workers, and the schedule adds ``kill -9`` of a
+broker and of a Qdrant node (each restarted on its own storage after a pause, alternating through the
+run) and, once, of both workers of one group at the same moment. The reference stays the plain
+deployment (one broker, the embedded store): the same point ids are expected from both.
+
 Both deployments keep windows and buffers until the end (a long idle time, so no failure's pause
 drains a window early), then restart their ingest workers with a short idle time to flush the
 tails. Sleep-time consolidation is off: it rewrites payloads, not ids, and is tested elsewhere.
@@ -43,6 +50,7 @@ from memstream.streams.deployment import Deployment, free_port
 INGEST = "compress,segment,stm,extract"
 STORE = "index,consolidate,query"
 WORKERS = {"ingest-1": INGEST, "ingest-2": INGEST, "store-1": STORE}
+CLUSTER_WORKERS = {**WORKERS, "store-2": STORE}  # --cluster: the store group scales out too
 COLLECTIONS = (TURNS, CARDS, SCENES, TRIGGERS)
 SESSION_TIMEOUT_S = 10.0  # the workers' broker_session_timeout: a SIGSTOP longer than this forces a rebalance
 
@@ -66,20 +74,29 @@ class ChaosOptions:
     # was ready again ~59 s after the kill, and one question asked with 60 s went unanswered.
     ask_timeout_s: float = 120.0
     llm: bool = False
+    cluster: bool = False  # a Kafka cluster and a Qdrant cluster, with broker and node kills
+    node_every_s: float = 150.0  # --cluster: between two node kills (broker and Qdrant node alternate)
+    node_down_s: tuple[float, float] = (5.0, 20.0)  # --cluster: a killed node's pause before its restart
     workdir: Path = Path(".data/bench/chaos")
+
+    @property
+    def workers(self) -> dict[str, str]:
+        return CLUSTER_WORKERS if self.cluster else WORKERS
 
 
 @dataclass(frozen=True)
 class Event:
     at_s: float
-    action: str  # kill | stop | broker_restart | llm_restart
-    target: str = ""  # the worker, for kill and stop
+    action: str  # kill | stop | broker_restart | llm_restart | broker_kill | qdrant_kill | group_kill
+    target: str = ""  # the worker (kill, stop), the node number (broker_kill, qdrant_kill), the group (group_kill)
     pause_s: float = 0.0  # kill: until the restart; stop: until SIGCONT
 
 
 def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
     """The seeded failure schedule over the run: worker failures every few seconds, one broker
-    restart at half time and, with an LLM, one LLM server restart at a third."""
+    restart at half time and, with an LLM, one LLM server restart at a third. With ``cluster``, instead
+    of the broker restart: kill -9 of a broker and of a Qdrant node, alternating (at least one of
+    each), and once both workers of one group at the same moment."""
     rng = random.Random(options.seed)
     duration = options.minutes * 60
     events: list[Event] = []
@@ -91,10 +108,33 @@ def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
         else:
             events.append(Event(round(t, 2), "kill", target, round(rng.uniform(*options.restart_after_s), 2)))
         t += rng.uniform(*options.kill_every_s)
-    events.append(Event(round(duration / 2, 2), "broker_restart"))
+    if options.cluster:
+        events += cluster_events(options, rng, duration)
+    else:
+        events.append(Event(round(duration / 2, 2), "broker_restart"))
     if options.llm:
         events.append(Event(round(duration / 3, 2), "llm_restart"))
     return sorted(events, key=lambda e: e.at_s)
+
+
+def cluster_events(options: ChaosOptions, rng: random.Random, duration: float) -> list[Event]:
+    """Node kills spread evenly over the run, a broker first, then alternating with a Qdrant node (3
+    nodes each); the two workers of one group killed together between the first two."""
+    n = max(2, round(duration / options.node_every_s))
+    events = [
+        Event(
+            round(duration * (k + 1) / (n + 1), 2),
+            "broker_kill" if k % 2 == 0 else "qdrant_kill",
+            str(rng.randint(1, 3)),
+            round(rng.uniform(*options.node_down_s), 2),
+        )
+        for k in range(n)
+    ]
+    group = rng.choice(["ingest", "store"])
+    events.append(
+        Event(round(duration * 1.5 / (n + 1), 2), "group_kill", group, round(rng.uniform(*options.restart_after_s), 2))
+    )
+    return events
 
 
 # --- scoring -------------------------------------------------------------------------------------
@@ -215,7 +255,14 @@ def _round_robin(groups: list[list[Turn]]) -> Iterable[list[Turn]]:
 class Fleet:
     """The worker processes of one deployment, by name; restarts what died."""
 
-    def __init__(self, deployment: Deployment, env: dict[str, str], log: Callable[[str], None]):
+    def __init__(
+        self,
+        deployment: Deployment,
+        env: dict[str, str],
+        log: Callable[[str], None],
+        workers: dict[str, str] = WORKERS,
+    ):
+        self.workers = workers
         self.deployment = deployment
         self.env = env
         self.log = log
@@ -223,19 +270,22 @@ class Fleet:
         self.stopped: dict[str, float] = {}  # name -> when to SIGCONT
         self.down_until: dict[str, float] = {}  # killed: name -> when to restart
         self.crashes = 0  # exits nobody asked for
-        deployment.stage_sets = [tuple(s.split(",")) for s in dict.fromkeys(WORKERS.values())]
+        deployment.stage_sets = [tuple(s.split(",")) for s in dict.fromkeys(workers.values())]
 
     def start(self, name: str, extra: dict[str, str] | None = None) -> runtime.WorkerProcess:
         port = free_port()
         env = {**self.deployment.env, **self.env, **(extra or {}), "MEMSTREAM_METRICS_PORT": str(port)}
         w = runtime.spawn_worker(
-            env, self.deployment.settings.data_dir / "logs" / f"{name}.log", stages=WORKERS[name], metrics_port=port
+            env,
+            self.deployment.settings.data_dir / "logs" / f"{name}.log",
+            stages=self.workers[name],
+            metrics_port=port,
         )
         self.procs[name] = w
         return w
 
     def start_all(self, extra: dict[str, str] | None = None) -> None:
-        for name in WORKERS:
+        for name in self.workers:
             self.start(name, extra)
         for w in self.procs.values():
             runtime.wait_worker_ready(w)
@@ -267,7 +317,7 @@ class Fleet:
         for name, due in list(self.stopped.items()):
             if now >= due:
                 self.cont(name)
-        for name in WORKERS:
+        for name in self.workers:
             if name in self.down_until:
                 if now >= self.down_until[name]:
                     del self.down_until[name]
@@ -300,6 +350,64 @@ class Fleet:
     def rebalances(self) -> int:
         logs = self.deployment.settings.data_dir / "logs"
         return sum(p.read_text(errors="replace").count("rebalance: ") for p in logs.glob("*.log"))
+
+
+class Nodes:
+    """``--cluster``: the run's Kafka cluster and Qdrant cluster (3 nodes each, in the run's folder, on
+    free ports), the nodes killed and when each is due back."""
+
+    SIZE = 3
+
+    def __init__(self, workdir: Path, log: Callable[[str], None]):
+        kafka_base = runtime.free_base_port(23092, range(2 * self.SIZE))
+        qdrant_base = runtime.free_base_port(33333, [10 * i + j for i in range(self.SIZE) for j in range(3)])
+        self.kafka = runtime.kafka_cluster(workdir / "kafka-cluster", kafka_base, self.SIZE)
+        self.qdrant = runtime.qdrant_cluster(workdir / "qdrant-cluster", qdrant_base, self.SIZE)
+        self.bootstrap = ",".join(f"127.0.0.1:{kafka_base + 2 * i}" for i in range(self.SIZE))
+        self.qdrant_url = ",".join(f"http://127.0.0.1:{qdrant_base + 10 * i}" for i in range(self.SIZE))
+        self.log = log
+        self.down: dict[tuple[str, int], float] = {}  # (broker_kill | qdrant_kill, node) -> when to restart
+
+    def start(self) -> None:
+        self.kafka.start()
+        self.qdrant.start()
+
+    def stop(self) -> None:
+        for cluster in (self.qdrant, self.kafka):
+            with contextlib.suppress(RuntimeError):
+                cluster.stop()
+
+    def settings(self) -> Settings:
+        return Settings(kafka_bootstrap=self.bootstrap, topic_replication_factor=3, topic_min_insync_replicas=2)
+
+    def env(self) -> dict[str, str]:
+        """The run's store: every Qdrant node (the client fails over), 3 shards x 2 replicas."""
+        return {
+            "MEMSTREAM_QDRANT_URL": self.qdrant_url,
+            "MEMSTREAM_QDRANT_SHARDS": str(self.SIZE),
+            "MEMSTREAM_QDRANT_REPLICATION_FACTOR": "2",
+            "MEMSTREAM_QDRANT_COLLECTION_PREFIX": "chaos_",
+        }
+
+    def kill(self, action: str, node: int, pause_s: float) -> bool:
+        if (action, node) in self.down:
+            return False
+        (self.kafka if action == "broker_kill" else self.qdrant).kill(node)
+        self.down[(action, node)] = time.monotonic() + pause_s
+        return True
+
+    def tend(self, *, now: float | None = None) -> None:
+        """Restart the nodes that are due (each on its own storage; returns once it answers)."""
+        now = time.monotonic() if now is None else now
+        for (action, node), due in list(self.down.items()):
+            if now >= due:
+                kind = "broker" if action == "broker_kill" else "Qdrant node"
+                self.log(f"chaos: restarting {kind} {node}")
+                (self.kafka if action == "broker_kill" else self.qdrant).start_node(node)
+                del self.down[(action, node)]
+
+    def settle(self) -> None:
+        self.tend(now=float("inf"))
 
 
 def worker_env(options: ChaosOptions, base: Settings) -> dict[str, str]:
@@ -434,7 +542,7 @@ def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) 
     status("draining")
     deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS, flush=False)  # the idle flush below, as in the chaos run
     status("flushing windows and buffers")
-    for name in [n for n, stages in WORKERS.items() if stages == INGEST]:
+    for name in [n for n, stages in fleet.workers.items() if stages == INGEST]:
         fleet.procs[name].stop()
         fleet.start(name, FLUSH_ENV)
     for w in fleet.procs.values():
@@ -470,15 +578,23 @@ def run_chaos_bench(
 ) -> dict[str, Any]:
     base = Settings()
     turns, questions = chaos_turns(options)
-    events = plan_events(options, list(WORKERS))
+    events = plan_events(options, list(options.workers))
+    nodes: Nodes | None = None
     with contextlib.ExitStack() as running:
         running.enter_context(runtime.KAFKA.session(base))
         if options.llm:
             running.enter_context(runtime.LOCAL_LLM.session(base))
         reference_ids, reference_s = run_reference(base, options, turns, status)
 
-        deployment = Deployment(base, options.workdir / "chaos")
-        fleet = Fleet(deployment, worker_env(options, base), status)
+        chaos_base, chaos_env = base, {}
+        if options.cluster:
+            nodes = Nodes(options.workdir, status)
+            status("chaos: starting a 3-broker Kafka cluster and a 3-node Qdrant cluster")
+            running.callback(nodes.stop)
+            nodes.start()
+            chaos_base, chaos_env = nodes.settings(), nodes.env()
+        deployment = Deployment(chaos_base, options.workdir / "chaos", chaos_env)
+        fleet = Fleet(deployment, worker_env(options, base), status, options.workers)
         running.callback(fleet.stop_all)
         status("chaos: starting workers")
         fleet.start_all()
@@ -529,9 +645,20 @@ def run_chaos_bench(
                         runtime.LOCAL_LLM.stop(base)
                         runtime.LOCAL_LLM.start(base)
                         counts["llm_restarts"] += 1
+                    elif event.action in ("broker_kill", "qdrant_kill") and nodes is not None:
+                        counts[event.action + "s"] += nodes.kill(event.action, int(event.target), event.pause_s)
+                    elif event.action == "group_kill":
+                        group = INGEST if event.target == "ingest" else STORE
+                        for name in [n for n, stages in fleet.workers.items() if stages == group]:
+                            fleet.kill(name, event.pause_s)
+                        counts["group_kills"] += 1
+                if nodes is not None:
+                    nodes.tend()
                 fleet.tend()
                 time.sleep(0.2)
-            status("chaos over: every worker back")
+            status("chaos over: every node and worker back")
+            if nodes is not None:
+                nodes.settle()
             fleet.settle()
         finally:
             stop.set()
@@ -551,6 +678,10 @@ def run_chaos_bench(
         "rebalances": fleet.rebalances(),
         "broker_restarts": counts["broker_restarts"],
         "llm_restarts": counts["llm_restarts"],
+        "cluster": options.cluster,
+        "broker_kills": counts["broker_kills"],
+        "qdrant_kills": counts["qdrant_kills"],
+        "group_kills": counts["group_kills"],
         "crashes": fleet.crashes,
         "turns": delivery.turns,
         "turns_planned": len(turns),
@@ -600,6 +731,9 @@ def plot_timeline(result: dict[str, Any], out: Path) -> Path:
         "stop": ("tab:purple", "--"),
         "broker_restart": ("black", "-"),
         "llm_restart": ("tab:blue", "-."),
+        "broker_kill": ("black", "-."),
+        "qdrant_kill": ("tab:brown", "-."),
+        "group_kill": ("tab:red", "-"),
     }
     for event in result["events"]:
         color, line = marks[event["action"]]
@@ -610,10 +744,14 @@ def plot_timeline(result: dict[str, Any], out: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("seconds into the run")
     ax.set_ylabel("reply latency (ms)")
+    nodes = (
+        f"{result.get('broker_kills', 0)} broker, {result.get('qdrant_kills', 0)} Qdrant node kill(s)"
+        if result.get("cluster")
+        else f"{result['broker_restarts']} broker restart(s)"
+    )
     ax.set_title(
-        f"chaos: {result['kills']} kills, {result['stops']} stops, {result['broker_restarts']} broker "
-        f"restart(s); lost {result['lost']}, duplicated {result['duplicated']}, "
-        f"unanswered {result['unanswered']}"
+        f"chaos: {result['kills']} kills, {result['stops']} stops, {nodes}; lost {result['lost']}, "
+        f"duplicated {result['duplicated']}, unanswered {result['unanswered']}"
     )
     ax.legend(loc="upper right", fontsize=7, ncol=2)
     return _save(plt, fig, out)

@@ -232,19 +232,88 @@ def compare_runs(
         console.print(f"plot: {plot_compare(result, json_out.with_suffix('.png'))}")
 
 
+def parse_counts(text: str, option: str = "--workers") -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``: whole numbers of at least 1, in the order given, each once."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{option} takes whole numbers separated by commas, not {text!r}") from None
+    if not counts or any(c < 1 for c in counts):
+        raise typer.BadParameter(f"{option} takes counts of at least 1, not {text!r}")
+    return list(dict.fromkeys(counts))
+
+
 @bench.command("scale")
 def scale(
     data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON (each session is streamed as its own conversation)"),
-    turns: int = typer.Option(1200, min=50, help="Turns to ingest in each run (whole sessions)"),
+    turns: int = typer.Option(
+        1200, "--turns", "--max-turns", min=50, help="Turns to ingest in each run (whole sessions)"
+    ),
     torch_threads: int = typer.Option(1, min=1, help="Model threads per worker process"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="On 3 Kafka brokers and 3 Qdrant nodes: ingest (part A) and questions (part B), "
+        "with the CPU per turn and per question of every process",
+    ),
+    workers: Optional[str] = typer.Option(
+        None, help="Ingest worker counts, comma-separated (default: 1,2; --cluster: 1,2,4)"
+    ),
+    store_workers: str = typer.Option("1,2", help="--cluster: store worker counts on the Qdrant cluster in part B"),
+    cards: int = typer.Option(100_000, min=1, help="--cluster: cards in the store when the questions are asked"),
+    questions: int = typer.Option(200, min=1, help="--cluster: questions asked per store setup (evidence only)"),
+    askers: int = typer.Option(4, min=1, help="--cluster: concurrent askers"),
+    embedded: bool = typer.Option(True, "--embedded/--no-embedded", help="--cluster: part B on the embedded store too"),
+    workdir: Optional[Path] = typer.Option(None, help="Data folder of the deployments (and of the cluster it starts)"),
+    kafka_bootstrap: Optional[str] = typer.Option(
+        None, help="--cluster: use this running Kafka cluster (its brokers' CPU and disk are then not measured)"
+    ),
+    kafka_port: Optional[int] = typer.Option(
+        None, help="--cluster: base port of the brokers it starts (default: free from 21092)"
+    ),
+    qdrant_url: Optional[str] = typer.Option(
+        None, help="--cluster: use this running Qdrant (nodes' URLs; their CPU, RAM and disk are then not measured)"
+    ),
+    qdrant_port: Optional[int] = typer.Option(
+        None, help="--cluster: HTTP port of the first node it starts (default: free from 31333)"
+    ),
+    keep_services: bool = typer.Option(False, help="--cluster: leave the brokers and nodes it started running"),
 ) -> None:
     """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
-    processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup."""
+    processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup.
+    With --cluster: turns/s with 1, 2, 4 ingest workers on a 3-broker cluster and a 3-node Qdrant
+    cluster, then replies/s, p50 and p99 at --cards cards with 1 and 2 store workers against the
+    server and 1 on the embedded store, each with the CPU-seconds per turn and per question of every
+    process (workers, brokers, Qdrant nodes, this client); the costs `memstream capacity` reads."""
     from memstream.bench.scale import ScaleOptions, run_scale_bench
     from memstream.bench.scale import load_turns as scale_turns
 
+    if cluster:
+        _scale_cluster(
+            data=data,
+            turns=turns,
+            torch_threads=torch_threads,
+            json_out=json_out,
+            workers=parse_counts(workers or "1,2,4"),
+            store_workers=parse_counts(store_workers, "--store-workers"),
+            cards=cards,
+            questions=questions,
+            askers=askers,
+            embedded=embedded,
+            workdir=workdir,
+            kafka_bootstrap=kafka_bootstrap,
+            kafka_port=kafka_port,
+            qdrant_url=qdrant_url,
+            qdrant_port=qdrant_port,
+            keep_services=keep_services,
+        )
+        return
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
+    if workers:
+        options.workers = parse_counts(workers)
+    if workdir:
+        options.workdir = workdir
     total = len(scale_turns(options))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with _progress() as progress:
@@ -266,6 +335,74 @@ def scale(
     if "speedup" in result:
         console.print(f"speedup with 2 workers: {result['speedup']}x ({result['machine']})")
     _write_json(result, json_out)
+
+
+def _ms(per_unit: dict, key: str) -> str:
+    value = per_unit.get(key)
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: int, **kwargs) -> None:  # noqa: ANN003
+    from memstream.bench.scale import ClusterScaleOptions, load_turns, plot_cluster, run_cluster_bench
+
+    options = ClusterScaleOptions(max_turns=turns, **kwargs)
+    if workdir:
+        options.workdir = workdir
+    total = len(load_turns(options))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=total)
+        result = run_cluster_bench(
+            options,
+            status=lambda text: progress.update(task, description=text, completed=0),
+            on_lag=lambda done, total_: progress.update(task, completed=done, total=total_),
+        )
+    roles: tuple[str, ...] = ("ingest", "ingest_per_worker", "store", "brokers", "qdrant", "client", "total")
+    table = Table(
+        title=f"scale --cluster, part A: {result['turns']} turns ({result['conversations']} conversations), "
+        f"{result['kafka']['brokers']} brokers x{result['kafka']['replication_factor']} replicas, "
+        f"{result['qdrant']['nodes']} Qdrant nodes; CPU-ms per turn"
+    )
+    for column in ("ingest workers", "seconds", "turns/s", "cards", "Kafka B/turn", *roles):
+        table.add_column(column, justify="right")
+    for run in result["ingest"]:
+        per = run["cpu_ms_per_turn"]
+        table.add_row(
+            str(run["workers"]),
+            str(run["seconds"]),
+            str(run["turns_per_s"]),
+            str(run["cards"]),
+            str(run["kafka_bytes_per_turn"]),
+            *(_ms(per, r) for r in roles),
+        )
+    console.print(table)
+    table = Table(title=f"part B: {options.questions} questions, {options.askers} askers; CPU-ms per question")
+    roles = ("store", "brokers", "qdrant", "client", "total")
+    for column in ("setup", "cards", "replies/s", "p50 ms", "p99 ms", "worker p50 ms", "errors", *roles):
+        table.add_column(column, justify="right")
+    for q in result["queries"]:
+        per = q["cpu_ms_per_query"]
+        table.add_row(
+            q["setup"],
+            str(q["cards"]),
+            str(q["replies_per_s"]),
+            str(q["p50_ms"]),
+            str(q["p99_ms"]),
+            str(q["worker_p50_ms"]),
+            str(q["errors"]),
+            *(_ms(per, r) for r in roles),
+        )
+    console.print(table)
+    for store, growth in result["store_growth"].items():
+        console.print(f"{store} store growth: {growth}")
+    for row in result.get("check", []):
+        console.print(
+            f"model check, {row['workers']} ingest worker(s): measured {row['measured_turns_per_s']} turns/s, "
+            f"predicted {row['predicted_turns_per_s']} ({result['machine']})"
+        )
+    _write_json(result, json_out)
+    if json_out:
+        console.print(f"plot: {plot_cluster(result, json_out.with_suffix('.png'))}")
 
 
 @bench.command("fuzz")
@@ -515,12 +652,19 @@ def chaos(
     sessions: Optional[int] = typer.Option(2, help="Sessions of each LoCoMo conversation (default 2; 0 = all)"),
     packaged_tenants: int = typer.Option(3, min=0, help="Tenants that each stream the packaged conversation"),
     llm: bool = typer.Option(False, "--llm", help="Run with the local LLM server (killed and restarted once)"),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="A 3-broker Kafka cluster and a 3-node Qdrant cluster (a Qdrant binary: see infra/qdrant/qdrant.sh), "
+        "two store workers, kill -9 of brokers and Qdrant nodes, and once of both workers of a group",
+    ),
     workdir: Path = typer.Option(Path(".data/bench/chaos"), help="Data folder of both deployments"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
-    """Delivery under failure: three workers in two stage groups, a producer and an asker, with kill -9,
-    SIGSTOP past the session timeout, a broker restart (and an LLM server restart with --llm), checked
-    point by point against a run without failures: lost, duplicated, extra_points, unanswered."""
+    """Delivery under failure: workers in two stage groups, a producer and an asker, with kill -9,
+    SIGSTOP past the session timeout, a broker restart (and an LLM server restart with --llm; with
+    --cluster, broker and Qdrant node kills instead of the restart), checked point by point against a run
+    without failures: lost, duplicated, extra_points, unanswered."""
     from memstream.bench.chaos import ChaosOptions, chaos_turns, run_chaos_bench
 
     options = ChaosOptions(
@@ -531,6 +675,7 @@ def chaos(
         sessions=sessions or None,
         packaged_tenants=packaged_tenants,
         llm=llm,
+        cluster=cluster,
         workdir=workdir,
     )
     total = len(chaos_turns(options)[0])
@@ -554,6 +699,7 @@ def chaos(
             "rebalances",
             "broker_restarts",
             "llm_restarts",
+            *(("broker_kills", "qdrant_kills", "group_kills") if cluster else ()),
             "crashes",
             "turns",
             "lost",

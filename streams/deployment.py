@@ -118,6 +118,9 @@ class Deployment:
         self.env = {
             "MEMSTREAM_KAFKA_BOOTSTRAP": base.kafka_bootstrap,
             **kafka_security_env(base),
+            # On a cluster, the base's replication reaches the topics this deployment creates and its workers.
+            "MEMSTREAM_TOPIC_REPLICATION_FACTOR": str(base.topic_replication_factor),
+            "MEMSTREAM_TOPIC_MIN_INSYNC_REPLICAS": str(base.topic_min_insync_replicas),
             "MEMSTREAM_TOPIC_PREFIX": prefix,
             "MEMSTREAM_DATA_DIR": str(data_dir),
             "MEMSTREAM_METRICS_PORT": str(free_port()),

@@ -168,7 +168,26 @@ class LocalCluster:
         self.run("start-node", str(node))
 
 
+def free_base_port(first: int, offsets: Sequence[int], step: int = 100) -> int:
+    """The first base port from ``first`` (by ``step``) whose ``base + offset`` ports are all free on 127.0.0.1."""
+    for base in range(first, 60000, step):
+        socks: list[socket.socket] = []
+        try:
+            for offset in offsets:
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no free ports from {first}")
+
+
 def kafka_cluster(data: Path, base_port: int, brokers: int = 3) -> LocalCluster:
+    """Broker I (1..N) on client port base + 2 (I - 1), its controller one above (kafka.sh)."""
     return LocalCluster(
         "kafka/kafka.sh",
         "--brokers",
@@ -178,6 +197,7 @@ def kafka_cluster(data: Path, base_port: int, brokers: int = 3) -> LocalCluster:
 
 
 def qdrant_cluster(data: Path, base_port: int, nodes: int = 3) -> LocalCluster:
+    """Node I (1..N) on HTTP port base + 10 (I - 1), gRPC and p2p one and two above (qdrant.sh)."""
     return LocalCluster(
         "qdrant/qdrant.sh",
         "--nodes",

@@ -22,6 +22,23 @@ def test_the_schedule_is_seeded_and_covers_every_kind_of_failure():
     assert "llm_restart" not in [e.action for e in plan_events(ChaosOptions(minutes=2), list(WORKERS))]
 
 
+def test_the_cluster_schedule_kills_a_broker_a_qdrant_node_and_a_whole_group_once():
+    options = ChaosOptions(minutes=3, seed=3, cluster=True)
+    assert set(options.workers) == set(WORKERS) | {"store-2"}
+    events = plan_events(options, list(options.workers))
+    kinds = [e.action for e in events]
+    assert "broker_restart" not in kinds  # the cluster's brokers are killed one at a time instead
+    assert kinds.count("broker_kill") >= 1 and kinds.count("qdrant_kill") >= 1 and kinds.count("group_kill") == 1
+    nodes = [e for e in events if e.action in ("broker_kill", "qdrant_kill")]
+    assert all(e.target in {"1", "2", "3"} and 5.0 <= e.pause_s <= 20.0 for e in nodes)
+    # One node down at a time: a node's pause ends before the next node kill, so a quorum always holds.
+    assert all(a.at_s + a.pause_s < b.at_s for a, b in zip(nodes, nodes[1:]))
+    [group] = [e for e in events if e.action == "group_kill"]
+    assert group.target in {"ingest", "store"} and 0 < group.at_s < 180
+    long_run = [e.action for e in plan_events(ChaosOptions(minutes=20, cluster=True), list(options.workers))]
+    assert long_run.count("broker_kill") >= 4 and long_run.count("qdrant_kill") >= 4
+
+
 def turn(i: int, tenant: str = "t1") -> Turn:
     return Turn(
         tenant_id=tenant,
