@@ -15,6 +15,7 @@ from ..kafka_options import faust_credentials
 from ..lag import group_positions
 from ..services import Services
 from ..stages import REGISTRY
+from . import faust_compat
 from .context import StageContext
 from .fence import FreezeFence
 from .offsets import SafeCommits
@@ -30,6 +31,14 @@ def exit_for_restart(gap_s: float) -> None:
     """A freeze long enough for the group to move partitions: in-memory tables may be stale (see
     ``fence``), so the supervisor restarts the worker and it recovers them from the changelogs."""
     log.error("frozen for %.1fs: exiting for a restart, tables recover from changelogs (%d)", gap_s, EXIT_RESTART)
+    logging.shutdown()
+    os._exit(EXIT_RESTART)
+
+
+def exit_for_restart_expelled(reason: str) -> None:
+    """Expelled from the group while not frozen (a loop too busy to heartbeat, on a loaded machine):
+    the same stale-table hazard as a freeze (``faust_compat.watch_expulsion``), the same remedy."""
+    log.error("expelled from the consumer group (%s): exiting for a restart, tables recover (%d)", reason, EXIT_RESTART)
     logging.shutdown()
     os._exit(EXIT_RESTART)
 
@@ -76,8 +85,13 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     commits.install()
     fence = FreezeFence(SESSION_TIMEOUT_S, on_freeze=exit_for_restart)
 
+    def expelled(reason: str) -> None:
+        if not app.should_stop:  # a stopping worker leaves its group: not an expulsion
+            exit_for_restart_expelled(reason)
+
     def rejoined(*_args: object, **_kwargs: object) -> None:
         fence.rejoined()
+        faust_compat.watch_expulsion(app, expelled)
 
     app.on_partitions_assigned.connect(rejoined)
     fence.start()

@@ -111,6 +111,37 @@ async def write_table(table: Any, key: str, value: Any) -> None:
     await table.send_changelog(table.partition_for_key(key), key, value)  # a future: delivered when done
 
 
+# --- group membership ----------------------------------------------------------------------------
+
+
+def watch_expulsion(app: Any, on_expelled: Callable[[str], None]) -> bool:
+    """Call ``on_expelled`` when the group goes on without this worker: aiokafka resets its generation
+    when a heartbeat or a commit learns the member or generation is no longer known (a loop too busy
+    to heartbeat within the session timeout, or to poll within max.poll.interval), and then rejoins.
+    Its partitions may have been with another worker meanwhile and come back; faust recovers tables
+    only for partitions that are new to the worker, so those tables would be stale. Installed on the
+    live consumer's group coordinator (so from the first assignment on); True once installed. A reset
+    before the first join (generation -1) or while the consumer closes is not an expulsion."""
+    try:
+        coordinator = app.consumer._thread._ensure_consumer()._coordinator
+    except AttributeError:
+        return False
+    if getattr(coordinator, "_memstream_watched", False):
+        return True
+    reset = coordinator.reset_generation
+
+    def reset_generation() -> None:
+        closing = getattr(coordinator, "_closing", None)
+        if getattr(coordinator, "generation", -1) > 0 and not (closing is not None and closing.done()):
+            on_expelled(f"group {coordinator.group_id} went on without member {coordinator.member_id}")
+        reset()
+
+    coordinator.reset_generation = reset_generation
+    coordinator._memstream_watched = True
+    log.info("watching membership of group %s: an expelled worker restarts", coordinator.group_id)
+    return True
+
+
 # --- diagnostics ---------------------------------------------------------------------------------
 
 
