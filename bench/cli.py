@@ -279,6 +279,9 @@ def scale(
         None, help="--cluster: HTTP port of the first node it starts (default: free from 31333)"
     ),
     keep_services: bool = typer.Option(False, help="--cluster: leave the brokers and nodes it started running"),
+    idle_s: float = typer.Option(
+        10.0, min=0.5, help="--cluster: seconds of idle CPU measured before each ingest (the processes' fixed CPU)"
+    ),
 ) -> None:
     """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
     processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup.
@@ -307,6 +310,7 @@ def scale(
             qdrant_url=qdrant_url,
             qdrant_port=qdrant_port,
             keep_services=keep_services,
+            idle_s=idle_s,
         )
         return
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)

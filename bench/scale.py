@@ -10,14 +10,16 @@ its own conversation, so the work spreads over the partitions."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from memstream.config import Settings
+from memstream.bench.cpu import CpuMeter, disk_bytes, file_bytes, net_of_idle, per_unit_ms, rss_bytes
+from memstream.config import Settings, absolute_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import Turn
 from memstream.schemas.topics import FRONT_TOPICS
@@ -109,3 +111,684 @@ def run_scale_bench(
             "speedup": round(two["turns_per_s"] / one["turns_per_s"], 2),
         }
     return result
+
+
+# --- on a cluster: 3 Kafka brokers, 3 Qdrant nodes, the store group against the server ---------------
+
+STORE_STAGES = "index,consolidate,query"
+IDLE_GROUPS = ("ingest", "store", "brokers", "qdrant")  # the roles' idle CPU, less the client's
+KAFKA_BASE_PORT = 21092  # away from the single broker's 9092 and the cluster tests' 19092+
+QDRANT_BASE_PORT = 31333  # away from 6333 and the cluster tests' 26333+
+
+
+@dataclass
+class ClusterScaleOptions(ScaleOptions):
+    """``bench scale --cluster``: part A ingests with each count of ``workers`` ingest workers (and one
+    store worker on the Qdrant cluster); part B grows the store to ``cards`` and asks ``questions``
+    with ``askers`` concurrent askers, with each count of ``store_workers`` on the server and one on
+    the embedded store."""
+
+    workers: Sequence[int] = (1, 2, 4)
+    store_workers: Sequence[int] = (1, 2)
+    cards: int = 100_000
+    questions: int = 200
+    askers: int = 4
+    embedded: bool = True  # part B on the embedded store too
+    workdir: Path = Path(".data/bench/scale-cluster")
+    kafka_bootstrap: str | None = None  # a running cluster to use (its brokers' CPU and disk unknown)
+    kafka_port: int | None = None  # base port of the cluster the bench starts (default: free from 21092)
+    qdrant_url: str | None = None  # a running Qdrant to use (its nodes' CPU, RAM and disk unknown)
+    qdrant_port: int | None = None
+    brokers: int = 3
+    qdrant_nodes: int = 3
+    keep_services: bool = False  # leave the cluster the bench started running
+    idle_s: float = 10.0  # part A: CPU of every process measured this long with the workers ready and idle
+
+
+def _ports_free(ports: Sequence[int]) -> bool:
+    import socket
+
+    socks: list[socket.socket] = []
+    try:
+        for port in ports:
+            sock = socket.socket()
+            socks.append(sock)
+            sock.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_base(first: int, ports: Callable[[int], Sequence[int]], step: int = 100) -> int:
+    """The first base port from ``first`` (by ``step``) whose ``ports(base)`` are all free."""
+    for base in range(first, 60000, step):
+        if _ports_free(ports(base)):
+            return base
+    raise RuntimeError(f"no free ports from {first}")
+
+
+@dataclass
+class ScriptCluster:
+    """Nodes run by ``infra/kafka/kafka.sh --brokers N`` or ``infra/qdrant/qdrant.sh --nodes N`` with
+    their own data folder and base port."""
+
+    kind: str  # "kafka" or "qdrant"
+    data: Path
+    base_port: int
+    nodes: int = 3
+
+    @property
+    def env(self) -> dict[str, str]:
+        name = "KAFKA" if self.kind == "kafka" else "QDRANT"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_")}
+        return env | {f"MEMSTREAM_{name}_DATA": str(self.data), f"MEMSTREAM_{name}_PORT": str(self.base_port)}
+
+    def run(self, *args: str, check: bool = True) -> str:
+        import subprocess
+
+        script = runtime.INFRA / self.kind / f"{self.kind}.sh"
+        count = ["--brokers", str(self.nodes)] if self.kind == "kafka" else []
+        tail = ["--nodes", str(self.nodes)] if self.kind == "qdrant" else []
+        done = subprocess.run(["bash", str(script), *count, *args, *tail], env=self.env, capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{self.kind}.sh {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    @property
+    def address(self) -> str:
+        """The Kafka bootstrap string, or MEMSTREAM_QDRANT_URL (every node)."""
+        if self.kind == "kafka":
+            return ",".join(f"127.0.0.1:{self.base_port + 2 * i}" for i in range(self.nodes))
+        return ",".join(f"http://127.0.0.1:{self.base_port + 10 * i}" for i in range(self.nodes))
+
+    def pids(self) -> list[int]:
+        return [int(self.run("node-pid", str(i + 1)).strip()) for i in range(self.nodes)]
+
+    def node_dir(self, i: int) -> Path:
+        return self.data / f"node-{i + 1}"
+
+    def data_dirs(self) -> list[Path]:
+        """Kafka: each broker's log.dirs; Qdrant: each node's collections folder."""
+        sub = "data" if self.kind == "kafka" else "storage/collections"
+        return [self.node_dir(i) / sub for i in range(self.nodes)]
+
+
+def kafka_cluster(options: ClusterScaleOptions) -> ScriptCluster:
+    port = options.kafka_port or free_base(KAFKA_BASE_PORT, lambda b: range(b, b + 2 * options.brokers), step=10)
+    return ScriptCluster("kafka", absolute_path(options.workdir / "kafka"), port, options.brokers)
+
+
+def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:
+    nodes = options.qdrant_nodes
+    port = options.qdrant_port or free_base(
+        QDRANT_BASE_PORT, lambda b: [b + 10 * i + j for i in range(nodes) for j in range(3)]
+    )
+    return ScriptCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)
+
+
+def spread(items: Sequence[Any], n: int) -> list[Any]:
+    """``n`` items spread evenly over ``items`` (all of them when there are fewer)."""
+    if n >= len(items):
+        return list(items)
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
+def scale_questions(options: ClusterScaleOptions, turns: Sequence[Turn]) -> list[Any]:
+    """``options.questions`` LoCoMo questions (categories 1–4) of the samples whose turns were ingested,
+    each asked in one of its sample's streamed conversations (sessions), in turn, so the questions'
+    keys spread over the partitions. Cycled when the samples have fewer."""
+    from dataclasses import replace
+
+    from memstream.bench.retrieval import load_questions
+
+    streamed: dict[str, list[str]] = {}
+    for t in turns:
+        sample = t.conversation_id.rsplit("-", 1)[0]
+        if t.conversation_id not in streamed.setdefault(sample, []):
+            streamed[sample].append(t.conversation_id)
+    samples = [s for s in load_locomo(options.data) if s.sample_id in streamed]
+    pool = spread(load_questions(samples, (1, 2, 3, 4)), options.questions)
+    out = []
+    for i in range(options.questions):
+        q = pool[i % len(pool)]
+        conversations = streamed[q.conversation_id]
+        out.append(replace(q, conversation_id=conversations[i % len(conversations)]))
+    return out
+
+
+async def ask_concurrently(
+    settings: Settings,
+    questions: Sequence[Any],
+    askers: int,
+    *,
+    on_reply: Callable[[], None] = lambda: None,
+    on_timed: Callable[[], object] = lambda: None,
+) -> dict[str, Any]:
+    """``questions`` asked by ``askers`` concurrent askers over Kafka (evidence only, no LLM), after a
+    warm-up of one question per asker: replies/s, request-to-reply p50/p99, the worker's own p50."""
+    import asyncio
+
+    from memstream.bench.scoring import percentile
+    from memstream.client import AsyncMemoryClient
+
+    latencies: list[float] = []
+    worker: list[float] = []
+    errors = 0
+    async with AsyncMemoryClient(settings) as client:
+
+        async def one(q: Any, timeout_s: float) -> Any:
+            return await client.ask(
+                q.text,
+                tenant_id=TENANT,
+                conversation_id=q.conversation_id,
+                answer=False,
+                question_time=q.asked_at,
+                timeout_s=timeout_s,
+                raise_on_error=False,
+            )
+
+        await asyncio.gather(*(one(q, 180) for q in questions[: max(askers, 1)]))  # warm-up
+        todo = list(questions)
+        on_timed()  # the warm-up is over: the timed questions start
+
+        async def asker() -> None:
+            nonlocal errors
+            while todo:
+                q = todo.pop(0)
+                t0 = time.perf_counter()
+                reply = await one(q, 120)
+                latencies.append((time.perf_counter() - t0) * 1000.0)
+                worker.append(reply.latency_ms.get("total_ms", 0.0))
+                errors += 0 if reply.ok else 1
+                on_reply()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(asker() for _ in range(max(askers, 1))))
+        seconds = time.perf_counter() - started
+    return {
+        "questions": len(questions),
+        "askers": askers,
+        "seconds": round(seconds, 2),
+        "replies_per_s": round(len(questions) / seconds, 2),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "worker_p50_ms": round(percentile(worker, 50), 2),
+        "errors": errors,
+    }
+
+
+def synthetic_cards(real: Sequence[Any], target: int, *, seed: int = 7, batch: int = 1000) -> Iterator[list[Any]]:
+    """Batches of synthetic cards up to ``target`` in all (real ones included), as ``grow_store`` makes
+    them (a real card's vector with noise, its words shuffled, its conversation's payload), from
+    ``real`` sorted by id, so two stores with the same real cards get the same synthetic ones."""
+    import numpy as np
+
+    from memstream.ports import StorePoint
+    from memstream.processors.ids import point_id
+
+    real = sorted(real, key=lambda h: str(h.id))
+    missing = target - len(real)
+    if missing <= 0 or not real:
+        return
+    rng = np.random.default_rng(seed)
+    made = 0
+    while made < missing:
+        points: list[StorePoint] = []
+        for j in rng.integers(0, len(real), size=min(batch, missing - made)):
+            source = real[int(j)]
+            vector = np.asarray(source.vector, dtype=np.float32) + rng.normal(0, 0.04, size=len(source.vector))
+            vector /= np.linalg.norm(vector)
+            words = str(source.payload.get("text", "")).split()
+            rng.shuffle(words)
+            card_id = point_id("synthetic", TENANT, "", [], str(made + len(points)))
+            text = " ".join(words)
+            payload = {
+                **source.payload,
+                "card_id": card_id,
+                "text": text,
+                "synthetic": True,
+                "entity_triggers": [],
+                "bridge_triggers": [],
+            }
+            points.append(StorePoint(card_id, vector.tolist(), payload, text))
+        made += len(points)
+        yield points
+
+
+def grow_to(store: Any, target: int, *, progress: Callable[[int], None] = lambda n: None) -> int:
+    """Add synthetic cards to ``store`` up to ``target`` cards; returns how many were added."""
+    from memstream.processors.index import CARDS
+
+    real = store.scroll(CARDS, TENANT, limit=10**7, with_vectors=True)
+    added = 0
+    for points in synthetic_cards(real, target):
+        store.upsert(CARDS, points)
+        added += len(points)
+        progress(len(points))
+    return added
+
+
+def wait_green(urls: str, prefix: str, timeout_s: float = 1800.0) -> float:
+    """Wait until every collection of ``prefix`` on the server is optimised (status green); seconds."""
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(url=urls.split(",")[0], timeout=60, check_compatibility=False)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout_s:
+            names = [c.name for c in client.get_collections().collections if c.name.startswith(prefix)]
+            if all(str(client.get_collection(n).status).lower().endswith("green") for n in names):
+                break
+            time.sleep(1.0)
+    finally:
+        client.close()
+    return round(time.monotonic() - t0, 1)
+
+
+def _sum(values: Iterable[float]) -> float:
+    return float(sum(values))
+
+
+def _deployment_env(options: ClusterScaleOptions, qdrant_url: str | None, prefix: str) -> dict[str, str]:
+    env = {
+        "MEMSTREAM_STAGES": SCALE_STAGES,
+        "MEMSTREAM_TORCH_THREADS": str(options.torch_threads),
+        "MEMSTREAM_COMPRESSOR_MODEL": "",
+        "MEMSTREAM_LLM_BASE_URL": "",
+        "MEMSTREAM_EXTRACT_MODE": "extractive",
+        "MEMSTREAM_TOPIC_REPLICATION_FACTOR": str(min(3, options.brokers)),
+        "MEMSTREAM_TOPIC_MIN_INSYNC_REPLICAS": str(min(2, options.brokers)),
+        "MEMSTREAM_QDRANT_COLLECTION_PREFIX": f"{prefix}_",
+        **options.env,
+    }
+    if qdrant_url:
+        env["MEMSTREAM_QDRANT_URL"] = qdrant_url
+    return env
+
+
+class _Roles:
+    """The processes whose CPU a run measures: role -> pid."""
+
+    def __init__(self, infra: dict[str, int]):
+        self.infra = infra
+
+    def of(self, workers: dict[str, runtime.WorkerProcess]) -> dict[str, int]:
+        return {**{name: w.process.pid for name, w in workers.items()}, **self.infra, "client": os.getpid()}
+
+    @staticmethod
+    def groups(pids: dict[str, int]) -> dict[str, list[str]]:
+        return {
+            "ingest": [r for r in pids if r.startswith("ingest-")],
+            "store": [r for r in pids if r.startswith("store-")],
+            "brokers": [r for r in pids if r.startswith("broker-")],
+            "qdrant": [r for r in pids if r.startswith("qdrant-")],
+        }
+
+
+def _kafka_bytes(kafka: ScriptCluster | None, prefix: str) -> int | None:
+    """Bytes of the deployment's topics (every partition replica's log segments) on the brokers' disks:
+    what its records take in Kafka, replication included (indexes excluded)."""
+    if kafka is None:
+        return None
+    return sum(file_bytes(d, prefix=prefix, suffix=".log") for d in kafka.data_dirs())
+
+
+def _qdrant_usage(qdrant: ScriptCluster | None, prefix: str) -> tuple[int, int] | None:
+    """(bytes on disk of the deployment's collections over every node, RSS of every node)."""
+    if qdrant is None:
+        return None
+    disk = sum(disk_bytes(d, prefix=prefix) for d in qdrant.data_dirs())
+    return disk, sum(rss_bytes(p) for p in qdrant.pids())
+
+
+def _cpu_figures(meter: CpuMeter, pids: dict[str, int], units: int) -> tuple[dict[str, float], dict[str, float]]:
+    seconds = meter.stop()
+    groups = _Roles.groups(pids)
+    per_unit = per_unit_ms(seconds, units, {k: v for k, v in groups.items()})
+    workers = groups["ingest"]
+    if workers:
+        per_unit["ingest_per_worker"] = round(per_unit["ingest"] / len(workers), 3)
+    return {k: round(v, 3) for k, v in seconds.items()}, per_unit
+
+
+def run_cluster_bench(
+    options: ClusterScaleOptions,
+    *,
+    status: Callable[[str], None] = lambda s: None,
+    on_lag: Callable[[int, int], None] = lambda done, total: None,
+) -> dict[str, Any]:
+    """Part A (ingest with each count of ingest workers) and part B (questions at ``cards`` cards on the
+    Qdrant cluster with each count of store workers, and on the embedded store), with the CPU-seconds
+    of every process (workers, brokers, Qdrant nodes, this client) per turn and per question."""
+    import asyncio
+
+    from memstream.adapters import open_store
+    from memstream.processors.capacity import measured_costs, predicted_turns_per_s
+    from memstream.processors.index import CARDS
+    from memstream.schemas.topics import DRAIN_TOPICS
+
+    turns = load_turns(options)
+    questions = scale_questions(options, turns)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    result: dict[str, Any] = {
+        "mode": "cluster",
+        "stages": {"ingest": SCALE_STAGES.split(","), "store": STORE_STAGES.split(",")},
+        "turns": len(turns),
+        "conversations": len({t.conversation_id for t in turns}),
+        "torch_threads_per_worker": options.torch_threads,
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "cores": os.cpu_count(),
+        "ingest": [],
+        "queries": [],
+        "store_growth": {},
+    }
+    with contextlib.ExitStack() as running:
+        kafka = None if options.kafka_bootstrap else kafka_cluster(options)
+        qdrant = None if options.qdrant_url else qdrant_cluster(options)
+        if kafka:
+            status(f"starting {kafka.nodes} Kafka brokers on {kafka.address}")
+            kafka.run("start")
+            if not options.keep_services:
+                running.callback(kafka.run, "stop", check=False)
+        if qdrant:
+            status(f"starting {qdrant.nodes} Qdrant nodes on {qdrant.address}")
+            qdrant.run("start")
+            if not options.keep_services:
+                running.callback(qdrant.run, "stop", check=False)
+        bootstrap = options.kafka_bootstrap or kafka.address  # type: ignore[union-attr]
+        qdrant_url = options.qdrant_url or qdrant.address  # type: ignore[union-attr]
+        infra = {f"broker-{i + 1}": p for i, p in enumerate(kafka.pids() if kafka else [])}
+        infra |= {f"qdrant-{i + 1}": p for i, p in enumerate(qdrant.pids() if qdrant else [])}
+        roles = _Roles(infra)
+        base = Settings(kafka_bootstrap=bootstrap)
+        replication = min(3, options.brokers)
+        result["kafka"] = {
+            "bootstrap": bootstrap,
+            "brokers": options.brokers if kafka else None,
+            "replication_factor": replication,
+            "min_insync_replicas": min(2, options.brokers),
+            "partitions": base.topic_partitions,
+        }
+        result["qdrant"] = {
+            "url": qdrant_url,
+            "nodes": options.qdrant_nodes if qdrant else None,
+            "replication_factor": base.qdrant_replication_factor,
+            "shards": base.qdrant_shards or (options.qdrant_nodes if qdrant else None),
+        }
+
+        # Part A: ingest with 1, 2, 4 ingest workers, one store worker on the Qdrant cluster.
+        deployment: Deployment | None = None
+        for n in options.workers:
+            if deployment is not None:
+                deployment.stop_workers()
+            prefix = f"s{stamp.replace('-', '')}i{n}"
+            deployment = Deployment(
+                base,
+                options.workdir / f"{stamp}-ingest-{n}w",
+                _deployment_env(options, qdrant_url, prefix),
+                prefix=prefix,
+            )
+            running.callback(deployment.stop_workers)
+            workers: dict[str, runtime.WorkerProcess] = {}
+            for i in range(n):
+                status(f"A, {n} ingest worker(s): starting ingest worker {i + 1}")
+                workers[f"ingest-{i + 1}"] = deployment.start_worker(f"ingest-{i + 1}")
+            status(f"A, {n} ingest worker(s): starting the store worker")
+            workers["store-1"] = deployment.start_worker("store-1", stages=STORE_STAGES)
+            pids = roles.of(workers)
+            produced = 0
+            current = deployment
+
+            def progress(lag: dict[str, int]) -> None:
+                on_lag(max(0, produced - lag.get(current.settings.topic("turns"), 0)), len(turns))
+
+            status(f"A, {n} ingest worker(s): {options.idle_s:g} s idle (the processes' fixed CPU)")
+            idle = CpuMeter(pids).start()
+            t_idle = time.monotonic()
+            time.sleep(options.idle_s)
+            idle_cores = {r: s / (time.monotonic() - t_idle) for r, s in idle.stop().items()}
+            status(f"A, {n} ingest worker(s): ingesting {len(turns)} turns")
+            meter = CpuMeter(pids).start()
+            started = time.monotonic()
+            produced = deployment.produce(turns)
+            front = deployment.drain(timeout_s=3600, topics=FRONT_TOPICS, progress=progress)
+            status(f"A, {n} ingest worker(s): waiting for the store worker")
+            stored = deployment.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
+            window = time.monotonic() - started
+            cpu_s, per_turn = _cpu_figures(meter, pids, len(turns))
+            groups = _Roles.groups(pids)
+            per_turn_net = per_unit_ms(net_of_idle(meter.seconds(), idle_cores, window), len(turns), groups)
+            per_turn_net["ingest_per_worker"] = round(per_turn_net["ingest"] / n, 3)
+            kafka_bytes = _kafka_bytes(kafka, prefix)
+            with contextlib.closing(open_store(deployment.settings)) as store:
+                cards = store.count(CARDS, TENANT)
+            result["ingest"].append(
+                {
+                    "workers": n,
+                    "prefix": prefix,
+                    "seconds": round(front - started, 2),
+                    "turns_per_s": round(len(turns) / (front - started), 2),
+                    "stored_s": round(stored - started, 2),
+                    "cards": cards,
+                    "cpu_s": cpu_s,
+                    "cpu_ms_per_turn": per_turn,
+                    "idle_cpu_cores": {
+                        **{r: round(c, 4) for r, c in idle_cores.items()},
+                        **{g: round(sum(idle_cores[r] for r in rs), 4) for g, rs in groups.items()},
+                    },
+                    "cpu_ms_per_turn_net": per_turn_net,
+                    "kafka_bytes": kafka_bytes,
+                    "kafka_bytes_per_turn": round(kafka_bytes / len(turns), 1) if kafka_bytes is not None else None,
+                }
+            )
+        assert deployment is not None
+        # The ingest workers go; the store worker stays for part B (a server store has no lock).
+        kept = workers["store-1"]
+        for name, w in workers.items():
+            if name.startswith("ingest-"):
+                w.stop()
+        deployment.workers = [kept]
+
+        # Part B: the last ingest deployment's cards, grown to options.cards on the server.
+        server = deployment
+        prefix = server.settings.qdrant_collection_prefix
+        status(f"B: growing the server store to {options.cards} cards")
+        on_lag(0, options.cards)
+        before = _qdrant_usage(qdrant, prefix)
+        t0 = time.monotonic()
+        grown = 0
+
+        def on_grow(k: int) -> None:
+            nonlocal grown
+            grown += k
+            on_lag(grown, options.cards)
+
+        with contextlib.closing(open_store(server.settings)) as store:
+            real = store.count(CARDS, TENANT)
+            added = grow_to(store, options.cards, progress=on_grow)
+            upsert_s = time.monotonic() - t0
+            status("B: waiting for the server to index (collections green)")
+            optimise_s = wait_green(qdrant_url, prefix)
+            total_cards = store.count(CARDS, TENANT)
+        after = _qdrant_usage(qdrant, prefix)
+        growth: dict[str, Any] = {
+            "real_cards": real,
+            "added": added,
+            "cards": total_cards,
+            "upsert_s": round(upsert_s, 1),
+            "optimise_s": optimise_s,
+            "replication_factor": base.qdrant_replication_factor,
+        }
+        if before and after and added:
+            rf = base.qdrant_replication_factor
+            growth |= {
+                "disk_bytes": after[0],
+                "rss_bytes": after[1],
+                "disk_bytes_per_card": round((after[0] - before[0]) / added, 1),
+                "ram_bytes_per_card": round((after[1] - before[1]) / added, 1),
+                "disk_bytes_per_card_per_copy": round((after[0] - before[0]) / added / rf, 1),
+                "ram_bytes_per_card_per_copy": round((after[1] - before[1]) / added / rf, 1),
+            }
+        result["store_growth"]["server"] = growth
+
+        def measure(setup: str, dep: Deployment, workers: dict[str, runtime.WorkerProcess]) -> None:
+            pids = (
+                roles.of(workers)
+                if setup.startswith("server")
+                else {
+                    **{k: w.process.pid for k, w in workers.items()},
+                    **{k: v for k, v in infra.items() if k.startswith("broker-")},
+                    "client": os.getpid(),
+                }
+            )
+            status(f"B, {setup}: {len(questions)} questions, {options.askers} askers")
+            on_lag(0, len(questions))
+            done = 0
+
+            def on_reply() -> None:
+                nonlocal done
+                done += 1
+                on_lag(done, len(questions))
+
+            meter = CpuMeter(pids)
+            figures = asyncio.run(
+                ask_concurrently(dep.settings, questions, options.askers, on_reply=on_reply, on_timed=meter.start)
+            )
+            cpu_s, per_query = _cpu_figures(meter, pids, len(questions))
+            result["queries"].append(
+                {
+                    "setup": setup,
+                    "store": "server" if setup.startswith("server") else "embedded",
+                    "store_workers": sum(1 for k in workers if k.startswith("store-")),
+                    "cards": growth["cards"]
+                    if setup.startswith("server")
+                    else result["store_growth"]["embedded"]["cards"],
+                    **figures,
+                    "cpu_s": cpu_s,
+                    "cpu_ms_per_query": per_query,
+                }
+            )
+
+        store_workers: dict[str, runtime.WorkerProcess] = {"store-1": kept}
+        for n in sorted(options.store_workers):
+            while len(store_workers) < n:
+                i = len(store_workers) + 1
+                status(f"B: starting store worker {i} on the server")
+                store_workers[f"store-{i}"] = server.start_worker(f"query-{i}", stages=STORE_STAGES)
+            measure(f"server-{n}", server, store_workers)
+        server.stop_workers()
+
+        if options.embedded:
+            # The same turns into an embedded store (1 ingest + 1 store worker), grown the same way.
+            prefix = f"s{stamp.replace('-', '')}e"
+            embedded = Deployment(
+                base, options.workdir / f"{stamp}-embedded", _deployment_env(options, None, prefix), prefix=prefix
+            )
+            running.callback(embedded.stop_workers)
+            status("B, embedded: starting an ingest and a store worker")
+            embedded.start_worker("ingest-1")
+            embedded.start_worker("store-1", stages=STORE_STAGES)
+            status(f"B, embedded: ingesting {len(turns)} turns")
+            on_lag(0, len(turns))
+            embedded.produce(turns, on_sent=lambda _t: None)
+            embedded.drain(timeout_s=3600, topics=FRONT_TOPICS)
+            embedded.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
+            embedded.stop_workers()
+            status(f"B, embedded: growing the store to {options.cards} cards")
+            path = embedded.settings.store_path
+            before_disk = disk_bytes(path)
+            grown = 0
+            t0 = time.monotonic()
+            with embedded.store() as store:
+                real = store.count(CARDS, TENANT)
+                added = grow_to(store, options.cards, progress=on_grow)
+                upsert_s = time.monotonic() - t0
+                optimize = getattr(store, "optimize", None)
+                t1 = time.monotonic()
+                if optimize is not None:
+                    status("B, embedded: building the HNSW index (optimize)")
+                    optimize()
+                total_cards = store.count(CARDS, TENANT)
+            result["store_growth"]["embedded"] = {
+                "real_cards": real,
+                "added": added,
+                "cards": total_cards,
+                "upsert_s": round(upsert_s, 1),
+                "optimise_s": round(time.monotonic() - t1, 1),
+                "disk_bytes": disk_bytes(path),
+                "disk_bytes_per_card": round((disk_bytes(path) - before_disk) / max(added, 1), 1),
+            }
+            status("B, embedded: starting the store worker")
+            w = embedded.start_worker("query-1", stages=STORE_STAGES)
+            measure("embedded-1", embedded, {"store-1": w})
+            embedded.stop_workers()
+
+    try:
+        costs = measured_costs(result)
+        result["costs"] = dataclasses.asdict(costs)
+        result["check"] = [
+            {
+                "workers": run["workers"],
+                "measured_turns_per_s": run["turns_per_s"],
+                "predicted_turns_per_s": round(
+                    predicted_turns_per_s(
+                        costs,
+                        run["workers"],
+                        float(os.cpu_count() or 1) - sum(run["idle_cpu_cores"].get(g, 0.0) for g in IDLE_GROUPS),
+                        run["cpu_ms_per_turn_net"].get("client", 0.0),
+                    ),
+                    2,
+                ),
+            }
+            for run in result["ingest"]
+        ]
+    except (KeyError, ZeroDivisionError) as e:  # an external cluster: its brokers' or nodes' figures unknown
+        result["costs_missing"] = str(e)
+    return result
+
+
+def plot_cluster(result: dict[str, Any], out: Path) -> Path:
+    """Turns/s by ingest workers, and replies/s (p50 and p99 on the bars) by store setup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    runs = result["ingest"]
+    left.bar([str(r["workers"]) for r in runs], [r["turns_per_s"] for r in runs], color="tab:blue")
+    for r in runs:
+        left.annotate(
+            f"{r['cpu_ms_per_turn']['total']:.0f} CPU-ms/turn",
+            (str(r["workers"]), r["turns_per_s"]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    left.set_xlabel("ingest workers")
+    left.set_ylabel("turns/s")
+    left.set_title(f"ingest, {result['turns']} turns, {result['kafka']['replication_factor']} replicas", fontsize=10)
+    queries = result["queries"]
+    right.bar([q["setup"] for q in queries], [q["replies_per_s"] for q in queries], color="tab:green")
+    for q in queries:
+        right.annotate(
+            f"p50 {q['p50_ms']:.0f} / p99 {q['p99_ms']:.0f} ms",
+            (q["setup"], q["replies_per_s"]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    right.set_xlabel("store setup (store workers)")
+    right.set_ylabel("replies/s")
+    cards = queries[0]["cards"] if queries else 0
+    right.set_title(f"questions at {cards} cards, {queries[0]['askers'] if queries else 0} askers", fontsize=10)
+    fig.suptitle(result["machine"], fontsize=9)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

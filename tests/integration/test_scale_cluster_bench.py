@@ -1,0 +1,61 @@
+"""`memstream bench scale --cluster` end to end at a tiny size: it starts its own 3 brokers and 3
+Qdrant nodes (ports from 21092 and 31333), ingests with 1 and 2 ingest workers, grows the store,
+asks with 1 and 2 store workers and on the embedded store, and writes every figure (about 3 minutes)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstream.bench.scale import IDLE_GROUPS
+from memstream.processors.capacity import Load, measured_costs, plan
+from memstream.streams import runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
+    out = tmp_path / "scale.json"
+    args = ["--workers", "1,2", "--max-turns", "60", "--cards", "2000", "--questions", "20", "--idle-s", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "memstream.streams.cli", "bench", "scale", "--cluster", *args]
+        + ["--workdir", str(tmp_path / "work"), "--json", str(out)],
+        cwd=runtime.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    assert result["kafka"]["brokers"] == 3 and result["kafka"]["replication_factor"] == 3
+    assert result["qdrant"]["nodes"] == 3
+    assert [r["workers"] for r in result["ingest"]] == [1, 2]
+    for run in result["ingest"]:
+        assert run["turns_per_s"] > 0 and run["cards"] > 0 and run["kafka_bytes_per_turn"] > 0
+        roles = {f"ingest-{i + 1}" for i in range(run["workers"])} | {"store-1", "client"}
+        roles |= {f"broker-{i}" for i in (1, 2, 3)} | {f"qdrant-{i}" for i in (1, 2, 3)}
+        assert set(run["cpu_s"]) == roles
+        for figures in (run["cpu_ms_per_turn"], run["cpu_ms_per_turn_net"]):
+            assert set(figures) >= {*IDLE_GROUPS, "client", "total", "ingest_per_worker"}
+            assert figures["ingest"] > 0 and figures["brokers"] > 0 and figures["qdrant"] > 0
+        assert set(run["idle_cpu_cores"]) >= set(IDLE_GROUPS)
+    assert [q["setup"] for q in result["queries"]] == ["server-1", "server-2", "embedded-1"]
+    for q in result["queries"]:
+        assert q["cards"] == 2000 and q["errors"] == 0 and q["questions"] == 20
+        assert q["replies_per_s"] > 0 and 0 < q["p50_ms"] <= q["p99_ms"]
+        assert q["cpu_ms_per_query"]["store"] > 0 and q["cpu_ms_per_query"]["brokers"] > 0
+    assert result["queries"][1]["store_workers"] == 2
+    assert {"store-1", "store-2"} <= set(result["queries"][1]["cpu_s"])
+    server = result["store_growth"]["server"]
+    assert server["cards"] == 2000 and server["disk_bytes_per_card_per_copy"] > 0
+    assert "ram_bytes_per_card_per_copy" in server
+    assert result["store_growth"]["embedded"]["disk_bytes_per_card"] > 0
+    assert [c["workers"] for c in result["check"]] == [1, 2] and all(
+        c["predicted_turns_per_s"] > 0 for c in result["check"]
+    )
+    # what `memstream capacity` reads
+    costs = measured_costs(result)
+    assert plan(costs, Load(turns_per_s=10_000, cards=10**9, retention_days=7)).ingest_workers > 1
