@@ -25,15 +25,15 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 log() { echo "qdrant.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-VERB="${1:-}"
-[[ $# -gt 0 ]] && shift
+# --nodes N may come before or after the verb (as kafka.sh's --brokers N).
+VERB=""
 NODE_ARG=""
 NODES_FLAG=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --nodes) NODES_FLAG="${2:?--nodes needs a number}"; shift 2 ;;
         --nodes=*) NODES_FLAG="${1#--nodes=}"; shift ;;
-        *) NODE_ARG="$1"; shift ;;
+        *) if [[ -z "$VERB" ]]; then VERB="$1"; else NODE_ARG="$1"; fi; shift ;;
     esac
 done
 
