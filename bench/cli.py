@@ -397,6 +397,15 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
             *(_ms(per, r) for r in roles),
         )
     console.print(table)
+    for run in result["ingest"]:
+        net, idle = run["cpu_ms_per_turn_net"], run["idle_cpu_cores"]
+        console.print(
+            f"{run['workers']} ingest worker(s), net of idle CPU-ms per turn: "
+            + ", ".join(f"{r} {_ms(net, r)}" for r in ("ingest", "store", "brokers", "qdrant", "client", "total"))
+            + "; idle cores: "
+            + ", ".join(f"{g} {idle.get(g, 0.0):.3f}" for g in ("ingest", "store", "brokers", "qdrant")),
+            highlight=False,
+        )
     for store, growth in result["store_growth"].items():
         console.print(f"{store} store growth: {growth}")
     for row in result.get("check", []):
