@@ -26,16 +26,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import UnexpectedResponse
 
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
-from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
+from memstream.ports import StoreFilter, StoreHit, StorePoint, StoreUnavailable, Vector
 
 log = logging.getLogger(__name__)
 
@@ -121,22 +123,40 @@ class QdrantStore:
                 full = self._name(name)
                 if full in self._ready:
                     continue
-                if not self._client.collection_exists(full):
-                    self._create(full, dim)
-                else:
-                    vectors = self._client.get_collection(full).config.params.vectors
-                    stored = vectors.size if isinstance(vectors, models.VectorParams) else None
-                    if stored != dim:
-                        raise dimension_mismatch(full, stored, dim)
-                    if not self._has_bm25(full):
-                        log.warning(
-                            "%s predates BM25 support: texts are not indexed and search_text fails; "
-                            "recreate the collection to search it lexically",
-                            full,
-                        )
-                if not self.embedded:  # payload indexes only exist on a server
-                    self._create_indexes(full)
+                self._settling(lambda: self._ensure(full, dim))
                 self._ready.add(full)
+
+    def _ensure(self, full: str, dim: int) -> None:
+        if not self._client.collection_exists(full):
+            self._create(full, dim)
+        else:
+            vectors = self._info(full).config.params.vectors
+            stored = vectors.size if isinstance(vectors, models.VectorParams) else None
+            if stored != dim:
+                raise dimension_mismatch(full, stored, dim)
+            if not self._has_bm25(full):
+                log.warning(
+                    "%s predates BM25 support: texts are not indexed and search_text fails; "
+                    "recreate the collection to search it lexically",
+                    full,
+                )
+        if not self.embedded:  # payload indexes only exist on a server
+            self._create_indexes(full)
+
+    def _settling(self, call: Callable[[], None], wait_s: float = 30.0) -> None:
+        """``call`` (idempotent), again while a collection just made settles in a cluster: consensus
+        commits it before every node has it (404 for a moment) and before its shards serve (every
+        node answering 500, which QdrantNodes reports as StoreUnavailable). Embedded: once."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return call()
+            except (StoreUnavailable, UnexpectedResponse) as exc:
+                settling = isinstance(exc, StoreUnavailable) or exc.status_code == 404
+                if self.embedded or not settling or time.monotonic() >= deadline:
+                    raise
+                log.info("collection settling in the cluster, asking again: %s", exc)
+                time.sleep(0.3)
 
     def _create(self, full: str, dim: int) -> None:
         layout = {}
@@ -154,17 +174,34 @@ class QdrantStore:
                 **layout,
             )
         except Exception:
-            # Workers of a scaled store group start together: another one may have made it meanwhile.
-            if not self._client.collection_exists(full):
-                raise
-            vectors = self._client.get_collection(full).config.params.vectors
+            # Workers of a scaled store group start together: another one may have made it meanwhile
+            # (in a cluster, its creation reaches this node a moment later).
+            deadline = time.monotonic() + 30.0
+            while not self._client.collection_exists(full):
+                if self.embedded or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+            vectors = self._info(full).config.params.vectors
             if not isinstance(vectors, models.VectorParams) or vectors.size != dim:
                 raise dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
+
+    def _info(self, full: str, wait_s: float = 30.0) -> models.CollectionInfo:
+        """The collection's description. In a cluster a collection another worker just created is
+        committed by consensus before every node has it: a node may say it exists and still answer
+        404 for a moment, so a server is asked again for up to ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self._client.get_collection(full)
+            except UnexpectedResponse as exc:
+                if self.embedded or exc.status_code != 404 or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
     def _has_bm25(self, full: str) -> bool:
         known = self._lexical.get(full)
         if known is None:
-            sparse = self._client.get_collection(full).config.params.sparse_vectors or {}
+            sparse = self._info(full).config.params.sparse_vectors or {}
             known = self._lexical[full] = BM25_VECTOR in sparse
         return known
 
@@ -172,7 +209,7 @@ class QdrantStore:
         """The payload indexes the collection lacks (a collection made by an older version gets the
         ones added since)."""
         schema = models.PayloadSchemaType
-        have = set(self._client.get_collection(full).payload_schema or {})
+        have = set(self._info(full).payload_schema or {})
         for fields, kind in (
             (_KEYWORD_FIELDS, schema.KEYWORD),
             (_FLOAT_FIELDS, schema.FLOAT),

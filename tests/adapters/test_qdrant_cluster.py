@@ -82,3 +82,22 @@ def test_a_cluster_store_is_laid_out_as_configured_and_survives_a_lost_node(qdra
                 alone.close()
     finally:
         store.close()
+
+
+def test_store_workers_starting_together_make_each_collection_once(qdrant_cluster):
+    """Two workers of a scaled store group ensure the same collections at the same moment, through
+    different nodes: one creates each, the other waits until the cluster has it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    urls = qdrant_cluster.urls
+    stores = [QdrantStore(url=",".join(order), prefix="together_") for order in (urls, urls[::-1])]
+    names = [f"c{i}" for i in range(6)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda store: store.ensure_collections(names, DIM), stores))
+        for store in stores:
+            store.upsert("c5", [point(1, "acme")])
+            assert store.count("c5", "acme") == 1
+    finally:
+        for store in stores:
+            store.close()
