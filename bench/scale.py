@@ -145,31 +145,6 @@ class ClusterScaleOptions(ScaleOptions):
     idle_s: float = 10.0  # part A: CPU of every process measured this long with the workers ready and idle
 
 
-def _ports_free(ports: Sequence[int]) -> bool:
-    import socket
-
-    socks: list[socket.socket] = []
-    try:
-        for port in ports:
-            sock = socket.socket()
-            socks.append(sock)
-            sock.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def free_base(first: int, ports: Callable[[int], Sequence[int]], step: int = 100) -> int:
-    """The first base port from ``first`` (by ``step``) whose ``ports(base)`` are all free."""
-    for base in range(first, 60000, step):
-        if _ports_free(ports(base)):
-            return base
-    raise RuntimeError(f"no free ports from {first}")
-
-
 @dataclass
 class ScriptCluster:
     """Nodes run by ``infra/kafka/kafka.sh --brokers N`` or ``infra/qdrant/qdrant.sh --nodes N`` with
@@ -217,14 +192,14 @@ class ScriptCluster:
 
 
 def kafka_cluster(options: ClusterScaleOptions) -> ScriptCluster:
-    port = options.kafka_port or free_base(KAFKA_BASE_PORT, lambda b: range(b, b + 2 * options.brokers), step=10)
+    port = options.kafka_port or runtime.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
     return ScriptCluster("kafka", absolute_path(options.workdir / "kafka"), port, options.brokers)
 
 
 def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:
     nodes = options.qdrant_nodes
-    port = options.qdrant_port or free_base(
-        QDRANT_BASE_PORT, lambda b: [b + 10 * i + j for i in range(nodes) for j in range(3)]
+    port = options.qdrant_port or runtime.free_base_port(
+        QDRANT_BASE_PORT, [10 * i + j for i in range(nodes) for j in range(3)]
     )
     return ScriptCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)
 

@@ -6,7 +6,6 @@ in a temporary folder on ports of their own (the binary: MEMSTREAM_QDRANT_BIN, e
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,26 +54,9 @@ class QdrantNodes:
         self.run("start-node", str(node))
 
 
-def free_base_port(first: int, nodes: int) -> int:
-    """A base port from ``first`` whose nodes' HTTP, gRPC and p2p ports (base + 10 i + 0..2) are free."""
-    for base in range(first, 40000, 100):
-        ports = [base + 10 * i + j for i in range(nodes) for j in range(3)]
-        socks: list[socket.socket] = []
-        try:
-            for port in ports:
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no free ports for {nodes} Qdrant nodes from {first}")
-
-
 def started(data: Path, first_port: int, nodes: int) -> QdrantNodes:
-    deployment = QdrantNodes(data, free_base_port(first_port, nodes), nodes)
+    deployment = QdrantNodes(
+        data, runtime.free_base_port(first_port, [10 * i + j for i in range(nodes) for j in range(3)]), nodes
+    )
     deployment.run("start")
     return deployment

@@ -5,7 +5,6 @@ data folder, so tests never see each other's messages or memories."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,29 +72,10 @@ class KafkaCluster:
         self.run("start-node", str(node))
 
 
-def free_port_run(first: int = 19092, length: int = 6, step: int = 10) -> int:
-    """The first port from ``first`` (by ``step``) with ``length`` free ports from it, on 127.0.0.1."""
-    for base in range(first, 30000, step):
-        ports = range(base, base + length)
-        socks: list[socket.socket] = []
-        try:
-            for port in ports:
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no {length} free ports from {first}")
-
-
 @pytest.fixture(scope="session")
 def kafka_cluster_nodes(tmp_path_factory) -> Iterator[KafkaCluster]:
     """The running 3-broker cluster, to kill and restart its nodes (tests leave all three running)."""
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), free_port_run())
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), runtime.free_base_port(19092, range(6), step=10))
     cluster.run("start")
     try:
         yield cluster
