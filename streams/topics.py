@@ -10,7 +10,7 @@ from typing import Sequence
 from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from memstream.config import Settings, changelog_topics
 from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
@@ -132,10 +132,12 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
                 _cap_insync(settings, configs, replicas)
             await _align_retention(admin, present, configs)
             return
-        except KafkaConnectionError:
-            # Gone again between the wait and the admin request (a restart in progress).
-            if time.monotonic() >= deadline:
+        except KafkaError as e:
+            # Gone again between the wait and the admin request (a restart in progress), or, in a
+            # cluster, the request drew a broker that is down (each goes to a random one): again.
+            if not e.retriable or time.monotonic() >= deadline:
                 raise
+            log.info("topic set-up: %s; trying again", e)
             await asyncio.sleep(1.0)
         finally:
             await admin.close()

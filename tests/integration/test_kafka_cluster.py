@@ -150,3 +150,25 @@ def test_replicated_topics_survive_a_broker_killed_and_rejoin(
     status = kafka_cluster_nodes.run("status")
     assert "3 of 3 brokers running" in status.stdout
     assert time.monotonic() - t0 < 120
+
+
+def test_topics_are_ensured_while_a_broker_is_down(kafka_cluster: Settings, kafka_cluster_nodes: KafkaCluster) -> None:
+    """A worker starting while one broker of three is down (killed, not yet fenced out of the
+    metadata) gets its topics: every admin request goes to a random broker, and one sent to the
+    dead one is tried again elsewhere instead of crashing the worker at start-up (the 20-minute
+    chaos --cluster run had 9 such exits)."""
+    prefixes = [f"bd{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for prefix in prefixes:  # topics that exist: the path of every restart (list, describe, configs)
+        asyncio.run(ensure_topics(kafka_cluster.model_copy(update={"topic_prefix": prefix}), stages=["segment"]))
+    kafka_cluster_nodes.kill(2)
+    try:
+
+        async def ensure_many() -> None:
+            for _ in range(4):  # about 24 requests, each to a random broker: the dead one is drawn
+                for prefix in prefixes:
+                    settings = kafka_cluster.model_copy(update={"topic_prefix": prefix})
+                    await ensure_topics(settings, stages=["segment"])
+
+        asyncio.run(ensure_many())
+    finally:
+        kafka_cluster_nodes.start(2)
