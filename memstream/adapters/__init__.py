@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from memstream.config import Settings
     from memstream.ports import VectorStore
 
-_PREFIX = "memstream_"  # qdrant_store.COLLECTION_PREFIX (not imported: that module loads qdrant-client)
+from .qdrant_shared import COLLECTION_PREFIX as _PREFIX  # loads no Qdrant library
 
 
 class StoreNotFound(FileNotFoundError):

@@ -24,41 +24,33 @@ Engine notes (qdrant-edge-py 0.9):
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import qdrant_edge as qe
 
+from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.adapters.qdrant_store import (
-    _BOOL_FIELDS,
-    _FLOAT_FIELDS,
-    _INT_FIELDS,
-    _KEYWORD_FIELDS,
-    COLLECTION_PREFIX,
-    _dense,
-    _settable,
-    dimension_mismatch,
-)
 from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
 log = logging.getLogger(__name__)
 
 _CONFIG_FILE = "edge_config.json"  # written by EdgeShard.create: its presence means "load, don't create"
 _INDEXES = (
-    [(f, qe.PayloadSchemaType.Keyword) for f in _KEYWORD_FIELDS]
-    + [(f, qe.PayloadSchemaType.Float) for f in _FLOAT_FIELDS]
-    + [(f, qe.PayloadSchemaType.Integer) for f in _INT_FIELDS]
-    + [(f, qe.PayloadSchemaType.Bool) for f in _BOOL_FIELDS]
+    [(f, qe.PayloadSchemaType.Keyword) for f in shared.KEYWORD_FIELDS]
+    + [(f, qe.PayloadSchemaType.Float) for f in shared.FLOAT_FIELDS]
+    + [(f, qe.PayloadSchemaType.Integer) for f in shared.INT_FIELDS]
+    + [(f, qe.PayloadSchemaType.Bool) for f in shared.BOOL_FIELDS]
 )
 
 
-class QdrantEdgeStore:
+class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
     embedded = True
 
     def __init__(self, path: Path, *, max_search_threads: int | None = None):
@@ -81,6 +73,7 @@ class QdrantEdgeStore:
         if (path / "meta.json").exists():
             log.warning("%s also holds qdrant-client local-mode data, which Qdrant Edge does not read", path)
         self._lock = threading.RLock()
+        self._patch_lock = contextlib.nullcontext()  # _lock (held across set_payload) is enough in one process
         self._shards: dict[str, qe.EdgeShard] = {}
         self._ready: set[str] = set()  # ensured: dim checked, payload indexes in place
         self._lexical: set[str] = set()  # open shards that have the bm25 sparse vector
@@ -89,7 +82,7 @@ class QdrantEdgeStore:
 
     @staticmethod
     def _name(collection: str) -> str:
-        return COLLECTION_PREFIX + collection
+        return shared.COLLECTION_PREFIX + collection
 
     def _config(self, dim: int, *, sparse: bool) -> qe.EdgeConfig:
         # sparse=False leaves the sparse vectors unspecified: load() then inherits the stored ones.
@@ -126,6 +119,9 @@ class QdrantEdgeStore:
             self._lexical.add(full)
         return shard
 
+    def _open(self, collection: str) -> qe.EdgeShard | None:
+        return self._shard(collection)
+
     def _require(self, collection: str) -> qe.EdgeShard:
         shard = self._shard(collection)
         if shard is None:
@@ -142,7 +138,7 @@ class QdrantEdgeStore:
                 if saved.exists():  # a clear error, also for a shard a read has already opened
                     stored = json.loads(saved.read_text()).get("vectors", {}).get("", {}).get("size")
                     if stored != dim:
-                        raise dimension_mismatch(full, stored, dim)
+                        raise shared.dimension_mismatch(full, stored, dim)
                 shard = self._shard(name, dim=dim)
                 assert shard is not None
                 have = shard.info().payload_schema
@@ -225,92 +221,46 @@ class QdrantEdgeStore:
         request = qe.QueryRequest(
             limit=limit,
             query=query,
-            filter=_filter(tenant_id, where),
+            filter=self.tenant_filter(tenant_id, where),
             with_payload=True,
             with_vector=[""] if with_vectors else False,  # the dense vector only
         )
         with self._lock:
             points = self._require(collection).query(request)
         return [
-            StoreHit(str(p.id), float(p.score), p.payload or {}, _dense(p.vector) if with_vectors else None)
+            StoreHit(str(p.id), float(p.score), p.payload or {}, shared.dense_of(p.vector) if with_vectors else None)
             for p in points
         ]
 
-    def scroll(
-        self,
-        collection: str,
-        tenant_id: str,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 1000,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
-        flt = _filter(tenant_id, where)
-        out: list[StoreHit] = []
-        offset = None
-        with self._lock:
-            shard = self._require(collection)
-            while len(out) < limit:
-                points, offset = shard.scroll(
-                    qe.ScrollRequest(
-                        offset=offset,
-                        limit=min(256, limit - len(out)),
-                        filter=flt,
-                        with_payload=True,
-                        with_vector=[""] if with_vectors else False,
-                    )
-                )
-                out += [
-                    StoreHit(str(p.id), 1.0, p.payload or {}, _dense(p.vector) if with_vectors else None)
-                    for p in points
-                ]
-                if offset is None:
-                    break
-        return out
+    # -- the primitives of TenantScopedStore (scroll, count, set_payload, delete) ---------------
+    def _filter(self, conditions: shared.Conditions) -> qe.Filter:
+        must_not = [_condition(c) for c in conditions.must_not]
+        return qe.Filter(must=[_condition(c) for c in conditions.must], must_not=must_not or None)  # type: ignore[arg-type]  # list invariance
 
-    def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int:
-        # As in QdrantStore: without a tenant the count is of the whole collection (``where`` unused).
-        flt = _filter(tenant_id, where) if tenant_id is not None else None
-        with self._lock:
-            shard = self._shard(collection)
-            if shard is None:
-                return 0
-            return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
+    def _count_matching(self, shard: qe.EdgeShard, flt: qe.Filter | None) -> int:
+        return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
 
-    def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
-        fields = _settable(fields)
-        flt = _filter(tenant_id, None, has_id=point_id)  # the engine, not Python, keeps to the tenant
-        with self._lock:  # held across the read and the write: the answer and the update agree
-            shard = self._shard(collection)
-            if shard is None:
-                return False
-            if any(v is None for v in fields.values()):
-                # set_payload would drop a None key; overwrite the merged payload to store a JSON null
-                points, _ = shard.scroll(qe.ScrollRequest(limit=1, filter=flt, with_payload=True, with_vector=False))
-                if not points:
-                    return False
-                merged = {**(points[0].payload or {}), **fields}
-                shard.update(qe.UpdateOperation.overwrite_payload_by_filter(flt, merged))
-                return True
-            if not shard.count(qe.CountRequest(exact=True, filter=flt)):
-                return False
-            if fields:
-                shard.update(qe.UpdateOperation.set_payload_by_filter(flt, fields))
-            return True
+    def _page(
+        self, shard: qe.EdgeShard, flt: qe.Filter, offset: Any, limit: int, with_vectors: bool
+    ) -> tuple[list[StoreHit], Any]:
+        request = qe.ScrollRequest(
+            offset=offset, limit=limit, filter=flt, with_payload=True, with_vector=[""] if with_vectors else False
+        )
+        points, offset = shard.scroll(request)
+        hits = [
+            StoreHit(str(p.id), 1.0, p.payload or {}, shared.dense_of(p.vector) if with_vectors else None)
+            for p in points
+        ]
+        return hits, offset
 
-    def delete(self, collection: str, tenant_id: str, point_ids: Sequence[str]) -> int:
-        ids = list(dict.fromkeys(point_ids))
-        if not ids:
-            return 0
-        flt = _filter(tenant_id, None, has_id=ids)  # the engine keeps to the tenant
-        with self._lock:
-            shard = self._shard(collection)
-            if shard is None:
-                return 0
-            n = int(shard.count(qe.CountRequest(exact=True, filter=flt)))
-            if n:
-                shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
-            return n
+    def _set_matching(self, shard: qe.EdgeShard, flt: qe.Filter, fields: dict[str, Any]) -> None:
+        shard.update(qe.UpdateOperation.set_payload_by_filter(flt, fields))
+
+    def _overwrite_matching(self, shard: qe.EdgeShard, flt: qe.Filter, payload: dict[str, Any]) -> None:
+        shard.update(qe.UpdateOperation.overwrite_payload_by_filter(flt, payload))
+
+    def _delete_matching(self, shard: qe.EdgeShard, flt: qe.Filter) -> None:
+        shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
 
     def optimize(self, collections: Sequence[str] | None = None) -> bool:
         """Build HNSW graphs / merge segments now, blocking reads and writes until done.
@@ -360,32 +310,16 @@ def _match_value(value: str | int | bool) -> qe.MatchValue:
     return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)  # type: ignore[arg-type]  # see above
 
 
-def _filter(
-    tenant_id: str | None, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None
-) -> qe.Filter:
-    """The same conditions as qdrant_store._filter, in Edge's types."""
-    if not tenant_id:
-        raise ValueError("every store query is scoped by a tenant_id")
-    must: list = [qe.FieldCondition("tenant_id", match=qe.MatchValue(tenant_id))]
-    if where is not None:
-        for key, value in where.equals.items():
-            must.append(qe.FieldCondition(key, match=_match_value(value)))
-        for key, values in where.any_of.items():
-            must.append(qe.FieldCondition(key, match=qe.MatchAny(list(values))))  # type: ignore[arg-type]  # one type a key
-        for key in where.is_null:
-            # Qdrant's IsNull: the key is present with a null value (or an array holding a null);
-            # a missing key does NOT match - the same in qdrant-client local mode and on a server.
-            must.append(qe.IsNullCondition(key))
-        for key, (lo, hi) in where.range_ts.items():
-            must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi)))
-    if has_id is not None:
-        must.append(qe.HasIdCondition({has_id} if isinstance(has_id, str) else set(has_id)))  # a set: not a list
-    must_not = [
-        qe.FieldCondition(key, match=_match_value(value))
-        for key, value in (where.not_equals.items() if where is not None else ())
-    ]
-    must_not += [
-        qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi))
-        for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())
-    ]
-    return qe.Filter(must=must, must_not=must_not or None)  # type: ignore[arg-type]  # list invariance
+def _condition(c: shared.Condition) -> Any:
+    match c:
+        case shared.Equals(key, value):
+            return qe.FieldCondition(key, match=_match_value(value))
+        case shared.AnyOf(key, values):
+            return qe.FieldCondition(key, match=qe.MatchAny(list(values)))  # type: ignore[arg-type]  # one type a key
+        case shared.IsNull(key):
+            return qe.IsNullCondition(key)
+        case shared.Between(key, lo, hi):
+            return qe.FieldCondition(key, range=qe.RangeFloat(gte=lo, lte=hi))
+        case shared.HasIds(ids):
+            return qe.HasIdCondition(set(ids))  # a set: a list is a TypeError
+    raise TypeError(f"not a filter condition: {c!r}")

@@ -30,35 +30,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
 from memstream.ports import StoreFilter, StoreHit, StorePoint, StoreUnavailable, Vector
 
 log = logging.getLogger(__name__)
-
-COLLECTION_PREFIX = "memstream_"
-_KEYWORD_FIELDS = (
-    "tenant_id",
-    "conversation_id",
-    "subject",
-    "type",
-    "role",
-    "turn_id",
-    "turn_ids",
-    "card_id",
-    "scene_id",
-    "host_id",
-    "session_id",
-    "entity_triggers",  # graph expansion's entity edges filter on it (unindexed: 130 ms a search at 100k cards)
-)
-_FLOAT_FIELDS = ("event_ts", "retired_ts", "created_ts")  # consolidation runs see the store as of their start
-_INT_FIELDS = ("seq",)
-_BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
 
 
 @dataclass(frozen=True)
@@ -70,17 +52,7 @@ class ServerLayout:
     write_consistency: int = 1  # replicas that must acknowledge a write: 1 keeps writing with a node down
 
 
-def dimension_mismatch(full: str, stored: object, dim: int) -> ValueError:
-    """The error for a collection whose vectors another embedder made: upserts and searches would
-    fail later, or (same size, another model) mix vectors that cannot be compared."""
-    return ValueError(
-        f"{full} holds {stored}-d vectors, not {dim}-d: the store was built with another embedder. "
-        "Set MEMSTREAM_EMBEDDING_MODEL to the one it was built with, or use a new store "
-        "(MEMSTREAM_DATA_DIR, or another Qdrant server)"
-    )
-
-
-class QdrantStore:
+class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
     def __init__(
         self,
         *,
@@ -88,7 +60,7 @@ class QdrantStore:
         api_key: str | None = None,
         path: Path | None = None,
         layout: ServerLayout | None = None,
-        prefix: str = COLLECTION_PREFIX,
+        prefix: str = shared.COLLECTION_PREFIX,
     ):
         self._client: Any
         self._layout = layout or ServerLayout()
@@ -133,7 +105,7 @@ class QdrantStore:
             vectors = self._info(full).config.params.vectors
             stored = vectors.size if isinstance(vectors, models.VectorParams) else None
             if stored != dim:
-                raise dimension_mismatch(full, stored, dim)
+                raise shared.dimension_mismatch(full, stored, dim)
             if not self._has_bm25(full):
                 log.warning(
                     "%s predates BM25 support: texts are not indexed and search_text fails; "
@@ -183,7 +155,7 @@ class QdrantStore:
                 time.sleep(0.2)
             vectors = self._info(full).config.params.vectors
             if not isinstance(vectors, models.VectorParams) or vectors.size != dim:
-                raise dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
+                raise shared.dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
 
     def _info(self, full: str, wait_s: float = 30.0) -> models.CollectionInfo:
         """The collection's description. In a cluster a collection another worker just created is
@@ -211,10 +183,10 @@ class QdrantStore:
         schema = models.PayloadSchemaType
         have = set(self._info(full).payload_schema or {})
         for fields, kind in (
-            (_KEYWORD_FIELDS, schema.KEYWORD),
-            (_FLOAT_FIELDS, schema.FLOAT),
-            (_INT_FIELDS, schema.INTEGER),
-            (_BOOL_FIELDS, schema.BOOL),
+            (shared.KEYWORD_FIELDS, schema.KEYWORD),
+            (shared.FLOAT_FIELDS, schema.FLOAT),
+            (shared.INT_FIELDS, schema.INTEGER),
+            (shared.BOOL_FIELDS, schema.BOOL),
         ):
             for field in fields:
                 if field not in have:
@@ -253,7 +225,7 @@ class QdrantStore:
             result = self._client.query_points(
                 self._name(collection),
                 query=list(map(float, vector)),
-                query_filter=_filter(tenant_id, where),
+                query_filter=self.tenant_filter(tenant_id, where),
                 limit=limit,
                 with_payload=True,
                 with_vectors=with_vectors,
@@ -270,7 +242,7 @@ class QdrantStore:
         limit: int = 10,
         with_vectors: bool = False,
     ) -> list[StoreHit]:
-        flt = _filter(tenant_id, where)
+        flt = self.tenant_filter(tenant_id, where)
         indices, values = self._bm25.query(text)
         full = self._name(collection)
         with self._lock:
@@ -291,74 +263,39 @@ class QdrantStore:
             )
         return [_hit(p, float(p.score), with_vectors) for p in result.points]
 
-    def scroll(
-        self,
-        collection: str,
-        tenant_id: str,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 1000,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
-        out: list[StoreHit] = []
-        offset = None
-        with self._lock:
-            while len(out) < limit:
-                points, offset = self._client.scroll(
-                    self._name(collection),
-                    scroll_filter=_filter(tenant_id, where),
-                    limit=min(256, limit - len(out)),
-                    offset=offset,
-                    with_payload=True,
-                    with_vectors=with_vectors,
-                )
-                out += [_hit(p, 1.0, with_vectors) for p in points]
-                if offset is None:
-                    break
-        return out
+    # -- the primitives of TenantScopedStore (scroll, count, set_payload, delete) ---------------
+    def _filter(self, conditions: shared.Conditions) -> models.Filter:
+        return models.Filter(
+            must=[_condition(c) for c in conditions.must],
+            must_not=[_condition(c) for c in conditions.must_not] or None,
+        )
 
-    def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int:
+    def _open(self, collection: str) -> str | None:
         full = self._name(collection)
-        with self._lock:
-            if not self._client.collection_exists(full):
-                return 0
-            flt = _filter(tenant_id, where) if tenant_id is not None else None
-            return int(self._client.count(full, count_filter=flt, exact=True).count)
+        return full if self._client.collection_exists(full) else None
 
-    def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
-        fields = _settable(fields)
-        full = self._name(collection)
-        flt = _filter(tenant_id, None, has_id=point_id)  # the engine, not Python, keeps to the tenant
-        with self._lock, self._patch_lock:  # held across the read and the write: the answer and the update agree
-            if not self._client.collection_exists(full):
-                return False
-            if any(v is None for v in fields.values()):
-                # set_payload would drop a None key; overwrite the merged payload to store a JSON null
-                points, _ = self._client.scroll(full, scroll_filter=flt, limit=1, with_payload=True, with_vectors=False)
-                if not points:
-                    return False
-                merged = {**(points[0].payload or {}), **fields}
-                self._client.overwrite_payload(full, payload=merged, points=flt, wait=True)
-                return True
-            if not self._client.count(full, count_filter=flt, exact=True).count:
-                return False
-            if fields:
-                self._client.set_payload(full, payload=fields, points=flt, wait=True)
-            return True
+    def _require(self, collection: str) -> str:
+        return self._name(collection)  # the client says so when it is missing
 
-    def delete(self, collection: str, tenant_id: str, point_ids: Sequence[str]) -> int:
-        ids = list(dict.fromkeys(point_ids))
-        full = self._name(collection)
-        if not ids:
-            return 0
-        flt = _filter(tenant_id, None, has_id=ids)  # the engine keeps to the tenant
-        with self._lock:
-            if not self._client.collection_exists(full):
-                return 0
-            n = int(self._client.count(full, count_filter=flt, exact=True).count)
-            if n:
-                self._client.delete(full, points_selector=models.FilterSelector(filter=flt), wait=True)
-            return n
+    def _count_matching(self, full: str, flt: models.Filter | None) -> int:
+        return int(self._client.count(full, count_filter=flt, exact=True).count)
+
+    def _page(
+        self, full: str, flt: models.Filter, offset: Any, limit: int, with_vectors: bool
+    ) -> tuple[list[StoreHit], Any]:
+        points, offset = self._client.scroll(
+            full, scroll_filter=flt, limit=limit, offset=offset, with_payload=True, with_vectors=with_vectors
+        )
+        return [_hit(p, 1.0, with_vectors) for p in points], offset
+
+    def _set_matching(self, full: str, flt: models.Filter, fields: dict[str, Any]) -> None:
+        self._client.set_payload(full, payload=fields, points=flt, wait=True)
+
+    def _overwrite_matching(self, full: str, flt: models.Filter, payload: dict[str, Any]) -> None:
+        self._client.overwrite_payload(full, payload=payload, points=flt, wait=True)
+
+    def _delete_matching(self, full: str, flt: models.Filter) -> None:
+        self._client.delete(full, points_selector=models.FilterSelector(filter=flt), wait=True)
 
     def close(self) -> None:
         with self._lock, warnings.catch_warnings():
@@ -374,43 +311,20 @@ def _index_schema(field: str, kind: models.PayloadSchemaType) -> models.PayloadS
     return kind
 
 
-def _dense(vector: Any) -> list[float]:
-    """The unnamed dense vector of a returned point: a bare list, or the "" entry when it has named ones too."""
-    return list(vector[""] if isinstance(vector, dict) else vector)
-
-
 def _hit(p: models.ScoredPoint | models.Record, score: float, with_vectors: bool) -> StoreHit:
-    return StoreHit(str(p.id), score, p.payload or {}, _dense(p.vector) if with_vectors else None)
+    return StoreHit(str(p.id), score, p.payload or {}, shared.dense_of(p.vector) if with_vectors else None)
 
 
-def _settable(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields for set_payload as a plain dict; moving a point to another tenant is refused."""
-    if "tenant_id" in fields:
-        raise ValueError("set_payload cannot change a point's tenant_id")
-    return dict(fields)
-
-
-def _filter(tenant_id: str, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None) -> models.Filter:
-    if not tenant_id:
-        raise ValueError("every store query is scoped by a tenant_id")
-    must: list[models.Condition] = [models.FieldCondition(key="tenant_id", match=models.MatchValue(value=tenant_id))]
-    if where is not None:
-        for key, value in where.equals.items():
-            must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
-        for key, values in where.any_of.items():
-            must.append(models.FieldCondition(key=key, match=models.MatchAny(any=list(values))))
-        for key in where.is_null:
-            must.append(models.IsNullCondition(is_null=models.PayloadField(key=key)))
-        for key, (lo, hi) in where.range_ts.items():
-            must.append(models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi)))
-    if has_id is not None:
-        must.append(models.HasIdCondition(has_id=[has_id] if isinstance(has_id, str) else list(has_id)))
-    must_not: list[models.Condition] = [
-        models.FieldCondition(key=key, match=models.MatchValue(value=value))
-        for key, value in (where.not_equals.items() if where is not None else ())
-    ]
-    must_not += [
-        models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi))
-        for key, (lo, hi) in (where.not_range_ts.items() if where is not None else ())
-    ]
-    return models.Filter(must=must, must_not=must_not or None)
+def _condition(c: shared.Condition) -> models.Condition:
+    match c:
+        case shared.Equals(key, value):
+            return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+        case shared.AnyOf(key, values):
+            return models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
+        case shared.IsNull(key):
+            return models.IsNullCondition(is_null=models.PayloadField(key=key))
+        case shared.Between(key, lo, hi):
+            return models.FieldCondition(key=key, range=models.Range(gte=lo, lte=hi))
+        case shared.HasIds(ids):
+            return models.HasIdCondition(has_id=list(ids))
+    raise TypeError(f"not a filter condition: {c!r}")
