@@ -35,8 +35,8 @@ class Metrics:
         )
         self.skipped = Counter(
             "memstream_stage_messages_skipped_total",
-            "Messages not handled: redelivered after the stage finished them, or handed over out of order "
-            "(the partition is sought back)",
+            "Messages not handled: redelivered after the stage finished them, handed over out of order "
+            "(the partition is sought back), or already in the stage's table entry (in_state)",
             ["stage", "reason"],
             registry=r,
         )
@@ -246,7 +246,7 @@ class Metrics:
         for metric in (self.messages_in, self.messages_out, self.errors):
             metric.labels(stage)
         self.latency.labels(stage)
-        for reason in ("redelivered", "out_of_order", "fenced"):
+        for reason in ("redelivered", "out_of_order", "fenced", "in_state"):
             self.skipped.labels(stage, reason)
 
     def init_llm(self, stage: str, model: str) -> None:

@@ -18,6 +18,7 @@ supplies embeddings and attention cohesion through two small callables.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -180,7 +181,8 @@ class SegmenterState:
     def from_dict(cls, data: dict[str, Any] | None) -> SegmenterState:
         if not data:
             return cls()
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        # A copy: the live table entry must not change before the stage writes the new one.
+        known = {k: copy.deepcopy(v) for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
 

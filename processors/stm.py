@@ -10,11 +10,12 @@ would overflow the buffer flushes what is pending first. Duplicate turn ids (red
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from memstream.schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush
+from memstream.schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush, StmTick
 
 from .ids import stable_id
 
@@ -52,7 +53,9 @@ class StmState:
         if not data:
             return cls()
         known = {f.name for f in fields(cls)}  # a buffer saved by an older worker has a session_id
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # A copy: the live table entry must not change before the stage writes the new one (a
+        # handler tried again after a failed produce would otherwise see its turn as seen).
+        return cls(**{k: copy.deepcopy(v) for k, v in data.items() if k in known})
 
     @property
     def pending_turns(self) -> int:
@@ -131,3 +134,17 @@ def on_tick(
 
 def is_idle(state: StmState, now: float, policy: StmPolicy) -> bool:
     return bool(state.groups) and now - state.last_activity >= policy.idle_s
+
+
+def buffer_step(
+    data: Any, message: SegmentedTurn | StmTick, now: float, policy: StmPolicy
+) -> tuple[dict[str, Any], list[StmFlush], bool]:
+    """One message against a buffer's table entry: the entry after it, the flushes it makes, and
+    whether it was a turn the buffer had seen already."""
+    state = StmState.from_dict(data)
+    if isinstance(message, StmTick):
+        flush = on_tick(state, now, policy, force=message.force, conversation_idle=message.conversation_idle)
+        return state.to_dict(), [flush] if flush else [], False
+    before = state.pending_turns + len(state.seen)
+    flushes = add_turn(state, message, now, policy)
+    return state.to_dict(), flushes, state.pending_turns + len(state.seen) == before and not flushes

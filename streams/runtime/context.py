@@ -24,7 +24,7 @@ from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
 
 from ..services import Services
-from . import faust_compat
+from . import faust_compat, replay
 from .fence import Fenced, FreezeFence
 from .offsets import SafeCommits
 
@@ -55,6 +55,7 @@ class Record:
     value: bytes
     timestamp: float | None  # seconds since the epoch: when the record reached its topic
     partition: int = 0
+    offset: int = -1  # -1: not from a partition (replay.reflects then never skips it)
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -135,7 +136,7 @@ class StageContext:
 
     async def _handle(self, stage: str, event: EventT, handler: Handler) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-        record = Record(raw, event.message.timestamp, event.message.partition)
+        record = Record(raw, event.message.timestamp, event.message.partition, event.message.offset)
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         attempt = outage = 0
@@ -249,14 +250,26 @@ class StageContext:
 
         self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{name}.idle")(look)
 
-    async def save_state(self, table: TableT, key: str, value: Any) -> None:
+    async def save_state(self, table: TableT, key: str, value: Any, *, source: Record | None = None) -> None:
         """Set a table entry and wait until its changelog record is on the broker.
 
         ``table[key] = value`` only queues the record, and faust's flush before a commit gives up
         after 0.1 s without progress: the source offset could commit before the state it produced
-        (a turn lost on restart). The handler finishes, and its offset may commit, after this returns."""
+        (a turn lost on restart). The handler finishes, and its offset may commit, after this returns.
+        ``source``: the input message the entry now reflects, with those before it (``already_applied``)."""
         self.fence.check()
+        if source is not None:
+            value = replay.stamped(value, source.partition, source.offset)
         await faust_compat.write_table(table, key, value)
+
+    def already_applied(self, stage: str, value: Any, record: Record) -> bool:
+        """The table entry ``value`` reflects ``record`` already (saved with it as ``source``, or a
+        later one): a replay after a worker died between the entry's write and the offset commit.
+        Counted as skipped, reason "in_state"."""
+        if not replay.reflects(value, record.partition, record.offset):
+            return False
+        self.metrics.skipped.labels(stage, "in_state").inc()
+        return True
 
     def table(self, stage: str, name: str) -> TableT:
         """A changelog-backed table of ``stage`` (declared in STAGE_TABLES, so its changelog topic is

@@ -11,7 +11,7 @@ from faust.types import TableT
 from memstream.processors.forget import ForgetScope
 from memstream.schemas import Forget
 
-from ..runtime.context import StageContext, keys_in_partition
+from ..runtime.context import Record, StageContext, keys_in_partition
 
 
 async def scrub_table(
@@ -20,10 +20,14 @@ async def scrub_table(
     partition: int,
     scope: ForgetScope,
     scrub: Callable[[Any], tuple[Any, int] | Awaitable[tuple[Any, int]]],
+    *,
+    source: Record | None = None,
 ) -> int:
     """``scrub(value) -> (new value, items removed)`` (or an awaitable of it) on every entry of ``table`` in
     ``partition`` whose conversation the scope covers; a changed entry is written back (its
-    changelog record rewritten, so a restart recovers the scrubbed state). Returns items removed."""
+    changelog record rewritten, so a restart recovers the scrubbed state). Returns items removed.
+    ``source``: the forget, where the table's entries are stamped with their input (replay.py): every
+    message of the key before the forget is reflected in the scrubbed entry."""
     removed = 0
     for key in keys_in_partition(table, partition, ctx.s.topic_partitions):
         tenant, conversation = key.split("/", 1)
@@ -34,7 +38,7 @@ async def scrub_table(
         new, n = await result if inspect.isawaitable(result) else result
         if n:
             removed += n
-            await ctx.save_state(table, key, new)
+            await ctx.save_state(table, key, new, source=source)
     return removed
 
 

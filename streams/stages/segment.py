@@ -52,7 +52,7 @@ def register(ctx: StageContext) -> None:
             removed = scrub_window(state, scope)
             return state.to_dict(), removed
 
-        removed = await scrub_table(ctx, states, record.partition, scope, scrub)
+        removed = await scrub_table(ctx, states, record.partition, scope, scrub, source=record)
         services.embedder.clear_cache()
         ctx.metrics.forgotten.labels("window").inc(removed)
         passed = onward(forget, {"window:segmenter": removed})
@@ -62,7 +62,10 @@ def register(ctx: StageContext) -> None:
         message = decode_compressed_message(record.value)
         if isinstance(message, Forget):
             return await on_forget(record, message)
-        state = SegmenterState.from_dict(states.get(message.key))
+        data = states.get(message.key)
+        if ctx.already_applied(STAGE, data, record):  # a replay: a tick again would drain another window
+            return StageResult()
+        state = SegmenterState.from_dict(data)
         outs: list[Out] = []
         # The window's embedding and attention pass run in a thread: the loop keeps feeding the other
         # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
@@ -88,7 +91,7 @@ def register(ctx: StageContext) -> None:
                 ctx.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()
         # Emitted turns are acknowledged by the broker before the window forgets them.
         await ctx.produce(STAGE, outs)
-        await ctx.save_state(states, message.key, state.to_dict())
+        await ctx.save_state(states, message.key, state.to_dict(), source=record)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)

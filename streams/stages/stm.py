@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, get_args
 
 from memstream.processors.forget import ForgetScope, scrub_buffer
-from memstream.processors.stm import StmPolicy, StmState, add_turn, is_idle, on_tick
+from memstream.processors.stm import StmPolicy, StmState, buffer_step, is_idle
 from memstream.schemas import Forget, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic
@@ -37,7 +37,7 @@ def register(ctx: StageContext) -> None:
             removed = scrub_buffer(state, scope)
             return state.to_dict(), removed
 
-        removed = await scrub_table(ctx, buffers, record.partition, scope, scrub)
+        removed = await scrub_table(ctx, buffers, record.partition, scope, scrub, source=record)
         ctx.metrics.forgotten.labels("buffer").inc(removed)
         passed = onward(forget, {"buffer:stm": removed})
         return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
@@ -46,21 +46,17 @@ def register(ctx: StageContext) -> None:
         message = decode_segments_message(record.value)
         if isinstance(message, Forget):
             return await on_forget(record, message)
-        state = StmState.from_dict(buffers.get(message.key))
-        now = time.time()
-        if isinstance(message, StmTick):
-            flush = on_tick(state, now, policy, force=message.force, conversation_idle=message.conversation_idle)
-            flushes = [flush] if flush else []
-        else:
-            before = state.pending_turns + len(state.seen)
-            flushes = add_turn(state, message, now, policy)
-            if state.pending_turns + len(state.seen) == before and not flushes:
-                ctx.metrics.stm_duplicates.inc()
+        data = buffers.get(message.key)
+        if ctx.already_applied(STAGE, data, record):  # a replay: a tick again would flush other turns
+            return StageResult()
+        state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
+        if duplicate:
+            ctx.metrics.stm_duplicates.inc()
         # Flushes are acknowledged by the broker before the buffer forgets their turns.
         await ctx.produce(STAGE, [Out(out_topic, f.key, f) for f in flushes])
         for f in flushes:
             ctx.metrics.stm_flushes.labels(f.reason).inc()
-        await ctx.save_state(buffers, message.key, state.to_dict())
+        await ctx.save_state(buffers, message.key, state, source=record)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)

@@ -83,6 +83,7 @@ def test_a_stage_and_an_llm_use_exist_at_zero_before_their_first_message():
         ("index", "redelivered"): 0.0,
         ("index", "out_of_order"): 0.0,
         ("index", "fenced"): 0.0,
+        ("index", "in_state"): 0.0,
     }
     errors = samples(m, "memstream_llm_errors_total")
     assert set(errors) == {("plan", "smollm2", kind) for kind in LLM_ERROR_KINDS} and not any(errors.values())
