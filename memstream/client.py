@@ -44,6 +44,7 @@ from memstream.schemas import (
 )
 from memstream.schemas.topics import Topic
 from memstream.streams.kafka_options import client_options
+from memstream.tracing import SpanKind, Tracing
 
 if TYPE_CHECKING:
     from memstream.platforms import Mapped
@@ -138,6 +139,7 @@ class AsyncMemoryClient:
         self._forgets: dict[str, tuple[int, list[ForgetReply], asyncio.Future[list[ForgetReply]]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._replies_lock = asyncio.Lock()
+        self.tracing = Tracing("memstream-client")  # off unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class AsyncMemoryClient:
             self._reader = asyncio.create_task(self._read_replies())
 
     async def close(self) -> None:
+        self.tracing.flush()  # the spans of what this client produced
         if self._reader:
             self._reader.cancel()
             self._reader = None
@@ -229,10 +232,20 @@ class AsyncMemoryClient:
                 f"topic {topic} does not exist: is memstream up (`memstream up`, or create_topics=True)?"
             ) from None
 
-    async def _send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> Awaitable:
-        """Enqueue one record; the returned future resolves once the broker has it (acks=all)."""
+    async def _send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None = None, *, traced: str | None = None
+    ) -> Awaitable:
+        """Enqueue one record; the returned future resolves once the broker has it (acks=all).
+        ``traced``: the record starts a trace (a span of that name, whose context its headers carry)."""
+        headers = None
+        if traced and self.tracing.enabled:
+            attributes = {"messaging.system": "kafka", "messaging.destination.name": topic}
+            if key and b"/" in key:
+                attributes["memstream.tenant_id"] = key.split(b"/", 1)[0].decode("utf-8", "replace")
+            with self.tracing.span(traced, kind=SpanKind.PRODUCER, attributes=attributes) as span:
+                headers = self.tracing.headers(span)
         try:
-            return await self.producer.send(topic, key=key, value=value, partition=partition)
+            return await self.producer.send(topic, key=key, value=value, partition=partition, headers=headers)
         except KafkaError as exc:
             raise BrokerUnavailable(f"cannot send to {topic}: {exc}") from exc
 
@@ -256,7 +269,7 @@ class AsyncMemoryClient:
         pending: list[Awaitable] = []
         for raw in turns:
             turn = as_turn(raw)
-            pending.append(await self._send(topic, turn.key.encode(), turn.to_bytes()))
+            pending.append(await self._send(topic, turn.key.encode(), turn.to_bytes(), traced="memstream.remember"))
             if on_sent:
                 on_sent(turn)
             if len(pending) >= self.batch_size:
@@ -306,7 +319,7 @@ class AsyncMemoryClient:
 
     async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         """One record as it is (tests and benches that feed malformed input)."""
-        await self._acked([await self._send(topic, key, value)])
+        await self._acked([await self._send(topic, key, value, traced="memstream.send_raw")])
 
     async def flush(self, conversations: Iterable[tuple[str, str]]) -> int:
         """Write what the given ``(tenant_id, conversation_id)`` conversations hold in their sensory
@@ -433,7 +446,11 @@ class AsyncMemoryClient:
         self._waiting[query.correlation_id] = fut
         try:
             await self._acked(
-                [await self._send(self.settings.topic(Topic.QUERIES), query.key.encode(), query.to_bytes())]
+                [
+                    await self._send(
+                        self.settings.topic(Topic.QUERIES), query.key.encode(), query.to_bytes(), traced="memstream.ask"
+                    )
+                ]
             )
             reply = await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:

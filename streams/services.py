@@ -18,6 +18,7 @@ from memstream.processors.index import COLLECTIONS
 from memstream.processors.query import QueryOptions
 from memstream.processors.retrieve import RetrievalParams
 from memstream.processors.segment import SegmentParams
+from memstream.tracing import Tracing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,6 +51,11 @@ class Services:
         # Erasure and consolidation updates take turns on the store: an update decided before a
         # forget must not write back a merged card of forgotten turns after the erase.
         self.store_lock = threading.Lock()
+
+    @cached_property
+    def tracing(self) -> Tracing:
+        """Spans of this worker (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set)."""
+        return Tracing("memstream-worker")
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -182,5 +188,7 @@ class Services:
         return compressor
 
     def close(self) -> None:
+        if "tracing" in self.__dict__:
+            self.tracing.shutdown()  # sends the spans still batched
         if "store" in self.__dict__:
             self.store.close()

@@ -22,6 +22,7 @@ from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
 from memstream.metrics import Metrics
 from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
+from memstream.tracing import Span, SpanKind, Tracing
 
 from ..services import Services
 from . import faust_compat, replay
@@ -31,6 +32,7 @@ from .offsets import SafeCommits
 log = logging.getLogger(__name__)
 
 INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
+TRACES = "_traces"  # in a window's or buffer's table entry: held turn id -> the trace context it came with
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Out:
     key: str
     value: Payload
     partition: int | None = None  # None: the key's partition; a forget copy keeps its partition number
+    # The trace it continues: None, the current span's; a stage emitting a message it held (a window's
+    # turn) gives the context the message was held with.
+    traceparent: str | None = None
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Record:
     timestamp: float | None  # seconds since the epoch: when the record reached its topic
     partition: int = 0
     offset: int = -1  # -1: not from a partition (replay.reflects then never skips it)
+    traceparent: str | None = None  # the trace context it carries (memstream.tracing), to link to
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -135,8 +141,21 @@ class StageContext:
         return self.ingesting > 0 or time.monotonic() - self.last_ingest < 1.0
 
     async def _handle(self, stage: str, event: EventT, handler: Handler) -> None:
+        msg = event.message
+        # One span per handling, a child of the context the message carries (its producer's, or the
+        # stage's before it); a redelivery after a crash is a second span in the same trace.
+        with self.services.tracing.span(
+            f"memstream.{stage}",
+            parent=self.services.tracing.context_of(msg.headers),
+            kind=SpanKind.CONSUMER,
+            attributes=handling_attributes(stage, msg),
+        ) as span:
+            await self._handle_in_span(stage, event, handler, span)
+
+    async def _handle_in_span(self, stage: str, event: EventT, handler: Handler, span: Span) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-        record = Record(raw, event.message.timestamp, event.message.partition, event.message.offset)
+        msg = event.message
+        record = Record(raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers))
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         attempt = outage = 0
@@ -144,12 +163,14 @@ class StageContext:
             try:
                 result = await handler(record)
                 await self.produce(stage, result.outputs)
+                span.set_attribute("memstream.messages_out", len(result.outputs))
                 self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
                 return
             except Fenced:
                 raise
             except SchemaError as exc:
                 await self.dead_letter(stage, event, raw, str(exc), exc)
+                self.services.tracing.fail(span, str(exc)[:300])
                 return
             except StoreUnavailable as exc:
                 # An outage, not bad input: the message is held (its partition with it, nothing commits)
@@ -179,12 +200,16 @@ class StageContext:
                 )
                 if attempt == self.s.processing_retries:
                     await self.dead_letter(stage, event, raw, f"processing failed: {exc}", exc)
+                    self.services.tracing.fail(span, f"processing failed: {exc}"[:300])
                     return
                 await asyncio.sleep(min(2.0**attempt * 0.2, 5.0))
                 attempt += 1
 
-    async def send(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> Awaitable[Any]:
-        """Publish now; returns the delivery future.
+    async def send(
+        self, topic: str, key: bytes, value: bytes, partition: int | None = None, *, traceparent: str | None = None
+    ) -> Awaitable[Any]:
+        """Publish now, carrying ``traceparent`` or else the current span's trace context; returns
+        the delivery future.
 
         ``force=True`` bypasses faust's attachments, which would hold the message until the source
         offset commits -- a wait on it from inside the handler would never end.
@@ -193,14 +218,21 @@ class StageContext:
             self._topics[topic] = self.app.topic(
                 topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
             )
-        return await self._topics[topic].send(key=key, value=value, partition=partition, force=True)
+        headers = [("traceparent", traceparent.encode())] if traceparent else self.services.tracing.headers()
+        return await self._topics[topic].send(
+            key=key, value=value, partition=partition, headers=headers or None, force=True
+        )
 
     async def produce(self, stage: str, outputs: Sequence[Out]) -> None:
         """Send and wait for the broker's ack: the source offset commits only after this returns."""
         self.fence.check()
         futures = []
         for out in outputs:
-            futures.append(await self.send(out.topic, out.key.encode(), out.value.to_bytes(), out.partition))
+            futures.append(
+                await self.send(
+                    out.topic, out.key.encode(), out.value.to_bytes(), out.partition, traceparent=out.traceparent
+                )
+            )
             self.metrics.messages_out.labels(stage).inc()
         for fut in futures:
             await fut
@@ -223,8 +255,14 @@ class StageContext:
         )
         short = reason.split(":", 1)[0][:60]
         self.metrics.dead_letters.labels(stage, short).inc()
-        log.warning("dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300])
-        await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
+        with self.services.tracing.span(
+            "memstream.dlq", kind=SpanKind.PRODUCER, attributes={"memstream.stage": stage}
+        ) as span:
+            self.services.tracing.fail(span, reason[:300])
+            log.warning(
+                "dead letter from %s (%s[%s]@%s): %s", stage, msg.topic, msg.partition, msg.offset, reason[:300]
+            )
+            await (await self.send(self.s.topic("dlq"), (key or "").encode(), letter.to_bytes()))
 
     def idle_timer(
         self,
@@ -299,3 +337,20 @@ def init_series(metric: Any, *label_values: Sequence[str]) -> None:
     dashboards see them before the first event."""
     for combination in itertools.product(*label_values):
         metric.labels(*combination)
+
+
+def handling_attributes(stage: str, msg: Any) -> dict[str, Any]:
+    """What a handling span says of its message: where it came from, and whose it is (the key's
+    tenant); no text, no names."""
+    key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else (str(msg.key) if msg.key else "")
+    attributes: dict[str, Any] = {
+        "memstream.stage": stage,
+        "messaging.system": "kafka",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": msg.topic,
+        "messaging.destination.partition.id": str(msg.partition),
+        "messaging.kafka.offset": msg.offset,
+    }
+    if "/" in key:
+        attributes["memstream.tenant_id"] = key.split("/", 1)[0]
+    return attributes

@@ -14,7 +14,7 @@ from memstream.processors.segment import Segmenter, SegmenterState, window_is_id
 from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ def register(ctx: StageContext) -> None:
         if ctx.already_applied(STAGE, data, record):  # a replay: a tick again would drain another window
             return StageResult()
         state = SegmenterState.from_dict(data)
+        traces: dict[str, str] = dict((data or {}).get(TRACES, {}))  # held turn id -> its trace context
         outs: list[Out] = []
         # The window's embedding and attention pass run in a thread: the loop keeps feeding the other
         # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
@@ -84,14 +85,25 @@ def register(ctx: StageContext) -> None:
             )
             outs.append(Out(out_topic, message.key, tick))
         else:
+            turn_id = message.turn.turn_id
+            if record.traceparent and turn_id not in (data or {}).get("seen", ()):
+                # The window may emit this turn while handling a later message: it carries on this
+                # handling's trace, not that one's.
+                traces[turn_id] = ctx.services.tracing.current_traceparent() or record.traceparent
             added = await asyncio.to_thread(segmenter.add, state, message, time.time())
             outs = [Out(out_topic, seg.key, seg) for seg in added]
+        for out in outs:
+            if isinstance(out.value, SegmentedTurn):
+                out.traceparent = traces.pop(out.value.item.turn.turn_id, None)
         for out in outs:
             if isinstance(out.value, SegmentedTurn) and out.value.boundary:
                 ctx.metrics.segment_boundaries.labels(out.value.boundary_reason).inc()
         # Emitted turns are acknowledged by the broker before the window forgets them.
         await ctx.produce(STAGE, outs)
-        await ctx.save_state(states, message.key, state.to_dict(), source=record)
+        entry = state.to_dict()
+        if traces:
+            entry[TRACES] = traces
+        await ctx.save_state(states, message.key, entry, source=record)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)

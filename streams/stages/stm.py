@@ -9,11 +9,11 @@ from typing import Any, get_args
 
 from memstream.processors.forget import ForgetScope, scrub_buffer
 from memstream.processors.stm import StmPolicy, StmState, buffer_step, is_idle
-from memstream.schemas import Forget, StmTick, decode_segments_message
+from memstream.schemas import Forget, SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 STAGE = "stm"
@@ -52,10 +52,23 @@ def register(ctx: StageContext) -> None:
         state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
         if duplicate:
             ctx.metrics.stm_duplicates.inc()
-        # Flushes are acknowledged by the broker before the buffer forgets their turns.
-        await ctx.produce(STAGE, [Out(out_topic, f.key, f) for f in flushes])
+        # Each buffered turn's trace context, so that its flush links back to it.
+        traces: dict[str, str] = dict((data or {}).get(TRACES, {}))
+        if isinstance(message, SegmentedTurn) and record.traceparent and not duplicate:
+            traces[message.item.turn.turn_id] = record.traceparent
         for f in flushes:
+            joined = [traces.pop(t.turn.turn_id) for t in f.turns() if t.turn.turn_id in traces]
+            # A flush joins many turns: it starts a trace of its own, linked to each turn's.
+            with ctx.services.tracing.joining(
+                "memstream.stm.flush",
+                joined,
+                attributes={"memstream.turns": len(f.turns()), "memstream.reason": f.reason},
+            ):
+                # Acknowledged by the broker before the buffer forgets its turns.
+                await ctx.produce(STAGE, [Out(out_topic, f.key, f)])
             ctx.metrics.stm_flushes.labels(f.reason).inc()
+        if traces:
+            state[TRACES] = traces
         await ctx.save_state(buffers, message.key, state, source=record)
         return StageResult()
 

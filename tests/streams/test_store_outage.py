@@ -13,12 +13,14 @@ from memstream.metrics import Metrics
 from memstream.ports import StoreUnavailable
 from memstream.streams.runtime import context as context_module
 from memstream.streams.runtime.context import StageContext, StageResult
+from memstream.tracing import Tracing
 
 
 def bare_context(letters: list[str]) -> StageContext:
     ctx = StageContext.__new__(StageContext)
     ctx.s = Settings(processing_retries=2)
     ctx.metrics = Metrics()
+    ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
 
     async def dead_letter(stage, event, raw, reason, exc):  # noqa: ANN001
         letters.append(reason)
@@ -32,7 +34,8 @@ def bare_context(letters: list[str]) -> StageContext:
 
 
 EVENT = SimpleNamespace(
-    value=b"{}", message=SimpleNamespace(topic="memory.cards", partition=1, offset=7, timestamp=1.0)
+    value=b"{}",
+    message=SimpleNamespace(topic="memory.cards", partition=1, offset=7, timestamp=1.0, key=b"acme/c1", headers=[]),
 )
 
 

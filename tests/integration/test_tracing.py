@@ -1,0 +1,177 @@
+"""Traces in a real Jaeger (built from the module proxy by infra/jaeger/jaeger.sh), through the real
+broker and worker: a turn produced with the SDK is one trace holding a span of every stage it passes
+before its flush, each the child of the one before; the flush starts a trace of its own, linked to
+its turns' traces, holding the extraction and the indexing; a malformed message's trace ends in the
+dead-letter span with error status and the reason. Nothing here passes without Jaeger's query API
+returning those spans."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from memstream.schemas.topics import Topic
+from memstream.streams import runtime
+from tests.factories import turn
+
+pytestmark = pytest.mark.integration
+
+JAEGER = runtime.INFRA / "jaeger" / "jaeger.sh"
+WAIT_S = 60.0
+
+
+class Jaeger:
+    def __init__(self, data: Path, otlp_port: int, query_port: int):
+        self.env = {
+            **os.environ,
+            "MEMSTREAM_JAEGER_DATA": str(data),
+            "MEMSTREAM_JAEGER_OTLP_PORT": str(otlp_port),
+            "MEMSTREAM_JAEGER_QUERY_PORT": str(query_port),
+        }
+        self.otlp = f"http://127.0.0.1:{otlp_port}"
+        self.query = f"http://127.0.0.1:{query_port}"
+
+    def run(self, verb: str) -> None:
+        done = subprocess.run(["bash", str(JAEGER), verb], env=self.env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"jaeger.sh {verb} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"{self.query}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())["data"]
+
+    def traces(self, service: str, operation: str, tags: dict[str, str]) -> list[dict]:
+        return self.get(
+            "/api/traces", service=service, operation=operation, tags=json.dumps(tags), limit="100", lookback="1h"
+        )
+
+    def trace(self, trace_id: str) -> dict:
+        return self.get(f"/api/traces/{trace_id}")[0]
+
+
+@pytest.fixture(scope="module")
+def jaeger(tmp_path_factory) -> Iterator[Jaeger]:
+    base = runtime.free_base_port(24318, (-1, 0, 12367, 12368, 12369), step=10)
+    backend = Jaeger(tmp_path_factory.mktemp("jaeger"), base, base + 12368)
+    backend.run("start")
+    try:
+        yield backend
+    finally:
+        backend.run("stop")
+
+
+@pytest.fixture
+def traced(jaeger: Jaeger, monkeypatch) -> dict[str, str]:
+    """The standard variables that turn tracing on, for this process's SDK and the workers."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    return env
+
+
+def until(found: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        got = found()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Jaeger never returned {what} within {WAIT_S:.0f}s")
+        time.sleep(0.5)
+
+
+def by_name(trace: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for span in trace["spans"]:
+        out.setdefault(span["operationName"], []).append(span)
+    return out
+
+
+def parent_of(span: dict) -> str | None:
+    return next((r["spanID"] for r in span["references"] if r["refType"] == "CHILD_OF"), None)
+
+
+def tag(span: dict, key: str) -> Any:
+    return next((t["value"] for t in span["tags"] if t["key"] == key), None)
+
+
+def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(make_pipeline, traced, jaeger):
+    tenant = f"trace{uuid.uuid4().hex[:6]}"
+    turns = [
+        turn(f"D1:{i}", text, tenant=tenant, conversation="c1", seq=i, minutes=i)
+        for i, text in enumerate(
+            ["I adopted a grey cat named Miso last week.", "Miso sleeps on the piano every afternoon."], start=1
+        )
+    ]
+    pipe = make_pipeline(**traced)
+    pipe.start_worker()
+    pipe.produce(turns)
+    pipe.drain()
+
+    write_stages = ["memstream.remember", "memstream.compress", "memstream.segment", "memstream.stm"]
+
+    def turn_traces() -> list[dict]:
+        found = jaeger.traces("memstream-client", "memstream.remember", {"memstream.tenant_id": tenant})
+        full = [jaeger.trace(t["traceID"]) for t in found]
+        return full if len(full) == len(turns) and all(set(write_stages) <= set(by_name(t)) for t in full) else []
+
+    traces = until(turn_traces, f"a trace per turn holding {write_stages}")
+    for trace in traces:
+        spans = by_name(trace)
+        # Each stage's span is the child of the one before: the context crossed every topic.
+        for before, after in zip(write_stages, write_stages[1:]):
+            assert parent_of(spans[after][0]) == spans[before][0]["spanID"], (before, after)
+        compress = spans["memstream.compress"][0]
+        assert tag(compress, "memstream.tenant_id") == tenant
+        assert tag(compress, "messaging.destination.name") == pipe.settings.topic(Topic.TURNS)
+        assert not any("Miso" in str(t["value"]) for s in trace["spans"] for t in s["tags"])  # no text
+    turn_trace_ids = {t["traceID"] for t in traces}
+
+    def flush_traces() -> list[dict]:
+        found = [jaeger.trace(t["traceID"]) for t in jaeger.traces("memstream-worker", "memstream.stm.flush", {})]
+        mine = [
+            t
+            for t in found
+            if any(r["traceID"] in turn_trace_ids for s in t["spans"] for r in s["references"])
+            and {"memstream.extract", "memstream.index"} <= set(by_name(t))
+        ]
+        return mine
+
+    [flush_trace] = until(flush_traces, "the flush's trace, linked to the turns, with extract and index")
+    spans = by_name(flush_trace)
+    flush = spans["memstream.stm.flush"][0]
+    linked = {r["traceID"] for r in flush["references"] if r["traceID"] != flush_trace["traceID"]}
+    assert linked == turn_trace_ids  # from the card's flush to each of its turns
+    assert parent_of(spans["memstream.extract"][0]) == flush["spanID"]
+    assert parent_of(spans["memstream.index"][0]) == spans["memstream.extract"][0]["spanID"]
+
+
+def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reason(make_pipeline, traced, jaeger):
+    tenant = f"dlq{uuid.uuid4().hex[:6]}"
+    pipe = make_pipeline(**traced)
+    pipe.start_worker()
+    pipe.produce_raw(Topic.TURNS, f"{tenant}/c1".encode(), b"{not json")
+
+    def dead_letter_trace() -> dict | None:
+        found = jaeger.traces("memstream-client", "memstream.send_raw", {"memstream.tenant_id": tenant})
+        trace = jaeger.trace(found[0]["traceID"]) if found else None
+        return trace if trace and "memstream.dlq" in by_name(trace) else None
+
+    spans = by_name(until(dead_letter_trace, "the malformed message's trace with a memstream.dlq span"))
+    compress, dlq = spans["memstream.compress"][0], spans["memstream.dlq"][0]
+    assert parent_of(dlq) == compress["spanID"]
+    for span in (compress, dlq):
+        assert tag(span, "otel.status_code") == "ERROR"
+        assert "JSON" in tag(span, "memstream.error.reason")
