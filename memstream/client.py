@@ -496,6 +496,7 @@ class AsyncMemoryClient:
                         self._forget_part(reply)
                         continue
                     assert isinstance(reply, Reply)
+                    reply._trace_id = Tracing.trace_id_of(record.headers)  # the question's trace
                     fut = self._waiting.get(reply.correlation_id)
                     if fut and not fut.done():
                         fut.set_result(reply)

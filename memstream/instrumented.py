@@ -1,5 +1,6 @@
-"""Ports wrapped with their metrics: an LLM per stage (calls' latency, errors and retries) and the
-vector store (latency per operation and collection). Processors see the plain ports."""
+"""Ports wrapped with their metrics and spans: an LLM per stage (calls' latency, errors and retries;
+a span per attempt with OpenTelemetry's GenAI attributes) and the vector store (latency per
+operation and collection; a span per operation). Processors see the plain ports."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from memstream.metrics import Metrics
 from memstream.ports import LLM, LLMError, LlmResult
+from memstream.tracing import SpanKind, Tracing
 
 MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
 STORE_OPERATIONS = frozenset({"upsert", "search", "scroll", "count", "set_payload", "retrieve", "delete"})
@@ -27,8 +29,10 @@ class MeteredLLM:
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        tracing: Tracing | None = None,
     ):
         self._llm = llm
+        self._tracing = tracing or Tracing(enabled=False)
         self._metrics = metrics
         self.stage = stage
         self.model = llm.model
@@ -55,13 +59,30 @@ class MeteredLLM:
             started = time.perf_counter()
             remaining = None if deadline is None else deadline - self._clock()
             try:
-                result = self._llm.complete(
-                    messages,
-                    json_schema=json_schema,
-                    schema_name=schema_name,
-                    max_tokens=max_tokens,
-                    timeout_s=remaining,
-                )
+                with self._tracing.span(
+                    f"chat {self.model}",
+                    kind=SpanKind.CLIENT,
+                    attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.request.model": self.model,
+                        "memstream.stage": self.stage,
+                        "memstream.attempt": attempt + 1,
+                    },
+                ) as span:
+                    try:
+                        result = self._llm.complete(
+                            messages,
+                            json_schema=json_schema,
+                            schema_name=schema_name,
+                            max_tokens=max_tokens,
+                            timeout_s=remaining,
+                        )
+                    except LLMError as exc:
+                        self._tracing.fail(span, f"{exc.kind}: {exc}"[:300])
+                        raise
+                    span.set_attribute("gen_ai.response.model", result.model)
+                    span.set_attribute("gen_ai.usage.input_tokens", result.prompt_tokens)
+                    span.set_attribute("gen_ai.usage.output_tokens", result.completion_tokens)
             except LLMError as exc:
                 m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
                 m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
@@ -83,9 +104,10 @@ class MeteredLLM:
 class MeteredStore:
     """The vector store with each data operation timed by operation and collection (both bounded)."""
 
-    def __init__(self, store: Any, metrics: Metrics):
+    def __init__(self, store: Any, metrics: Metrics, tracing: Tracing | None = None):
         self._store = store
         self._metrics = metrics
+        self._tracing = tracing or Tracing(enabled=False)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
@@ -93,10 +115,14 @@ class MeteredStore:
             return attr
         histogram = self._metrics.store_latency
 
+        tracing = self._tracing
+
         def timed(collection: str, *args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
+            attributes = {"db.system.name": "qdrant", "db.operation.name": name, "db.collection.name": collection}
             try:
-                return attr(collection, *args, **kwargs)
+                with tracing.span(f"qdrant {name} {collection}", kind=SpanKind.CLIENT, attributes=attributes):
+                    return attr(collection, *args, **kwargs)
             finally:
                 histogram.labels(name, collection).observe(time.perf_counter() - started)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -173,3 +174,10 @@ class VectorStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Steps(Protocol):
+    """Where a processor reports a step of its work: ``with steps("plan") as attributes:`` (the
+    block fills in what the step did: counts, choices; never text)."""
+
+    def __call__(self, name: str, /) -> AbstractContextManager[dict[str, Any]]: ...

@@ -119,6 +119,14 @@ class Tracing:
         with self.span(name, parent=Context(), attributes=attributes, links=links) as span:
             yield span
 
+    @staticmethod
+    def trace_id_of(headers: Headers | Mapping[str, bytes] | None) -> str | None:
+        """The trace id (32 hex digits) of the context ``headers`` carry, or None."""
+        ctx = Tracing.context_of(headers)
+        if ctx is None:
+            return None
+        return format(trace.get_current_span(ctx).get_span_context().trace_id, "032x")
+
     def current_traceparent(self) -> str | None:
         """The current span's context as a ``traceparent`` value, to carry on a message sent later."""
         return self.traceparent(self.headers())
@@ -133,6 +141,19 @@ class Tracing:
             if k and k.lower() == "traceparent" and v:
                 return v.decode("latin-1") if isinstance(v, bytes) else str(v)
         return None
+
+    def steps(self, prefix: str) -> Any:
+        """The ``Steps`` port (memstream.ports) as spans: a step ``plan`` is a span ``<prefix>.plan``
+        holding the attributes its block filled in."""
+
+        @contextlib.contextmanager
+        def step(name: str) -> Iterator[dict[str, Any]]:
+            attributes: dict[str, Any] = {}
+            with self.span(f"{prefix}.{name}") as span:
+                yield attributes
+                span.set_attributes(attributes)
+
+        return step
 
     @staticmethod
     def current_trace_id() -> str | None:

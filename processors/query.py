@@ -7,17 +7,18 @@ Retrieval itself (signals, fusion, rerank) lives in :mod:`processors.retrieve`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from memstream.ports import LLM, Embedder, LLMError, StoreFilter, StoreHit, VectorStore
+from memstream.ports import LLM, Embedder, LLMError, Steps, StoreFilter, StoreHit, VectorStore
 from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
@@ -38,6 +39,7 @@ from .retrieve import (
     top_up,
     within_budget,
 )
+from .steps import no_steps, timed
 from .text import without_names
 from .tokens import count_tokens
 
@@ -156,7 +158,9 @@ class QueryEngine:
         *,
         planner_llm: LLM | None = None,
         research_llm: LLM | None = None,
+        steps: Steps = no_steps,
     ):
+        self.steps = steps  # each step of a query, timed, to whoever watches (spans)
         self.store = store
         self.embedder = embedder
         self.llm = llm  # answers
@@ -185,22 +189,22 @@ class QueryEngine:
         costs: list[StageCost] = []
         now = query.question_time or clock()
 
-        t0 = time.perf_counter()
-        left = seconds_left(query.deadline, clock())
-        plan, plan_cost = self.plan(query, now, None if left is None else max(0.0, left * PLAN_SHARE))
-        if plan_cost.calls:  # the rule planner spends nothing
-            costs.append(plan_cost)
-        latency["plan_ms"] = _ms(t0)
+        with timed(latency, "plan", self.steps) as step:
+            left = seconds_left(query.deadline, clock())
+            plan, plan_cost = self.plan(query, now, None if left is None else max(0.0, left * PLAN_SHARE))
+            if plan_cost.calls:  # the rule planner spends nothing
+                costs.append(plan_cost)
+            step.update({"memstream.profile": plan.profile, "memstream.operation": plan.operation})
 
         k = query.k or self.options.retrieval.evidence_k
         texts = [query.question, *(plan.rewrites if plan.profile == "compose" else [])]
         guess = self._content_guess(query)
-        t0 = time.perf_counter()
-        embedded = np.asarray(self.embedder.embed(texts + ([guess.text] if guess else [])), dtype=np.float32)
-        vectors = embedded[: len(texts)]
-        if guess:
-            guess = dataclasses.replace(guess, vector=embedded[-1])
-        latency["embed_ms"] = _ms(t0)
+        with timed(latency, "embed", self.steps) as step:
+            embedded = np.asarray(self.embedder.embed(texts + ([guess.text] if guess else [])), dtype=np.float32)
+            vectors = embedded[: len(texts)]
+            if guess:
+                guess = dataclasses.replace(guess, vector=embedded[-1])
+            step["memstream.texts"] = len(embedded)
 
         scope = Scope(query.tenant_id, query.conversation_id, time_range(plan), self._roles(query, plan), plan.history)
         budget = Budget(query.max_tokens, query.deadline, clock, costs)
@@ -224,18 +228,18 @@ class QueryEngine:
         evidence = [card_evidence(f"E{i + 1}", c) for i, c in enumerate(chosen)]
 
         if plan.profile == "replay" and evidence:
-            t0 = time.perf_counter()
-            evidence = self._replay(scope, evidence, query.max_tokens)
-            latency["replay_ms"] = _ms(t0)
+            with timed(latency, "replay", self.steps) as step:
+                evidence = self._replay(scope, evidence, query.max_tokens)
+                step["memstream.items"] = len(evidence)
 
-        t0 = time.perf_counter()
-        profile_hits = self.store.search(PROFILES, query.tenant_id, vectors[0], where=scope.conversation(), limit=5)
-        profile_text = (
-            "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}" for h in profile_hits)
-            or None
-        )
-        evidence = evidence or profile_evidence(profile_hits)
-        latency["profile_ms"] = _ms(t0)
+        with timed(latency, "profile", self.steps) as step:
+            profile_hits = self.store.search(PROFILES, query.tenant_id, vectors[0], where=scope.conversation(), limit=5)
+            profile_text = (
+                "\n".join(f"- {h.payload['subject']} ({h.payload['field']}): {h.payload['text']}" for h in profile_hits)
+                or None
+            )
+            evidence = evidence or profile_evidence(profile_hits)
+            step["memstream.items"] = len(profile_hits)
 
         answer, mode, answer_error = None, "evidence_only", None
         if self.llm is not None and query.answer:
@@ -243,11 +247,11 @@ class QueryEngine:
             if left is not None and left < MIN_ANSWER_S:
                 answer_error = f"no time left to answer before the deadline ({left + REPLY_MARGIN_S:.1f}s)"
             else:
-                t0 = time.perf_counter()
-                answer, cost, answer_error = self._answer(query.question, plan, evidence, profile_text, left)
-                costs.append(cost)
-                mode = "llm" if answer is not None else "evidence_only"
-                latency["answer_ms"] = _ms(t0)
+                with timed(latency, "answer", self.steps) as step:
+                    answer, cost, answer_error = self._answer(query.question, plan, evidence, profile_text, left)
+                    costs.append(cost)
+                    mode = "llm" if answer is not None else "evidence_only"
+                    step.update({"memstream.answer_mode": mode, "memstream.evidence": len(evidence)})
         latency["total_ms"] = _ms(started)
         return Reply(
             tenant_id=query.tenant_id,
@@ -298,35 +302,29 @@ class QueryEngine:
         max_tokens = budget.max_tokens
         pool = Pool()
         r = self.retriever
-        t0 = time.perf_counter()
-        r.hybrid(pool, scope, texts, vectors, k=k)
-        latency["hybrid_ms"] = _ms(t0)
-        t0 = time.perf_counter()
-        promoted_scenes = r.triggers(pool, scope, vectors)
-        r.scene_items(pool, scope, vectors[0], promoted_scenes, signal="trigger", limit=r.params.scene_items)
-        latency["trigger_ms"] = _ms(t0)
+        with self._mechanism(latency, "hybrid", pool):  # dense and sparse (BM25), fused
+            r.hybrid(pool, scope, texts, vectors, k=k)
+        with self._mechanism(latency, "trigger", pool):
+            promoted_scenes = r.triggers(pool, scope, vectors)
+            r.scene_items(pool, scope, vectors[0], promoted_scenes, signal="trigger", limit=r.params.scene_items)
         if plan.profile == "compose":
-            t0 = time.perf_counter()
-            r.cascade(pool, scope, vectors[0])
-            latency["cascade_ms"] = _ms(t0)
+            with self._mechanism(latency, "cascade", pool):
+                r.cascade(pool, scope, vectors[0])
         p = r.params
         if p.content_query != "none":
-            t0 = time.perf_counter()
-            vectors = self._content_query(pool, scope, texts[0], vectors, k, content)
-            latency["content_ms"] = _ms(t0)
-        t0 = time.perf_counter()
+            with self._mechanism(latency, "content", pool):
+                vectors = self._content_query(pool, scope, texts[0], vectors, k, content)
         adaptive = p.evidence_policy == "adaptive"
-        ranked = rerank(pool, vectors, plan.entities, p)
-        latency["rerank_ms"] = _ms(t0)
+        with timed(latency, "rerank", self.steps) as step:
+            ranked = rerank(pool, vectors, plan.entities, p)
+            step["memstream.candidates"] = len(ranked)
         if p.graph.hops and (not p.graph.multihop_only or needs_research(plan)):
-            t0 = time.perf_counter()
-            if r.graph(pool, scope, vectors, ranked, k=k):
-                ranked = rerank(pool, vectors, plan.entities, p)
-            latency["graph_ms"] = _ms(t0)
+            with self._mechanism(latency, "graph", pool):
+                if r.graph(pool, scope, vectors, ranked, k=k):
+                    ranked = rerank(pool, vectors, plan.entities, p)
         if p.research_rounds > 1 and needs_research(plan):
-            t0 = time.perf_counter()
-            ranked = self._research(plan, scope, texts, vectors, pool, ranked, k, latency, budget)
-            latency["research_ms"] = _ms(t0)
+            with self._mechanism(latency, "research", pool):
+                ranked = self._research(plan, scope, texts, vectors, pool, ranked, k, latency, budget)
         t0 = time.perf_counter()
         chosen = top_k(ranked, p.evidence_max_items if adaptive else k, new_turns_only=p.new_turns_only)
         if not adaptive and max_tokens is None:
@@ -345,6 +343,14 @@ class QueryEngine:
             n = within_budget(tokens, max_tokens)
         latency["cut_ms"] = _ms(t0)
         return chosen[:n], len(chosen)
+
+    @contextlib.contextmanager
+    def _mechanism(self, latency: dict[str, float], name: str, pool: Pool) -> Iterator[None]:
+        """A retrieval mechanism's step: timed, and how many items it brought to the pool."""
+        with timed(latency, name, self.steps) as step:
+            before = len(pool)
+            yield
+            step["memstream.items_added"] = len(pool) - before
 
     def _content_guess(self, query: Query) -> ContentQuery | None:
         """The content query from the speakers this conversation's earlier pools showed (None when

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from .base import ID_PATTERN, TenantScoped, UtcDatetime
 from .memory import CardType, Part, StageCost
@@ -83,3 +83,10 @@ class Reply(TenantScoped):
     costs: list[StageCost] = Field(default_factory=list)
     latency_ms: dict[str, float] = Field(default_factory=dict)
     replied_at: UtcDatetime
+    # Not in the payload: the trace id its record's traceparent header carries (memstream.client
+    # reads it; tracing on), so an asker can quote the trace of its question.
+    _trace_id: str | None = PrivateAttr(default=None)
+
+    @property
+    def trace_id(self) -> str | None:
+        return self._trace_id

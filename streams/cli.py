@@ -268,6 +268,8 @@ def print_reply(reply: Reply, question: str) -> None:
     )
     timings = ", ".join(f"{k} {v:.0f}" for k, v in reply.latency_ms.items())
     console.print(f"[dim]context {reply.context_tokens} tokens · LLM {cost or 'none'} · ms: {timings}[/]")
+    if reply.trace_id:
+        console.print(f"[dim]trace {reply.trace_id} (memstream trace {reply.trace_id})[/]")
 
 
 def plan_line(plan: Plan) -> str:
@@ -443,6 +445,32 @@ def forget(
             f"[dim]raw text stays in {len(outcome.retained)} topics (Kafka deletes by age) until at most "
             f"{until:%Y-%m-%d %H:%M} UTC: {', '.join(sorted(outcome.retained))}[/]"
         )
+
+
+@cli.command()
+def trace(
+    trace_id: str = typer.Argument(..., help="A trace id (32 hex digits: a reply's, or from the gateway's X-Trace-Id)"),
+    jaeger: str = typer.Option("http://127.0.0.1:16686", help="Jaeger's query URL (infra/jaeger/jaeger.sh urls)"),
+    png: Optional[Path] = typer.Option(None, help="Also draw the waterfall into this PNG"),
+) -> None:
+    """One trace from Jaeger as a waterfall: every span in tree order, its service, start and
+    duration; links (a flush's to its turns) and errors marked."""
+    from memstream.trace_waterfall import fetch_trace, plot_waterfall, waterfall_rows
+
+    try:
+        rows = waterfall_rows(fetch_trace(jaeger, trace_id))
+    except (OSError, LookupError) as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    table = Table(title=f"trace {trace_id}")
+    for col in ("span", "service", "start ms", "ms"):
+        table.add_column(col, justify="right" if col.endswith("ms") else "left")
+    for r in rows:
+        name = "  " * r.depth + r.name + (f" [dim]({r.links} links)[/]" if r.links else "")
+        table.add_row(f"[red]{name}[/]" if r.error else name, r.service, f"{r.start_ms:.1f}", f"{r.duration_ms:.1f}")
+    console.print(table)
+    if png is not None:
+        console.print(f"waterfall written to {plot_waterfall(rows, png, f'trace {trace_id}')}")
 
 
 @cli.command()

@@ -149,7 +149,7 @@ class Services:
             store.close()  # an embedded store's folder lock goes with it
             raise
         log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
-        return MeteredStore(store, self.metrics)
+        return MeteredStore(store, self.metrics, self.tracing)
 
     @cached_property
     def llm(self) -> LLM | None:
@@ -170,7 +170,9 @@ class Services:
         if self.llm is None:
             return None
         if stage not in self._metered_llms:
-            self._metered_llms[stage] = MeteredLLM(self.llm, self.metrics, stage, retries=self.settings.llm_retries)
+            self._metered_llms[stage] = MeteredLLM(
+                self.llm, self.metrics, stage, retries=self.settings.llm_retries, tracing=self.tracing
+            )
         return self._metered_llms[stage]
 
     @cached_property

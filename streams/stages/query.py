@@ -14,6 +14,7 @@ from memstream.processors.query import QueryEngine, expired_reply
 from memstream.schemas import Query, Reply, SchemaError
 from memstream.schemas.query import TOPIC_PATTERN
 from memstream.schemas.topics import Topic
+from memstream.tracing import SpanKind
 
 from ..runtime.context import Out, Record, StageContext, StageResult
 
@@ -33,6 +34,7 @@ def register(ctx: StageContext) -> None:
         services.query_options,
         planner_llm=services.llm_for("plan"),
         research_llm=services.llm_for("research"),
+        steps=services.tracing.steps("memstream.query"),
     )
 
     async def handler(record: Record) -> StageResult:
@@ -61,7 +63,13 @@ def register(ctx: StageContext) -> None:
         for cost in reply.costs:
             metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
         observe_query(metrics, reply)
-        return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
+        with services.tracing.span(
+            "memstream.reply",
+            kind=SpanKind.PRODUCER,
+            attributes={"memstream.ok": reply.ok, "memstream.evidence": len(reply.evidence)},
+        ):  # the reply carries this span's context: the asker's trace ends here
+            await ctx.produce(STAGE, [Out(query.reply_topic, query.correlation_id, reply)])
+        return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)
 

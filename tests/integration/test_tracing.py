@@ -11,14 +11,17 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import httpx
 import pytest
 
+from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
 from tests.factories import turn
@@ -175,3 +178,56 @@ def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reaso
     for span in (compress, dlq):
         assert tag(span, "otel.status_code") == "ERROR"
         assert "JSON" in tag(span, "memstream.error.reason")
+
+
+def test_a_question_through_the_gateway_is_one_trace_whose_id_the_gateway_returns(
+    make_pipeline, traced, jaeger, local_llm
+):
+    tenant = f"ask{uuid.uuid4().hex[:6]}"
+    sample = load_locomo(demo_conversation_path())[0]
+    pipe = make_pipeline(**traced, **local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
+    pipe.start_worker()
+    pipe.produce(list(locomo_turns(sample, tenant_id=tenant, max_sessions=1)))
+    pipe.drain()
+    gateway = pipe.start_gateway({tenant: "k-trace"}, {**traced, "OTEL_SERVICE_NAME": "memstream-gateway"})
+    with httpx.Client(base_url=gateway.url, timeout=120, headers={"Authorization": "Bearer k-trace"}) as http:
+        response = http.post(
+            "/v1/ask",
+            json={"question": "Who teaches Nora's pottery class?", "conversation_id": sample.sample_id},
+        )
+    assert response.status_code == 200, response.text
+    trace_id = response.headers.get("X-Trace-Id")
+    assert trace_id and len(trace_id) == 32
+
+    steps = ["memstream.query.plan", "memstream.query.embed", "memstream.query.hybrid", "memstream.query.rerank"]
+
+    def question_trace() -> dict | None:
+        try:
+            trace = jaeger.trace(trace_id)
+        except urllib.error.HTTPError:  # not stored yet
+            return None
+        names = set(by_name(trace))
+        wanted = {"memstream.ask", "memstream.query", "memstream.query.answer", "memstream.reply", *steps}
+        return trace if wanted <= names else None
+
+    trace = until(question_trace, f"the question's trace {trace_id} with its steps")
+    spans = by_name(trace)
+    query = spans["memstream.query"][0]
+    assert parent_of(query) == spans["memstream.ask"][0]["spanID"]
+    for step in [*steps, "memstream.query.answer"]:
+        assert parent_of(spans[step][0]) == query["spanID"], step
+    assert tag(spans["memstream.query.hybrid"][0], "memstream.items_added") > 0
+    assert tag(spans["memstream.query.answer"][0], "memstream.answer_mode") == "llm"
+    # The answer's LLM call, in OpenTelemetry's GenAI conventions, under the answer step.
+    chats = [s for s in trace["spans"] if tag(s, "gen_ai.operation.name") == "chat"]
+    answer_calls = [s for s in chats if parent_of(s) == spans["memstream.query.answer"][0]["spanID"]]
+    assert answer_calls, [s["operationName"] for s in trace["spans"]]
+    call = answer_calls[0]
+    assert tag(call, "gen_ai.request.model") and tag(call, "gen_ai.usage.input_tokens") > 0
+    assert tag(call, "gen_ai.usage.output_tokens") > 0
+    # The store calls the query made, each a span.
+    assert any(tag(s, "db.system.name") == "qdrant" for s in trace["spans"])
+    # And the reply went back on the same trace, from its own span.
+    assert parent_of(spans["memstream.reply"][0]) == query["spanID"]
+    assert trace["processes"][query["processID"]]["serviceName"] == "memstream-worker"
+    assert any(p["serviceName"] == "memstream-gateway" for p in trace["processes"].values())
