@@ -264,8 +264,9 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
         return {"accepted": sent, "tenant_id": tenant}
 
     @app.post("/v1/ask")
-    async def post_ask(body: AskIn, tenant: str = Depends(caller)) -> dict[str, Any]:
-        """Ask a question of the key's tenant's conversation; the reply as on ``memory.replies``."""
+    async def post_ask(body: AskIn, response: Response, tenant: str = Depends(caller)) -> dict[str, Any]:
+        """Ask a question of the key's tenant's conversation; the reply as on ``memory.replies``, its
+        trace id (tracing on) also in the ``X-Trace-Id`` header."""
         reply = await shared.call(
             lambda c: c.ask(
                 body.question,
@@ -279,6 +280,8 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
                 timeout_s=body.timeout_s,
             )
         )
+        if reply.trace_id:
+            response.headers["X-Trace-Id"] = reply.trace_id
         return reply.model_dump(mode="json")
 
     @app.post("/v1/forget")
