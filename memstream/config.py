@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
     metrics_host: str = Field("127.0.0.1", description="Address the /metrics endpoint binds (0.0.0.0 in containers)")
     log_level: str = Field("info")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Worker log lines: text, or one JSON object a line; both carry trace_id and span_id"
+    )
     stall_s: float = Field(
         30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"
     )

@@ -1,14 +1,17 @@
 """Ports wrapped with their metrics and spans: an LLM per stage (calls' latency, errors and retries;
-a span per attempt with OpenTelemetry's GenAI attributes) and the vector store (latency per
-operation and collection; a span per operation). Processors see the plain ports."""
+a span per attempt with OpenTelemetry's GenAI attributes), the vector store (latency per operation
+and collection; a span per operation) and the embedder (a span per batch). Processors see the plain
+ports."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from memstream.metrics import Metrics
-from memstream.ports import LLM, LLMError, LlmResult
+from memstream.ports import LLM, Embedder, LLMError, LlmResult
 from memstream.tracing import SpanKind, Tracing
 
 MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
@@ -127,3 +130,19 @@ class MeteredStore:
                 histogram.labels(name, collection).observe(time.perf_counter() - started)
 
         return timed
+
+
+class TracedEmbedder:
+    """The embedder with a span per batch (``embed <model>``: how many texts); everything else as it is."""
+
+    def __init__(self, embedder: Embedder, tracing: Tracing):
+        self._embedder = embedder
+        self._tracing = tracing
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        attributes = {"memstream.embedder": self._embedder.name, "memstream.texts": len(texts)}
+        with self._tracing.span(f"embed {self._embedder.name}", attributes=attributes):
+            return self._embedder.embed(texts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)

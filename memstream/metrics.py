@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from memstream.tracing import Tracing
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _PIPELINE_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -265,3 +267,10 @@ class Metrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         if port:
             start_http_server(port, addr=host, registry=self.registry)
+
+
+def trace_exemplar() -> dict[str, str] | None:
+    """The current span's trace id as a histogram exemplar (OpenMetrics): a slow point on a latency
+    panel opens its trace. None outside a span or with tracing off."""
+    trace_id = Tracing.current_trace_id()
+    return {"trace_id": trace_id} if trace_id else None

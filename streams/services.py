@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Callable, TypeVar
 
 from memstream.config import Settings
-from memstream.instrumented import MeteredLLM, MeteredStore
+from memstream.instrumented import MeteredLLM, MeteredStore, TracedEmbedder
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder, StoreUnavailable
 from memstream.processors.fingerprint import META, check_embedder
@@ -65,7 +65,7 @@ class Services:
             self.settings, cache_size=self.settings.embedding_cache, on_embed=self.metrics.count_embedded
         )
         log.info("embedder loaded: %s (%d-d, %s)", embedder.name, embedder.dim, embedder.backend)
-        return embedder
+        return TracedEmbedder(embedder, self.tracing) if self.tracing.enabled else embedder
 
     @cached_property
     def attention(self):  # noqa: ANN201 - EncoderAttention

@@ -40,7 +40,8 @@ start() {
         cp "$SCRIPT_DIR/prometheus-local.yml" "$CONF"
     fi
     "$BIN" --config.file="$CONF" --storage.tsdb.path="$DATA_DIR/tsdb" \
-        --web.listen-address="127.0.0.1:$PORT" --log.level=warn >"$DATA_DIR/prometheus.out" 2>&1 &
+        --web.listen-address="127.0.0.1:$PORT" --log.level=warn --enable-feature=exemplar-storage \
+        >"$DATA_DIR/prometheus.out" 2>&1 &
     echo $! > "$PID_FILE"
     local i
     for ((i = 0; i < 60; i++)); do

@@ -19,7 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
-from memstream.metrics import Metrics
+from memstream.metrics import Metrics, trace_exemplar
 from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
 from memstream.tracing import Span, SpanKind, Tracing
@@ -164,7 +164,7 @@ class StageContext:
                 result = await handler(record)
                 await self.produce(stage, result.outputs)
                 span.set_attribute("memstream.messages_out", len(result.outputs))
-                self.metrics.latency.labels(stage).observe(time.perf_counter() - started)
+                self.metrics.latency.labels(stage).observe(time.perf_counter() - started, trace_exemplar())
                 return
             except Fenced:
                 raise

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 from memstream.config import Settings
+from memstream.logs import LogFormat, log_handler
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA = REPO_ROOT / "infra"
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+def configure_logging(level: str, fmt: LogFormat = "text") -> None:
+    """The process's log lines: ``fmt`` text or JSON, each naming the trace it belongs to (memstream.logs)."""
+    logging.basicConfig(level=level.upper(), handlers=[log_handler(fmt)])
     for noisy in ("aiokafka", "faust", "mode", "httpx", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(
             max(logging.WARNING, logging.getLogger().level) if level.lower() != "debug" else logging.INFO
@@ -319,7 +319,7 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     ``EXIT_RESTART`` (its watchdog found stranded messages, or the broker went away while it
     started); pass SIGTERM/SIGINT on to it. Returns the child's last exit code."""
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     env = {**os.environ, **path_env(settings)}  # the paths as this process resolved them
     child: subprocess.Popen[bytes] | None = None
 

@@ -30,7 +30,7 @@ def run_worker(settings: Settings) -> None:
     from ..topics import ensure_topics, wait_for_broker
     from .app import create_app
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     apply_torch_threads(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from memstream.metrics import trace_exemplar
 from memstream.processors.query import QueryEngine, expired_reply
 from memstream.schemas import Query, Reply, SchemaError
 from memstream.schemas.query import TOPIC_PATTERN
@@ -102,7 +103,7 @@ def observe_query(metrics: Any, reply: Reply) -> None:  # Metrics
     for key, ms in reply.latency_ms.items():  # plan_ms, embed_ms, hybrid_ms, ..., total_ms
         step = key.removesuffix("_ms")
         if step == "total":
-            metrics.query_latency.labels(profile).observe(ms / 1000.0)
+            metrics.query_latency.labels(profile).observe(ms / 1000.0, trace_exemplar())
         else:
             metrics.query_step_latency.labels(step).observe(ms / 1000.0)
     if reply.ok:

@@ -7,6 +7,7 @@ returning those spans."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -20,11 +21,18 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
+from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
+from memstream.streams.kafka_options import client_options
+from memstream.streams.lag import partitions_of
 from tests.factories import turn
+
+from .test_observability import prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -231,3 +239,94 @@ def test_a_question_through_the_gateway_is_one_trace_whose_id_the_gateway_return
     assert parent_of(spans["memstream.reply"][0]) == query["spanID"]
     assert trace["processes"][query["processID"]]["serviceName"] == "memstream-worker"
     assert any(p["serviceName"] == "memstream-gateway" for p in trace["processes"].values())
+
+
+def test_a_latency_point_in_prometheus_carries_the_trace_of_its_question(make_pipeline, traced, jaeger, tmp_path):
+    """Metrics to traces: the worker's query latency histogram has an exemplar with the trace id
+    (OpenMetrics), Prometheus (exemplar storage on) keeps it, and Jaeger has that trace."""
+    tenant = f"ex{uuid.uuid4().hex[:6]}"
+    sample = load_locomo(demo_conversation_path())[0]
+    pipe = make_pipeline(**traced, MEMSTREAM_EXTRACT_MODE="extractive")
+    worker = pipe.start_worker()
+    pipe.produce(list(locomo_turns(sample, tenant_id=tenant, max_sessions=1)))
+    pipe.drain()
+    with prometheus(tmp_path / "prometheus", worker.metrics_port) as url:
+        reply = pipe.ask(
+            "Who teaches Nora's pottery class?", tenant=tenant, conversation=sample.sample_id, answer=False
+        )
+        assert reply.trace_id
+
+        def exemplar_trace_ids() -> set[str]:
+            query = urllib.parse.urlencode(
+                {"query": "memstream_query_seconds_bucket", "start": str(time.time() - 600), "end": str(time.time())}
+            )
+            with urllib.request.urlopen(f"{url}/api/v1/query_exemplars?{query}", timeout=10) as response:
+                data = json.loads(response.read())["data"]
+            return {e["labels"].get("trace_id") for series in data for e in series["exemplars"]}
+
+        assert reply.trace_id in until(
+            lambda: (ids := exemplar_trace_ids()) and reply.trace_id in ids and ids, "the question's exemplar"
+        )
+    names = set(by_name(until(lambda: trace_or_none(jaeger, reply.trace_id), "the exemplar's trace")))
+    assert {"memstream.ask", "memstream.query", "memstream.reply"} <= names
+
+
+def trace_or_none(jaeger: Jaeger, trace_id: str) -> dict | None:
+    try:
+        return jaeger.trace(trace_id)
+    except urllib.error.HTTPError:  # not stored yet
+        return None
+
+
+def rewind_group(settings: Settings, group: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Set ``group``'s committed offsets on ``topic`` back to 0 once the group is empty (its killed
+    member's session has expired): what a kill -9 before the commit leaves, for the messages since."""
+
+    async def go() -> None:
+        partitions = (await partitions_of(settings, topic))[topic]
+        consumer = AIOKafkaConsumer(**client_options(settings), group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            consumer.assign(tps)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    await consumer.commit({tp: 0 for tp in tps})
+                    return
+                except KafkaError:  # the group still has its killed member
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(1.0)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(go())
+
+
+def test_a_message_redelivered_after_a_kill_shows_as_a_retry_in_its_trace(make_pipeline, traced, jaeger):
+    tenant = f"rd{uuid.uuid4().hex[:6]}"
+    pipe = make_pipeline(**traced, MEMSTREAM_EXTRACT_MODE="extractive")
+    worker = pipe.start_worker()
+    pipe.produce([turn("D1:1", "I adopted a grey cat named Miso last week.", tenant=tenant, conversation="c1")])
+
+    def turn_trace(compress_spans: int) -> dict | None:
+        found = jaeger.traces("memstream-client", "memstream.remember", {"memstream.tenant_id": tenant})
+        trace = jaeger.trace(found[0]["traceID"]) if found else None
+        return trace if trace and len(by_name(trace).get("memstream.compress", [])) >= compress_spans else None
+
+    first = until(lambda: turn_trace(1), "the turn's trace")
+    pipe.drain(flush=False)
+    worker.kill()  # kill -9
+    pipe.workers = []
+    rewind_group(pipe.settings, pipe.group, pipe.settings.topic(Topic.TURNS))
+    pipe.start_worker("after-kill")
+    trace = until(lambda: turn_trace(2), "a second compress span in the turn's trace")
+    spans = by_name(trace)
+    assert trace["traceID"] == first["traceID"]
+    remember = spans["memstream.remember"][0]
+    first_try, retry = sorted(spans["memstream.compress"], key=lambda s: s["startTime"])
+    assert parent_of(first_try) == parent_of(retry) == remember["spanID"]  # both handlings, same parent
+    assert tag(first_try, "messaging.kafka.offset") == tag(retry, "messaging.kafka.offset")  # the same message
+    ids = {s["spanID"] for s in trace["spans"]}
+    assert all(parent_of(s) in ids for s in trace["spans"] if parent_of(s)), "a span's parent is missing"
