@@ -43,7 +43,7 @@ from memstream.schemas import (
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)
@@ -55,32 +55,43 @@ TABLE = "consolidation"
 RUN_CHUNK = 64  # update queues a run decides before it sends their outcomes
 
 
-def register(ctx: StageContext) -> None:
-    s, services, metrics = ctx.s, ctx.services, ctx.metrics
-    pending = ctx.table(STAGE, TABLE)
-    control, updates = s.topic(Topic.CONTROL), s.topic(Topic.UPDATES)
-    params = ConsolidateParams(tau=s.consolidate_tau, top_n=s.consolidate_top_n)
-    llm = services.llm_for("consolidate")
-    decider: Decider = LlmDecider(llm, params) if llm is not None else RuleDecider(params)
-    pool = ThreadPoolExecutor(max_workers=s.consolidate_parallel, thread_name_prefix="consolidate")
-    log.info(
-        "consolidation: %s decisions, idle after %.0fs, schedule %s",
-        type(decider).__name__,
-        s.sleep_idle_s,
-        f"every {s.consolidate_every_s:.0f}s" if s.consolidate_every_s else "off",
-    )
+TRACES_KEPT = 64  # writes whose trace a run links to, at most (the newest)
 
-    async def on_write(record: Record) -> StageResult:
+
+class Consolidation:
+    """The stage's three agents (writes mark cards pending; control runs a conversation, fans a
+    broadcast out or ends a forget; updates are applied), the idle timer and the schedule."""
+
+    def __init__(self, ctx: StageContext):
+        self.ctx = ctx
+        self.s, self.services, self.metrics = ctx.s, ctx.services, ctx.metrics
+        self.pending = ctx.table(STAGE, TABLE)
+        self.control, self.updates = self.s.topic(Topic.CONTROL), self.s.topic(Topic.UPDATES)
+        self.params = ConsolidateParams(tau=self.s.consolidate_tau, top_n=self.s.consolidate_top_n)
+        llm = self.services.llm_for("consolidate")
+        self.decider: Decider = LlmDecider(llm, self.params) if llm is not None else RuleDecider(self.params)
+        self.pool = ThreadPoolExecutor(max_workers=self.s.consolidate_parallel, thread_name_prefix="consolidate")
+        log.info(
+            "consolidation: %s decisions, idle after %.0fs, schedule %s",
+            type(self.decider).__name__,
+            self.s.sleep_idle_s,
+            f"every {self.s.consolidate_every_s:.0f}s" if self.s.consolidate_every_s else "off",
+        )
+
+    async def on_write(self, record: Record) -> StageResult:
         write = decode_message(INPUT, record.value)
         if not isinstance(write, MemoryWrite):  # a forget: the index stage erases, control brings it back
             return StageResult()
         if write.cards:
-            state = mark_pending(pending.get(write.key), [c.card_id for c in write.cards], time.time())
-            await ctx.save_state(pending, write.key, state)
+            state = mark_pending(self.pending.get(write.key), [c.card_id for c in write.cards], time.time())
+            if record.traceparent:  # the run that decides these cards links to the write's trace
+                traces = [t for t in state.get(TRACES, []) if t != record.traceparent] + [record.traceparent]
+                state[TRACES] = traces[-TRACES_KEPT:]
+            await self.ctx.save_state(self.pending, write.key, state)
         return StageResult()
 
-    def observe(outcomes: list[ConsolidationUpdate | None], new_cards: bool) -> list[Out]:
-        outs = []
+    def observe(self, outcomes: list[ConsolidationUpdate | None], new_cards: bool) -> list[Out]:
+        metrics, outs = self.metrics, []
         for update in outcomes:
             metrics.consolidation_queues.inc()
             if update is None:
@@ -93,22 +104,22 @@ def register(ctx: StageContext) -> None:
                 metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
             if new_cards and update.written_at is not None:  # a --all run re-decides old cards: no lag
                 metrics.consolidation_lag.observe(max(0.0, time.time() - update.written_at.timestamp()))
-            outs.append(Out(updates, update.key, update))
+            outs.append(Out(self.updates, update.key, update))
         return outs
 
-    async def on_forget(record: Record, forget: Forget) -> StageResult:
+    async def on_forget(self, record: Record, forget: Forget) -> StageResult:
         """The last step of a forget, after the store erased it: pending cards that no longer exist
         leave the table, then the reply and the audit record go out."""
-        scope = ForgetScope.of(forget)
+        s, scope = self.s, ForgetScope.of(forget)
 
         async def scrub(state: Any) -> tuple[Any, int]:
             # Which pending cards the index stage erased: a store read, off the loop.
             cards = state.get("cards", [])
-            existing = await asyncio.to_thread(existing_cards, services.store, scope.tenant_id, cards)
+            existing = await asyncio.to_thread(existing_cards, self.services.store, scope.tenant_id, cards)
             return scrub_pending(state, existing)
 
-        removed = await scrub_table(ctx, pending, record.partition, scope, scrub)
-        metrics.forgotten.labels("table").inc(removed)
+        removed = await scrub_table(self.ctx, self.pending, record.partition, scope, scrub)
+        self.metrics.forgotten.labels("table").inc(removed)
         counts = onward(forget, {"table:consolidation": removed}).counts
         done_at = datetime.now(timezone.utc)
         until = done_at + timedelta(seconds=s.topic_retention_s + s.topic_segment_s)
@@ -144,7 +155,7 @@ def register(ctx: StageContext) -> None:
             ]
         )
 
-    async def on_command(record: Record) -> StageResult:
+    async def on_command(self, record: Record) -> StageResult:
         if message_kind(record.value) == "forget":
             # A request is the ingest group's: it enters the pipeline there (and a malformed one is
             # dead-lettered there, once). This group ends a forget the index stage erased.
@@ -152,38 +163,50 @@ def register(ctx: StageContext) -> None:
                 forget = Forget.from_bytes(record.value)
             except SchemaError:
                 return StageResult()
-            return await on_forget(record, forget) if forget.phase == "erased" else StageResult()
+            return await self.on_forget(record, forget) if forget.phase == "erased" else StageResult()
         command = ConsolidateCommand.from_bytes(record.value)
         if command.conversation_id is None:
-            # A broadcast: a keyed command per pending conversation here, so each runs in the
-            # partition (and table changelog) that owns it. Each copy of the broadcast fans out
-            # again; run_needed runs each once.
-            keys = broadcast_keys(list(pending.items()), command.tenant_id, command.scope)
-            return StageResult(
-                [
-                    Out(
-                        control,
-                        k,
-                        ConsolidateCommand(
-                            tenant_id=k.split("/", 1)[0],
-                            conversation_id=k.split("/", 1)[1],
-                            reason=command.reason,
-                            requested_at=command.requested_at,
-                            scope=command.scope,
-                        ),
-                    )
-                    for k in keys
-                ]
-            )
+            return self.fan_out(command)
         key = f"{command.tenant_id}/{command.conversation_id}"
-        state = pending.get(key)
+        state = self.pending.get(key)
         if not run_needed(state, command.requested_at, command.scope):
             return StageResult()
+        # A run joins many writes: a trace of its own, linked to each write's.
+        with self.services.tracing.joining(
+            "memstream.consolidate.run", (state or {}).get(TRACES, []), attributes={"memstream.reason": command.reason}
+        ):
+            await self.run(key, command, state)
+        return StageResult()
+
+    def fan_out(self, command: ConsolidateCommand) -> StageResult:
+        """A broadcast: a keyed command per pending conversation here, so each runs in the partition
+        (and table changelog) that owns it. Each copy of the broadcast fans out again; run_needed
+        runs each once."""
+        keys = broadcast_keys(list(self.pending.items()), command.tenant_id, command.scope)
+        return StageResult(
+            [
+                Out(
+                    self.control,
+                    k,
+                    ConsolidateCommand(
+                        tenant_id=k.split("/", 1)[0],
+                        conversation_id=k.split("/", 1)[1],
+                        reason=command.reason,
+                        requested_at=command.requested_at,
+                        scope=command.scope,
+                    ),
+                )
+                for k in keys
+            ]
+        )
+
+    async def run(self, key: str, command: ConsolidateCommand, state: Any) -> None:
+        s, metrics = self.s, self.metrics
         started = time.perf_counter()
-        tenant, conversation = command.tenant_id or "", command.conversation_id
+        tenant, conversation = command.tenant_id or "", command.conversation_id or ""
         hits = await asyncio.to_thread(
             cards_to_run,
-            services.store,
+            self.services.store,
             tenant,
             conversation,
             None if command.scope == "all" or state is None else state["cards"],
@@ -196,75 +219,70 @@ def register(ctx: StageContext) -> None:
             chunk_started = time.perf_counter()
             outcomes = await asyncio.to_thread(
                 decide_queues,
-                services.store,
-                decider,
+                self.services.store,
+                self.decider,
                 tenant,
                 conversation,
                 hits[i : i + RUN_CHUNK],
-                params,
+                self.params,
                 command.requested_at,
-                pool,
+                self.pool,
             )
-            await ctx.produce("consolidate.run", observe(outcomes, command.scope == "pending"))
+            await self.ctx.produce("consolidate.run", self.observe(outcomes, command.scope == "pending"))
             log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
-            if s.consolidate_yield and ctx.busy_ingesting():
+            if s.consolidate_yield and self.ctx.busy_ingesting():
                 # Sleep-time work gives way while this worker ingests (they share its cores and GIL).
                 await asyncio.sleep(s.consolidate_yield * (time.perf_counter() - chunk_started))
         # The updates are acknowledged by the broker before the cards stop being pending.
-        state = finish_run(pending.get(key), {h.id for h in hits}, time.time(), command.requested_at)
-        await ctx.save_state(pending, key, state)
+        state = finish_run(self.pending.get(key), {h.id for h in hits}, time.time(), command.requested_at)
+        state.pop(TRACES, None)  # linked by this run
+        await self.ctx.save_state(self.pending, key, state)
         metrics.consolidation_runs.labels(command.reason).inc()
         metrics.consolidation_seconds.observe(time.perf_counter() - started)
         log.info("consolidated %s: %d queues in %.1fs", key, len(hits), time.perf_counter() - started)
-        return StageResult()
 
-    def apply(update: ConsolidationUpdate) -> None:
-        with services.store_lock:
-            if refers_to_erased_cards(services.store, update):
+    def apply(self, update: ConsolidationUpdate) -> None:
+        with self.services.store_lock:
+            if refers_to_erased_cards(self.services.store, update):
                 log.info("update %s names an erased card: not applied", update.update_id)
-                metrics.forgotten.labels("update").inc()
+                self.metrics.forgotten.labels("update").inc()
                 return
-            apply_update(services.store, services.embedder, update)
+            apply_update(self.services.store, self.services.embedder, update)
 
-    async def on_update(record: Record) -> StageResult:
+    async def on_update(self, record: Record) -> StageResult:
         update = ConsolidationUpdate.from_bytes(record.value)
-        await asyncio.to_thread(apply, update)
+        await asyncio.to_thread(self.apply, update)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, on_write)
-    ctx.agent("consolidate.run", Topic.CONTROL, on_command)
-    ctx.agent("consolidate.apply", Topic.UPDATES, on_update)
-    init_series(metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
-    init_series(metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))
+    def asleep(self, data: dict[str, Any]) -> bool:
+        return is_asleep(data, time.time(), self.s.sleep_idle_s)
 
-    def asleep(data: dict[str, Any]) -> bool:
-        return is_asleep(data, time.time(), s.sleep_idle_s)
+    async def scheduled(self) -> None:
+        """Each worker schedules the conversations its own partitions hold, keyed to them."""
+        for key, data in list(self.pending.items()):
+            if data and data["cards"]:
+                tenant, conv = key.split("/", 1)
+                command = ConsolidateCommand(
+                    tenant_id=tenant, conversation_id=conv, reason="schedule", requested_at=datetime.now(timezone.utc)
+                )
+                await self.ctx.send(self.control, key.encode(), command.to_bytes())
 
+
+def register(ctx: StageContext) -> None:
+    stage = Consolidation(ctx)
+    ctx.agent(STAGE, INPUT, stage.on_write)
+    ctx.agent("consolidate.run", Topic.CONTROL, stage.on_command)
+    ctx.agent("consolidate.apply", Topic.UPDATES, stage.on_update)
+    init_series(ctx.metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
+    init_series(ctx.metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))
     ctx.idle_timer(
         TABLE,
-        pending,
-        asleep,
-        control,
+        stage.pending,
+        stage.asleep,
+        stage.control,
         lambda tenant, conv: ConsolidateCommand(
             tenant_id=tenant, conversation_id=conv, reason="idle", requested_at=datetime.now(timezone.utc)
         ),
     )
-    if s.consolidate_every_s > 0:
-
-        async def scheduled() -> None:
-            # Each worker schedules the conversations its own partitions hold, keyed to them.
-            for key, data in list(pending.items()):
-                if data and data["cards"]:
-                    tenant, conv = key.split("/", 1)
-                    await ctx.send(
-                        control,
-                        key.encode(),
-                        ConsolidateCommand(
-                            tenant_id=tenant,
-                            conversation_id=conv,
-                            reason="schedule",
-                            requested_at=datetime.now(timezone.utc),
-                        ).to_bytes(),
-                    )
-
-        ctx.app.timer(interval=s.consolidate_every_s, name="memstream.consolidation.schedule")(scheduled)
+    if ctx.s.consolidate_every_s > 0:
+        ctx.app.timer(interval=ctx.s.consolidate_every_s, name="memstream.consolidation.schedule")(stage.scheduled)

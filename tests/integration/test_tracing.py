@@ -168,6 +168,18 @@ def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(make_pi
     assert parent_of(spans["memstream.extract"][0]) == flush["spanID"]
     assert parent_of(spans["memstream.index"][0]) == spans["memstream.extract"][0]["spanID"]
 
+    # A consolidation run joins the writes whose cards it decides: a trace of its own, linked to theirs.
+    pipe.consolidate(tenant=tenant, conversation="c1")
+
+    def run_traces() -> list[dict]:
+        found = jaeger.traces("memstream-worker", "memstream.consolidate.run", {})
+        return [
+            t for t in found if any(r["traceID"] == flush_trace["traceID"] for s in t["spans"] for r in s["references"])
+        ]
+
+    [run] = until(run_traces, "the consolidation run's trace, linked to the flush's")
+    assert by_name(jaeger.trace(run["traceID"]))["memstream.consolidate.run"]
+
 
 def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reason(make_pipeline, traced, jaeger):
     tenant = f"dlq{uuid.uuid4().hex[:6]}"

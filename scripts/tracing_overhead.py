@@ -1,0 +1,108 @@
+"""What tracing costs the write path: `memstream bench ingest` (extractive, the real broker and
+worker) with tracing off on this checkout, off on the release before tracing came (a git revision
+checked out beside it), and on at sampling 1.0 into a local Jaeger; the three alternate, round after
+round, so that the machine's drift falls on all three. Writes the turns/s of every run and the
+ratios of the medians.
+
+    .venv/bin/python scripts/tracing_overhead.py [--before 1ca49c3] [--rounds 3]
+        [--conversations conv-26,conv-30] [--data LOCOMO.json] [--json docs/results/tracing/overhead.json]
+
+The release before runs from a `git worktree` of ``--before`` with this checkout's installed
+packages (a virtual environment that sees them and maps memstream's packages to the worktree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+OTLP_PORT, QUERY_PORT = 24518, 26886
+
+
+def before_checkout(rev: str, where: Path) -> Path:
+    """A worktree of ``rev`` and a python that runs memstream from it (the installed dependencies)."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), rev], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where / ".venv")], check=True)
+    site = where / ".venv" / SITE.relative_to(sys.prefix)
+    (site / "checkout-deps.pth").write_text(f"{SITE}\n")  # the packages, not their .pth hooks
+    [finder] = SITE.glob("__editable___memstream_*_finder.py")
+    (site / "memstream_before_finder.py").write_text(finder.read_text().replace(str(REPO), str(where)))
+    (site / "memstream_before.pth").write_text("import memstream_before_finder; memstream_before_finder.install()\n")
+    return where / ".venv" / "bin" / "python"
+
+
+def ingest(python: Path, cwd: Path, data: Path, conversations: str, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    command = [str(python), "-m", "memstream.streams.cli", "bench", "ingest", "--data", str(data)]
+    command += ["--conversations", conversations]
+    subprocess.run([*command, "--json", str(out)], cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="1ca49c3", help="the release before tracing (git revision)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--conversations", default="conv-26,conv-30")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "locomo" / "locomo_dev.json")
+    parser.add_argument("--json", type=Path, default=REPO / "docs" / "results" / "tracing" / "overhead.json")
+    args = parser.parse_args()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    jaeger_env = {
+        **base_env,
+        "MEMSTREAM_JAEGER_DATA": tempfile.mkdtemp(prefix="memstream-jaeger-"),
+        "MEMSTREAM_JAEGER_OTLP_PORT": str(OTLP_PORT),
+        "MEMSTREAM_JAEGER_QUERY_PORT": str(QUERY_PORT),
+    }
+    jaeger = str(REPO / "infra" / "jaeger" / "jaeger.sh")
+    traced_env = {**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{OTLP_PORT}"}
+    runs: dict[str, list[dict[str, Any]]] = {"before_off": [], "off": [], "on": []}
+    with tempfile.TemporaryDirectory(prefix="memstream-overhead-") as tmp:
+        before = Path(tmp) / "before"
+        before_python = before_checkout(args.before, before)
+        subprocess.run(["bash", jaeger, "start"], env=jaeger_env, check=True)
+        try:
+            for round_ in range(args.rounds):
+                for name, python, cwd, env in (
+                    ("before_off", before_python, before, base_env),
+                    ("off", Path(sys.executable), REPO, base_env),
+                    ("on", Path(sys.executable), REPO, traced_env),
+                ):
+                    result = ingest(
+                        python, cwd, args.data.resolve(), args.conversations, Path(tmp) / f"{name}-{round_}.json", env
+                    )
+                    runs[name].append({"turns": result["turns"], "turns_per_s": result["ingest_turns_per_s"]})
+                    print(f"round {round_ + 1} {name}: {result['ingest_turns_per_s']} turns/s", flush=True)
+        finally:
+            subprocess.run(["bash", jaeger, "stop"], env=jaeger_env, check=False)
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+    median = {name: statistics.median(r["turns_per_s"] for r in rs) for name, rs in runs.items()}
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    result = {
+        "what": "memstream bench ingest, extractive; turns/s of every run; medians and their ratios",
+        "data": str(args.data),
+        "conversations": args.conversations,
+        "rounds": args.rounds,
+        "before": args.before,
+        "head": head.stdout.strip(),
+        "sampling": "every trace (OTEL_TRACES_SAMPLER unset: parentbased_always_on), exported to a local Jaeger",
+        "runs": runs,
+        "median_turns_per_s": median,
+        "off_vs_before": round(median["off"] / median["before_off"], 3),
+        "on_vs_off": round(median["on"] / median["off"], 3),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: result[k] for k in ("median_turns_per_s", "off_vs_before", "on_vs_off")}))
+
+
+if __name__ == "__main__":
+    main()
