@@ -47,6 +47,11 @@ def ingest(python: Path, cwd: Path, data: Path, conversations: str, out: Path, e
     return json.loads(out.read_text())
 
 
+def paired(runs: list[dict[str, Any]], against: list[dict[str, Any]]) -> float:
+    """The median over rounds of the ratio of two configurations' turns/s in the same round."""
+    return round(statistics.median(a["turns_per_s"] / b["turns_per_s"] for a, b in zip(runs, against)), 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="1ca49c3", help="the release before tracing (git revision)")
@@ -98,10 +103,13 @@ def main() -> None:
         "median_turns_per_s": median,
         "off_vs_before": round(median["off"] / median["before_off"], 3),
         "on_vs_off": round(median["on"] / median["off"], 3),
+        # Per round (the three ran back to back): drift between rounds cancels out.
+        "paired_off_vs_before": paired(runs["off"], runs["before_off"]),
+        "paired_on_vs_off": paired(runs["on"], runs["off"]),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("median_turns_per_s", "off_vs_before", "on_vs_off")}))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "what")}))
 
 
 if __name__ == "__main__":
