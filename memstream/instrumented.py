@@ -15,7 +15,9 @@ from memstream.ports import LLM, Embedder, LLMError, LlmResult
 from memstream.tracing import SpanKind, Tracing
 
 MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
-STORE_OPERATIONS = frozenset({"upsert", "search", "search_text", "scroll", "count", "set_payload", "retrieve", "delete"})
+STORE_OPERATIONS = frozenset(
+    {"upsert", "search", "search_text", "scroll", "count", "set_payload", "retrieve", "delete"}
+)
 
 
 class MeteredLLM:
