@@ -503,6 +503,9 @@ def export(
         console.print(f"exported {n} records of {tenant}{'/' + conversation if conversation else ''} to {out}")
 
 
+DEMO_SLEEP_IDLE_S = 10 * 365 * 86400.0  # never within a demo (its first run is minutes)
+
+
 @cli.command()
 def demo(
     data: Optional[Path] = typer.Option(
@@ -540,7 +543,14 @@ def demo(
         with _infra_scripts():
             running.enter_context(runtime.KAFKA.session(s))
         timings["kafka_start_s"] = time.perf_counter() - t0
-        env = {**runtime.path_env(s), "MEMSTREAM_METRICS_PORT": str(s.metrics_port)}
+        # No sleep-time run in the demo's worker: an earlier demo's cards, idle for long, would
+        # otherwise be consolidated first, holding the LLM server and the control partition that the
+        # demo waits to drain (`memstream worker` consolidates them when it next runs).
+        env = {
+            **runtime.path_env(s),
+            "MEMSTREAM_METRICS_PORT": str(s.metrics_port),
+            "MEMSTREAM_SLEEP_IDLE_S": str(DEMO_SLEEP_IDLE_S),
+        }
         if use_llm:
             t0 = time.perf_counter()
             console.print("[bold]2/5[/] starting the local LLM server (SmolLM2-135M: tiny, answers are rough)…")
