@@ -23,7 +23,19 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, Mapping, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Literal,
+    Mapping,
+    TypeVar,
+)
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
@@ -42,6 +54,7 @@ from memstream.schemas import (
     conversation_key,
     decode_message,
 )
+from memstream.schemas.read import ReadKind, ReadReply, ReadRequest
 from memstream.schemas.topics import Topic
 from memstream.streams.kafka_options import client_options
 from memstream.tracing import SpanKind, Tracing
@@ -72,6 +85,14 @@ class ReplyError(MemstreamError):
     def __init__(self, reply: Reply):
         self.reply = reply
         super().__init__(f"query {reply.correlation_id} failed: {reply.error}")
+
+
+class ReadError(MemstreamError):
+    """The worker could not read what was asked (the store failed): the reply says why."""
+
+    def __init__(self, reply: ReadReply):
+        self.reply = reply
+        super().__init__(f"{reply.read} read {reply.correlation_id} failed: {reply.error}")
 
 
 @dataclass
@@ -135,7 +156,7 @@ class AsyncMemoryClient:
         self.batch_size = batch_size
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        self._waiting: dict[str, asyncio.Future[Reply | ReadReply]] = {}
         self._forgets: dict[str, tuple[int, list[ForgetReply], asyncio.Future[list[ForgetReply]]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._replies_lock = asyncio.Lock()
@@ -441,28 +462,73 @@ class AsyncMemoryClient:
             sent_at=sent_at,  # type: ignore[arg-type]
             deadline=sent_at + timedelta(seconds=timeout),  # type: ignore[arg-type]
         )
-        await self._replies()
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._waiting[query.correlation_id] = fut
-        try:
-            await self._acked(
-                [
-                    await self._send(
-                        self.settings.topic(Topic.QUERIES), query.key.encode(), query.to_bytes(), traced="memstream.ask"
-                    )
-                ]
-            )
-            reply = await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise QueryTimeout(
-                f"no reply to query {query.correlation_id} within {timeout:.0f}s on {self.reply_topic}: "
-                "is a worker running the 'query' stage?"
-            ) from None
-        finally:
-            self._waiting.pop(query.correlation_id, None)
+        reply = await self._request(self.settings.topic(Topic.QUERIES), query.key, query, timeout, "memstream.ask")
+        assert isinstance(reply, Reply)
         if raise_on_error and not reply.ok:
             raise ReplyError(reply)
         return reply
+
+    async def read(
+        self,
+        read: ReadKind,
+        *,
+        tenant_id: str,
+        conversation_id: str | None = None,
+        point_id: str | None = None,
+        cursor: int = 0,
+        limit: int = 500,
+        timeout_s: float | None = None,
+    ) -> ReadReply:
+        """What memory holds, read by the query stage over request/reply (workers keep running; the
+        store is theirs): ``conversations`` of the tenant, a ``timeline`` page of a conversation, the
+        ``lineage`` of one memory, an ``export`` page. An error reply raises ``ReadError``."""
+        request = ReadRequest(
+            read=read,
+            tenant_id=tenant_id,
+            conversation_id=conversation_id,
+            point_id=point_id,
+            cursor=cursor,
+            limit=limit,
+            correlation_id=uuid.uuid4().hex,
+            reply_topic=self.reply_topic,
+            sent_at=datetime.now(timezone.utc),  # type: ignore[arg-type]
+        )
+        timeout = timeout_s or self.settings.query_timeout_s
+        reply = await self._request(self.settings.topic(Topic.QUERIES), request.key, request, timeout, "memstream.read")
+        assert isinstance(reply, ReadReply)
+        if not reply.ok:
+            raise ReadError(reply)
+        return reply
+
+    async def export_remote(
+        self, *, tenant_id: str, conversation_id: str | None = None, page: int = 2000
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every memory of the scope, page by page over request/reply (beside running workers)."""
+        cursor: int | None = 0
+        while cursor is not None:
+            reply = await self.read(
+                "export", tenant_id=tenant_id, conversation_id=conversation_id, cursor=cursor, limit=page
+            )
+            for record in reply.records:
+                yield record
+            cursor = reply.next_cursor
+
+    async def _request(
+        self, topic: str, key: str, payload: Query | ReadRequest, timeout: float, span: str
+    ) -> Reply | ReadReply:
+        await self._replies()
+        fut: asyncio.Future[Reply | ReadReply] = asyncio.get_running_loop().create_future()
+        self._waiting[payload.correlation_id] = fut
+        try:
+            await self._acked([await self._send(topic, key.encode(), payload.to_bytes(), traced=span)])
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise QueryTimeout(
+                f"no reply to {payload.kind} {payload.correlation_id} within {timeout:.0f}s on {self.reply_topic}: "
+                "is a worker running the 'query' stage?"
+            ) from None
+        finally:
+            self._waiting.pop(payload.correlation_id, None)
 
     def export(self, *, tenant_id: str, conversation_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every memory of the scope (raw turns, cards with provenance and versions, scenes, profile
@@ -495,8 +561,9 @@ class AsyncMemoryClient:
                     if isinstance(reply, ForgetReply):
                         self._forget_part(reply)
                         continue
-                    assert isinstance(reply, Reply)
-                    reply._trace_id = Tracing.trace_id_of(record.headers)  # the question's trace
+                    assert isinstance(reply, (Reply, ReadReply))
+                    if isinstance(reply, Reply):
+                        reply._trace_id = Tracing.trace_id_of(record.headers)  # the question's trace
                     fut = self._waiting.get(reply.correlation_id)
                     if fut and not fut.done():
                         fut.set_result(reply)
@@ -625,6 +692,10 @@ class MemoryClient:
                 timeout_s=timeout_s,
             )
         )
+
+    def read(self, read: ReadKind, *, tenant_id: str, **options: Any) -> ReadReply:
+        """What memory holds, over request/reply (see ``AsyncMemoryClient.read``)."""
+        return self._run(self._client.read(read, tenant_id=tenant_id, **options))
 
     def flush(self, conversations: Iterable[tuple[str, str]]) -> int:
         """Write the conversations' pending turns now (see ``AsyncMemoryClient.flush``)."""

@@ -370,6 +370,12 @@ class Settings(BaseSettings):
         None, description="Slack app signing secret: /v1/webhooks/slack refuses unsigned or stale requests"
     )
     gateway_retry_after_s: int = Field(5, ge=1, description="Retry-After of a 503 when the broker is unavailable")
+    gateway_session_secret: SecretStr | None = Field(
+        None,
+        description="Signs the inspector's session cookies (/ui). Unset: a random secret per gateway process "
+        "(sessions end when it restarts; gateways behind one address need the same secret)",
+    )
+    gateway_session_ttl_s: int = Field(12 * 3600, ge=60, description="How long an inspector session lasts")
 
     @field_validator(
         "data_dir", "kafka_data", "qdrant_path", "kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"

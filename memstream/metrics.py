@@ -200,6 +200,12 @@ class Metrics:
             ["profile", "outcome"],
             registry=r,
         )
+        self.reads = Counter(
+            "memstream_reads_total",
+            "Reads of what memory holds answered (conversations, timeline, lineage, export), by outcome",
+            ["read", "outcome"],
+            registry=r,
+        )
         self.query_latency = Histogram(
             "memstream_query_seconds",
             "Time to answer one query in the worker, by access profile",

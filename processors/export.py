@@ -3,7 +3,7 @@ provenance (source turn ids) and its versions (version, validity, successor, lin
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from memstream.ports import StoreFilter, VectorStore
 
@@ -13,11 +13,16 @@ from .index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
 EXPORT_ORDER = (TURNS, CARDS, SCENES, PROFILES, TRIGGERS)
 
 
-def export_records(store: VectorStore, tenant_id: str, conversation_id: str | None = None) -> Iterator[dict[str, Any]]:
+def export_records(
+    store: VectorStore,
+    tenant_id: str,
+    conversation_id: str | None = None,
+    collections: Sequence[str] = EXPORT_ORDER,
+) -> Iterator[dict[str, Any]]:
     """One record per stored point of the scope: ``{"collection", "id", **payload}`` (the payload
     holds the tenant, conversation, text, ``turn_ids`` and, for cards, the version fields)."""
     where = StoreFilter(equals={"conversation_id": conversation_id}) if conversation_id else None
-    for collection in EXPORT_ORDER:
+    for collection in collections:
         n = store.count(collection, tenant_id, where=where)
         if not n:
             continue

@@ -20,6 +20,7 @@ from .memory import (
     StmFlush,
 )
 from .query import Evidence, Plan, Query, Reply
+from .read import ReadReply, ReadRequest
 from .topics import decode_compressed_message, decode_message, decode_segments_message
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
@@ -53,6 +54,8 @@ __all__ = [
     "Plan",
     "Query",
     "Reply",
+    "ReadReply",
+    "ReadRequest",
     "CompressedTurn",
     "SegmentedTurn",
     "StmTick",

@@ -52,7 +52,9 @@ KEYS: dict[tuple[str, str], str] = {
     "tenant), one copy per partition",
     ("control", "forget"): "tenant_id/conversation_id; without a conversation tenant_id/*, one copy per partition "
     "(each names its `part` of `parts`)",
+    ("queries", "read"): "tenant_id/conversation_id, or tenant_id/* for a read of the whole tenant",
     ("replies", "reply"): "correlation_id",
+    ("replies", "read_reply"): "correlation_id",
     ("replies", "forget_reply"): "the forget's key: tenant_id/conversation_id or tenant_id/*",
     ("dlq", "dead_letter"): "the key of the message that failed, as it came",
     ("audit", "forget_audit"): "forget_id/part (the topic is compacted: the latest record per key stays)",

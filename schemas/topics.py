@@ -10,6 +10,7 @@ from .dlq import DeadLetter
 from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlush
 from .query import Query, Reply
+from .read import ReadReply, ReadRequest
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 
@@ -39,8 +40,8 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.CARDS: (MemoryWrite, Forget),
     Topic.UPDATES: (ConsolidationUpdate,),
     Topic.CONTROL: (ConsolidateCommand, Forget),
-    Topic.QUERIES: (Query,),
-    Topic.REPLIES: (Reply, ForgetReply),
+    Topic.QUERIES: (Query, ReadRequest),
+    Topic.REPLIES: (Reply, ForgetReply, ReadReply),
     Topic.DLQ: (DeadLetter,),
     Topic.AUDIT: (ForgetAudit,),
 }

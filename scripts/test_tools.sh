@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Tools only the tests use, built once from the Go module proxy into ~/.cache/memstream (later runs
-# check a file): helm (tests/infra/test_helm.py) and Jaeger (the tracing tests' backend). The demo
-# does not need them, so scripts/install.sh leaves them out. Without Go, those tests fail saying so.
+# Tools only the tests use: helm (tests/infra/test_helm.py) and Jaeger (the tracing tests' backend),
+# built once from the Go module proxy into ~/.cache/memstream (later runs check a file); the
+# inspector's browser tests' Playwright (the `browser` extra) and the system's chromium (Debian's
+# package: Playwright downloads no browser). The demo needs none of them, so scripts/install.sh
+# leaves them out. A tool that cannot be had is named; the tests that need it fail saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v go >/dev/null 2>&1; then
@@ -9,4 +11,14 @@ if command -v go >/dev/null 2>&1; then
     bash infra/jaeger/jaeger.sh build >/dev/null
 else
     echo "test tools: go not found: tests/infra/test_helm.py and the tracing tests will fail without Go (they build helm and Jaeger from the module proxy)"
+fi
+.venv/bin/python -m pip install -q -e ".[dev,browser]"
+if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "test tools: installing Debian's chromium for the inspector's browser tests"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+            || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+    else
+        echo "test tools: no chromium (install Debian's chromium package, or set MEMSTREAM_CHROMIUM): the browser tests will fail"
+    fi
 fi

@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import orjson
 import typer
@@ -478,29 +478,54 @@ def export(
     tenant: str = typer.Option(..., help="The tenant to export"),
     conversation: Optional[str] = typer.Option(None, help="Only this conversation"),
     out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write (- for standard output)"),
+    via: str = typer.Option(
+        "auto", help="store (open it here) | kafka (ask the query stage) | auto (the store, else Kafka)"
+    ),
 ) -> None:
     """Every memory of the scope as JSONL (data portability): raw turns, cards with their provenance
-    and versions, scenes, profile items and triggers. Opens the store itself: with the embedded
-    store, stop the workers first (it is single-process); a Qdrant server needs no stop. A store
-    that is not there (another MEMSTREAM_DATA_DIR than the workers') is an error, not 0 records."""
+    and versions, scenes, profile items and triggers. Reads the store itself when it can; the
+    embedded store is one process's, so beside running workers the query stage reads it for you over
+    request/reply (`--via kafka`). A store that is not there is an error, not 0 records."""
     s = _settings()
-    problem = store_problem(s)
-    if problem:
-        console.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
-        raise typer.Exit(2)
+    if via not in ("auto", "store", "kafka"):
+        raise typer.BadParameter("--via is auto, store or kafka")
     n = 0
     try:
         with contextlib.ExitStack() as stack:
-            records = AsyncMemoryClient(s).export(tenant_id=tenant, conversation_id=conversation)
             fh = sys.stdout.buffer if str(out) == "-" else stack.enter_context(out.open("wb"))
-            for record in records:
+
+            def write(record: dict) -> None:
+                nonlocal n
                 fh.write(orjson.dumps(record) + b"\n")
                 n += 1
+
+            if via == "kafka" or (via == "auto" and _store_busy(s)):
+                asyncio.run(_export_over_kafka(s, tenant, conversation, write))
+            else:
+                problem = store_problem(s)
+                if problem:
+                    console.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
+                    raise typer.Exit(2)
+                for record in AsyncMemoryClient(s).export(tenant_id=tenant, conversation_id=conversation):
+                    write(record)
     except MemstreamError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if str(out) != "-":
         console.print(f"exported {n} records of {tenant}{'/' + conversation if conversation else ''} to {out}")
+
+
+def _store_busy(s: Settings) -> bool:
+    """The embedded store is open in a worker (its folder lock is taken): read it over Kafka."""
+    from memstream.adapters import store_locked
+
+    return store_locked(s)
+
+
+async def _export_over_kafka(s: Settings, tenant: str, conversation: str | None, write: Callable[[dict], None]) -> None:
+    async with AsyncMemoryClient(s) as client:
+        async for record in client.export_remote(tenant_id=tenant, conversation_id=conversation):
+            write(record)
 
 
 DEMO_SLEEP_IDLE_S = 10 * 365 * 86400.0  # never within a demo (its first run is minutes)

@@ -79,3 +79,22 @@ def open_existing_store(settings: Settings) -> VectorStore:
     if problem:
         raise StoreNotFound(problem)
     return open_store(settings)
+
+
+def store_locked(settings: Settings) -> bool:
+    """The embedded store's folder lock is held by another process (a running worker); a Qdrant
+    server is never locked. Tested with a non-blocking lock taken and released at once."""
+    import fcntl
+
+    if settings.qdrant_url:
+        return False
+    lock = settings.store_path / ".lock"
+    if not lock.is_file():
+        return False
+    with lock.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False

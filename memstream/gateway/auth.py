@@ -33,9 +33,9 @@ class TenantKeys:
         return bool(self._by_digest)
 
     def tenant(self, key: str | None) -> str | None:
-        if not key:
-            return None
-        presented = hash_key(key)
+        return self.tenant_by_digest(hash_key(key)) if key else None
+
+    def tenant_by_digest(self, presented: str) -> str | None:
         found = None
         for digest, tenant in self._by_digest.items():  # no early exit: timing says nothing
             if hmac.compare_digest(digest, presented):

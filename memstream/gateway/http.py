@@ -1,6 +1,7 @@
 """The gateway's HTTP API (FastAPI): turns, questions and forgets as JSON, Slack's Events API webhook,
-health and metrics; the MCP server is mounted at ``/mcp``. Every route but /healthz, /metrics and the
-webhook (Slack signs it) needs a tenant's API key; the key decides the tenant, a body cannot."""
+health and metrics; the MCP server is mounted at ``/mcp``, the inspector at ``/ui`` (gateway/ui.py).
+Every route but /healthz, /metrics and the webhook (Slack signs it) needs a tenant's API key; the key
+decides the tenant, a body cannot."""
 
 from __future__ import annotations
 
@@ -211,7 +212,8 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         path = request.url.path.rstrip("/") or "/"
-        route = path if path in ROUTES else "other"  # bounded labels: a scanner's paths are all "other"
+        # Bounded labels: the inspector's paths are all "/ui", a scanner's all "other".
+        route = path if path in ROUTES else "/ui" if path == "/ui" or path.startswith("/ui/") else "other"
         if route == "/mcp" and keys.tenant(bearer(request.headers.get("authorization"))) is None:
             response: Response = JSONResponse(
                 {"detail": "missing or unknown API key (Authorization: Bearer <key>)"}, status_code=401
@@ -364,5 +366,8 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
             streamable_http_path="/mcp", stateless_http=True, json_response=True, host=settings.gateway_host
         )
         app.router.routes.extend(mcp_app.routes)
+    from .ui import mount_ui
+
+    mount_ui(app, settings, keys, shared)
     app.add_middleware(BodyLimit, limit=settings.gateway_max_request_bytes)
     return app

@@ -1,4 +1,5 @@
-"""query: plan, retrieve and answer each query; the reply goes to the topic the query names."""
+"""query: plan, retrieve and answer each query, and answer each read of what memory holds; the reply
+goes to the topic the request names."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import orjson
 
 from memstream.metrics import trace_exemplar
 from memstream.processors.query import QueryEngine, expired_reply
-from memstream.schemas import Query, Reply, SchemaError
+from memstream.processors.read import ReadEngine, answer_read, failed_read
+from memstream.schemas import Query, ReadRequest, Reply, SchemaError
 from memstream.schemas.query import TOPIC_PATTERN
-from memstream.schemas.topics import Topic
+from memstream.schemas.topics import Topic, message_kind
 from memstream.tracing import SpanKind
 
 from ..runtime.context import Out, Record, StageContext, StageResult
@@ -38,7 +40,21 @@ def register(ctx: StageContext) -> None:
         steps=services.tracing.steps("memstream.query"),
     )
 
+    reader = ReadEngine(services.store)
+
+    async def on_read(record: Record) -> StageResult:
+        request = ReadRequest.from_bytes(record.value)  # a malformed one is dead-lettered
+        try:
+            reply = await asyncio.to_thread(answer_read, reader, request)
+        except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
+            log.exception("read %s failed", request.correlation_id)
+            reply = failed_read(request, f"{type(exc).__name__}: {exc}")
+        metrics.reads.labels(request.read, "ok" if reply.ok else "error").inc()
+        return StageResult([Out(request.reply_topic, request.correlation_id, reply)])
+
     async def handler(record: Record) -> StageResult:
+        if message_kind(record.value) == "read":
+            return await on_read(record)
         try:
             query = Query.from_bytes(record.value)
         except SchemaError as exc:

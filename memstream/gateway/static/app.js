@@ -1,0 +1,348 @@
+// memstream inspector: conversations, a conversation's timeline, ask, forget and export, over the
+// gateway's /ui/api. Memory text is always set as text (textContent), never parsed as HTML.
+"use strict";
+
+const state = { tenant: null, csrf: null, poll: null, selected: null, timeline: null };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
+    else if (name.startsWith("data-")) node.setAttribute(name, String(value));
+    else if (name === "hidden") node.hidden = true;
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const $ = (sel, root) => (root || document).querySelector(sel);
+const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+const view = () => $("#view");
+
+async function api(method, path, body) {
+  const headers = { "Accept": "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && state.csrf) headers["X-CSRF-Token"] = state.csrf;
+  const response = await fetch(path, {
+    method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401 && path !== "/ui/login") { showLogin(); throw new Error("signed out"); }
+  const data = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
+  if (!response.ok) {
+    const error = new Error((data && data.detail) || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
+  return data;
+}
+
+function when(iso) {
+  if (!iso) return "";
+  return iso.replace("T", " ").replace(/:\d\d(\.\d+)?(\+00:00|Z)$/, "");
+}
+
+function stopPolling() {
+  if (state.poll) clearInterval(state.poll);
+  state.poll = null;
+}
+
+// --- sign in -------------------------------------------------------------------------------------
+
+function showLogin() {
+  stopPolling();
+  state.tenant = state.csrf = null;
+  $("#nav").hidden = true;
+  $("#login").hidden = false;
+  view().replaceChildren();
+}
+
+async function login(event) {
+  event.preventDefault();
+  $("#login-error").textContent = "";
+  try {
+    const who = await api("POST", "/ui/login", { key: $("#key").value });
+    $("#key").value = "";
+    signedIn(who);
+    route();
+  } catch (error) {
+    $("#login-error").textContent = error.status === 401 ? "Unknown API key." : error.message;
+  }
+}
+
+function signedIn(who) {
+  state.tenant = who.tenant_id;
+  state.csrf = who.csrf;
+  $("#login").hidden = true;
+  $("#nav").hidden = false;
+  $("#tenant").textContent = "tenant " + who.tenant_id;
+}
+
+async function logout() {
+  try { await api("POST", "/ui/logout"); } finally { showLogin(); }
+}
+
+// --- pages -----------------------------------------------------------------------------------------
+
+async function conversationsPage() {
+  const data = await api("GET", "/ui/api/conversations");
+  const rows = data.records.map((c) => el("tr", { "data-conversation-id": c.conversation_id },
+    el("td", {}, el("a", { href: "#/c/" + encodeURIComponent(c.conversation_id), class: "text" }, c.conversation_id)),
+    el("td", {}, c.turns), el("td", {}, c.cards), el("td", {}, c.scenes),
+    el("td", { class: "text" }, c.speakers.join(", ")),
+    el("td", {}, when(c.last_event_time)),
+    el("td", { class: "lag" }, c.waiting_turns)));
+  view().replaceChildren(
+    el("h1", {}, "Conversations"),
+    rows.length ? el("table", { id: "conversations" },
+      el("thead", {}, el("tr", {}, ["Conversation", "Turns", "Cards", "Scenes", "Speakers", "Last turn",
+        "Ingest lag (turns not yet in a scene)"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows))
+      : el("p", { id: "no-conversations", class: "muted" }, "No conversations yet for this tenant."));
+}
+
+function byCollection(records) {
+  const out = { turns: [], cards: [], scenes: [], profiles: [] };
+  for (const r of records) (out[r.collection] || (out[r.collection] = [])).push(r);
+  return out;
+}
+
+function cardBadges(card) {
+  const old = card.superseded_by || card.duplicate_of || card.valid_to;
+  return [
+    el("span", { class: "badge" + (old ? " old" : "") }, (card.type || "card") + " v" + (card.version || 1)),
+    card.lineage && card.lineage.length ? el("span", { class: "badge" }, "merged") : null,
+    old ? el("span", { class: "badge old" }, card.superseded_by ? "superseded " + when(card.valid_to)
+      : card.duplicate_of ? "repeat" : "ended " + when(card.valid_to)) : null,
+  ];
+}
+
+function select(kind, id) {
+  state.selected = { kind, id };
+  highlight();
+  if (kind === "card") showLineage(id);
+  else showTurn(id);
+}
+
+function highlight() {
+  $$(".lit, .selected").forEach((n) => n.classList.remove("lit", "selected"));
+  const sel = state.selected;
+  if (!sel) return;
+  if (sel.kind === "card") {
+    const card = $$("#cards .card").find((n) => n.dataset.cardId === sel.id);
+    if (!card) return;
+    card.classList.add("selected");
+    const turns = new Set(JSON.parse(card.dataset.turnIds));
+    $$(".turn").forEach((n) => { if (turns.has(n.dataset.turnId)) n.classList.add("lit"); });
+  } else {
+    const turn = $$(".turn").find((n) => n.dataset.turnId === sel.id);
+    if (!turn) return;
+    turn.classList.add("selected");
+    $$("#cards .card, #profiles .profile-item").forEach((n) => {
+      if (JSON.parse(n.dataset.turnIds).includes(sel.id)) n.classList.add("lit");
+    });
+  }
+}
+
+async function showLineage(cardId) {
+  const box = $("#detail");
+  box.replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  try {
+    const data = await api("GET", "/ui/api/memories/" + encodeURIComponent(cardId));
+    const parts = byCollection(data.records);
+    box.replaceChildren(
+      el("h3", {}, "Memory and its versions"),
+      el("div", { id: "lineage" }, parts.cards.map((c) => el("div", { class: "card" + (c.id === cardId ? " selected" : "") },
+        cardBadges(c), el("span", { class: "text" }, c.text),
+        el("div", { class: "meta" }, "valid from " + when(c.valid_from) + (c.valid_to ? " to " + when(c.valid_to) : "")
+          + (c.id === cardId ? " · selected" : ""))))),
+      el("h3", {}, "From the turns"),
+      el("div", {}, parts.turns.map((t) => el("div", { class: "meta-turn" },
+        el("span", { class: "speaker text" }, t.speaker + ":"), el("span", { class: "text" }, t.text),
+        el("span", { class: "meta" }, " " + t.turn_id)))));
+  } catch (error) {
+    box.replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
+function showTurn(turnId) {
+  const derived = $$("#cards .card.lit, #profiles .profile-item.lit").length;
+  const conv = state.timeline.conversation_id;
+  $("#detail").replaceChildren(
+    el("h3", {}, "Turn " + turnId),
+    el("p", { id: "derived" }, derived + " memories derived from it are highlighted."),
+    el("button", { id: "forget-turn", class: "danger", type: "button", on: { click: () => confirmForget(conv,
+      { turn_ids: [turnId] }, "turn " + turnId + " of " + conv + " and every memory derived from it") } },
+    "Forget this turn"));
+}
+
+function renderTimeline(conv, data) {
+  const parts = byCollection(data.records);
+  const sceneOf = new Map();
+  for (const s of parts.scenes) for (const t of s.turn_ids || []) if (!sceneOf.has(t)) sceneOf.set(t, s);
+  const turnsBox = el("div", { id: "turns" });
+  let session = null, scene = null, sceneBox = null;
+  for (const t of parts.turns) {
+    if (t.session_id !== session) {
+      session = t.session_id;
+      turnsBox.append(el("div", { class: "session-head" }, "Session " + session + " · " + when(t.event_time)));
+      scene = null;
+    }
+    const s = sceneOf.get(t.turn_id) || null;
+    if (!sceneBox || s !== scene) {
+      scene = s;
+      sceneBox = el("div", { class: "scene", "data-scene-id": s ? s.id : "" },
+        el("div", { class: "scene-label" }, s ? "topic: " + (s.topic_label || "") : "not in a scene yet"));
+      turnsBox.append(sceneBox);
+    }
+    sceneBox.append(el("div", { class: "turn", "data-turn-id": t.turn_id, on: { click: () => select("turn", t.turn_id) } },
+      el("span", { class: "speaker text" }, t.speaker + ":"), el("span", { class: "text" }, t.text),
+      el("span", { class: "meta" }, " " + t.turn_id)));
+  }
+  const cards = parts.cards.slice().sort((a, b) => String(a.event_time).localeCompare(String(b.event_time)));
+  const cardsBox = el("div", { id: "cards" }, cards.map((c) => el("div", {
+    class: "card" + (c.superseded_by || c.duplicate_of || c.valid_to ? " superseded" : ""),
+    "data-card-id": c.id, "data-turn-ids": JSON.stringify(c.turn_ids || []), "data-speaker": c.speaker || "",
+    on: { click: () => select("card", c.id) },
+  }, cardBadges(c), el("span", { class: "text" }, c.text), el("div", { class: "meta" }, (c.turn_ids || []).join(", ")))));
+  const profiles = el("div", { id: "profiles" }, parts.profiles.map((p) => el("div", {
+    class: "profile-item", "data-turn-ids": JSON.stringify(p.turn_ids || []) },
+  el("span", { class: "speaker text" }, p.subject + " (" + p.field + "):"), el("span", { class: "text" }, p.text))));
+  const sum = data.summary;
+  const speakers = sum.speakers.map((sp) => el("button", { class: "danger forget-speaker", type: "button", "data-speaker": sp,
+    on: { click: () => confirmForget(conv, { speaker: sp }, "every turn " + sp + " said in " + conv
+      + " and every memory derived from them") } }, "Forget " + sp));
+  view().replaceChildren(
+    el("h1", { class: "text" }, conv),
+    el("p", { id: "summary", class: "muted" }, sum.turns + " turns · " + sum.sessions.length + " sessions · "
+      + sum.scenes + " scenes · " + sum.cards + " cards (" + sum.current_cards + " current) · "
+      + sum.profiles + " profile items"),
+    el("div", { class: "bar" },
+      el("a", { href: "#/c/" + encodeURIComponent(conv) + "/ask", id: "ask-link" }, "Ask a question"),
+      el("a", { href: "/ui/api/conversations/" + encodeURIComponent(conv) + "/export", id: "export" }, "Export JSONL"),
+      speakers,
+      el("button", { id: "forget-conversation", class: "danger", type: "button", on: { click: () => confirmForget(conv, {},
+        "the whole conversation " + conv + ": " + sum.turns + " turns and every memory derived from them") } },
+      "Forget the conversation")),
+    el("p", { id: "forget-result", class: "muted" }),
+    el("div", { class: "columns" },
+      el("div", { class: "panel" }, el("h2", {}, "Turns"), turnsBox),
+      el("div", {},
+        state.detail,
+        el("div", { class: "panel" }, el("h2", {}, "Cards"), cardsBox),
+        el("div", { class: "panel" }, el("h2", {}, "Profiles"), profiles))));
+  if (state.forgetResult) $("#forget-result").textContent = state.forgetResult;
+  highlight();
+}
+
+async function timelinePage(conv) {
+  state.selected = null;
+  state.forgetResult = null;
+  state.detail = el("div", { class: "panel", id: "detail" }, el("p", { class: "muted" },
+    "Select a card to light up its turns and see its versions; select a turn to light up what came of it."));
+  let last = null;
+  const load = async () => {
+    const data = await api("GET", "/ui/api/conversations/" + encodeURIComponent(conv));
+    const sig = JSON.stringify(data.summary) + data.records.length + JSON.stringify(data.records.map((r) => r.id + (r.superseded_by || "")));
+    data.conversation_id = conv;
+    state.timeline = data;
+    if (sig === last) return;
+    last = sig;
+    renderTimeline(conv, data);  // the detail panel is kept as it is (moved, not redrawn)
+  };
+  try {
+    await load();
+  } catch (error) {
+    view().replaceChildren(el("h1", {}, "Not found"), el("p", { id: "not-found", class: "error" }, error.message));
+    return;
+  }
+  state.poll = setInterval(() => load().catch(() => {}), 2000);  // turns streaming in appear
+}
+
+function confirmForget(conv, scope, what) {
+  $("#dialog-text").textContent = "Forget " + what + "? This cannot be undone.";
+  $("#dialog").hidden = false;
+  const done = () => { $("#dialog").hidden = true; $("#dialog-confirm").onclick = null; };
+  $("#dialog-cancel").onclick = done;
+  $("#dialog-confirm").onclick = async () => {
+    done();
+    $("#forget-result").textContent = "Forgetting…";
+    try {
+      const out = await api("POST", "/ui/api/conversations/" + encodeURIComponent(conv) + "/forget", scope);
+      const counts = Object.entries(out.counts).filter(([, n]) => n).map(([k, n]) => k + " " + n).join(", ");
+      state.forgetResult = "Forgot " + what + ": " + (counts || "nothing was stored");
+      $("#forget-result").textContent = state.forgetResult;
+    } catch (error) {
+      $("#forget-result").textContent = "Forget failed: " + error.message;
+    }
+  };
+}
+
+async function askPage(conv) {
+  const result = el("div", { id: "result" });
+  const form = el("form", { id: "ask-form", class: "bar" },
+    el("input", { id: "question", placeholder: "Ask about " + conv, required: true, autocomplete: "off" }),
+    el("button", { type: "submit" }, "Ask"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    result.replaceChildren(el("p", { class: "muted" }, "Asking…"));
+    try {
+      const reply = await api("POST", "/ui/api/conversations/" + encodeURIComponent(conv) + "/ask",
+        { question: $("#question").value });
+      result.replaceChildren(...renderReply(reply));
+    } catch (error) {
+      result.replaceChildren(el("p", { class: "error" }, error.message));
+    }
+  });
+  view().replaceChildren(el("h1", {}, "Ask"), el("p", {}, el("a", { href: "#/c/" + encodeURIComponent(conv) }, "← timeline of " + conv)),
+    form, result);
+}
+
+function renderReply(reply) {
+  if (!reply.ok) return [el("p", { class: "error", id: "answer" }, reply.error)];
+  const plan = reply.plan || {};
+  const tokens = (reply.costs || []).map((c) => c.stage + ": " + c.calls + " call(s) " + c.prompt_tokens + "+" + c.completion_tokens + " tokens");
+  return [
+    el("div", { id: "answer", class: "answer text" }, reply.answer || "(evidence only: " + (reply.answer_error || "no answer asked") + ")"),
+    el("p", { id: "plan", class: "muted" }, "access profile " + reply.access_profile + " · planner " + plan.planner
+      + " · operation " + plan.operation + (plan.entities && plan.entities.length ? " · entities " + plan.entities.join(", ") : "")
+      + " · " + reply.context_tokens + " context tokens" + (reply.trace_id ? " · trace " + reply.trace_id : "")),
+    el("table", { id: "evidence" },
+      el("thead", {}, el("tr", {}, ["", "Score", "Found by", "Memory", "Turns", "Time"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, reply.evidence.map((e) => el("tr", { class: "evidence", "data-turn-ids": JSON.stringify(e.turn_ids) },
+        el("td", {}, e.evidence_id), el("td", {}, e.score.toFixed(3)), el("td", {}, e.found_by.join(", ")),
+        el("td", { class: "text" }, e.text), el("td", { class: "turn-ids" }, e.turn_ids.join(", ")),
+        el("td", {}, when(e.event_time)))))),
+    el("p", { id: "steps", class: "meta" }, Object.entries(reply.latency_ms || {}).map(([k, v]) => k + " " + v.toFixed(0)).join(" · ")
+      + (tokens.length ? " · " + tokens.join(" · ") : "")),
+  ];
+}
+
+async function route() {
+  stopPolling();
+  if (!state.tenant) {
+    try { signedIn(await api("GET", "/ui/api/session")); } catch { showLogin(); return; }
+  }
+  const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
+  const ask = hash.match(/^\/c\/(.+)\/ask$/);
+  const conv = hash.match(/^\/c\/(.+)$/);
+  try {
+    if (ask) await askPage(ask[1]);
+    else if (conv) await timelinePage(conv[1]);
+    else await conversationsPage();
+  } catch (error) {
+    if (error.message !== "signed out") view().replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", login);
+  $("#logout").addEventListener("click", logout);
+  window.addEventListener("hashchange", route);
+  route();
+});

@@ -1,0 +1,216 @@
+"""The inspector at ``/ui``: a page and a small script shipped in the package (nothing fetched from
+outside), and the JSON it reads, all behind the tenant's API key. The key is entered once; the
+browser then holds a signed session cookie (HttpOnly, SameSite=Strict, Secure over TLS), and every
+state-changing request also carries the session's CSRF token. Reads go over request/reply to the
+query stage like questions do; an id the tenant does not own is 404, as if it did not exist."""
+
+from __future__ import annotations
+
+import secrets
+from importlib import resources
+from typing import Any, AsyncIterator, Callable
+
+import orjson
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+
+from memstream.config import Settings
+from memstream.schemas.base import ID_PATTERN
+from memstream.schemas.read import ReadReply
+
+from .auth import TenantKeys, hash_key
+from .session import CSRF_HEADER, SESSION_COOKIE, csrf_ok, csrf_token, issue_session, read_session
+
+ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+# No inline script or style, nothing from elsewhere; data is drawn with textContent, never as HTML.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+class LoginIn(BaseModel):
+    key: str = Field(min_length=1, max_length=4096)
+
+
+class AskIn(BaseModel):
+    question: str = Field(min_length=1, max_length=4000)
+    answer: bool = True
+
+
+class ForgetIn(BaseModel):
+    speaker: str | None = Field(None, min_length=1, max_length=200)
+    turn_ids: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+def asset(name: str) -> bytes:
+    return resources.files("memstream.gateway").joinpath("static", name).read_bytes()
+
+
+def is_tls(request: Request) -> bool:
+    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
+
+
+def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) -> None:  # shared: SharedClient
+    secret = (
+        settings.gateway_session_secret.get_secret_value().encode()
+        if settings.gateway_session_secret
+        else secrets.token_bytes(32)
+    )
+    router = APIRouter(prefix="/ui")
+
+    @app.middleware("http")
+    async def secure(request: Request, call_next: Callable) -> Response:
+        response = await call_next(request)
+        if request.url.path == "/ui" or request.url.path.startswith("/ui/"):
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+        return response
+
+    def session(request: Request) -> tuple[str, str]:
+        """(tenant, session token) of the request's cookie; 401 when there is none or its key was revoked."""
+        token = request.cookies.get(SESSION_COOKIE)
+        found = read_session(secret, token)
+        if found is None or keys.tenant_by_digest(found[1]) != found[0]:
+            raise HTTPException(401, "sign in with an API key")
+        return found[0], token or ""
+
+    def changing(request: Request, who: tuple[str, str] = Depends(session)) -> str:
+        """The tenant of a state-changing request: it must carry this session's CSRF token."""
+        if not csrf_ok(secret, who[1], request.headers.get(CSRF_HEADER)):
+            raise HTTPException(403, "missing or wrong CSRF token")
+        return who[0]
+
+    def tenant_of(who: tuple[str, str] = Depends(session)) -> str:
+        return who[0]
+
+    def owned(reply: ReadReply, what: str) -> dict[str, Any]:
+        if not reply.found:  # another tenant's id reads exactly like one that does not exist
+            raise HTTPException(404, f"no such {what}")
+        return reply.model_dump(mode="json")
+
+    @router.get("")
+    async def page() -> Response:
+        return Response(asset("index.html"), media_type="text/html; charset=utf-8")
+
+    @router.get("/static/{name}")
+    async def static(name: str) -> Response:
+        if name not in ASSETS:
+            raise HTTPException(404, "no such file")
+        return Response(asset(name), media_type=ASSETS[name])
+
+    @router.post("/login")
+    async def login(body: LoginIn, request: Request) -> JSONResponse:
+        tenant = keys.tenant(body.key)
+        if tenant is None:
+            raise HTTPException(401, "unknown API key")
+        token = issue_session(secret, tenant, hash_key(body.key), settings.gateway_session_ttl_s)
+        response = JSONResponse({"tenant_id": tenant, "csrf": csrf_token(secret, token)})
+        response.set_cookie(
+            SESSION_COOKIE,
+            token,
+            max_age=settings.gateway_session_ttl_s,
+            path="/ui",
+            httponly=True,
+            secure=is_tls(request),
+            samesite="strict",
+        )
+        return response
+
+    @router.post("/logout")
+    async def logout(_tenant: str = Depends(changing)) -> JSONResponse:
+        response = JSONResponse({"ok": True})
+        response.delete_cookie(SESSION_COOKIE, path="/ui")
+        return response
+
+    @router.get("/api/session")
+    async def whoami(who: tuple[str, str] = Depends(session)) -> dict[str, Any]:
+        return {"tenant_id": who[0], "csrf": csrf_token(secret, who[1])}
+
+    @router.get("/api/conversations")
+    async def conversations(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        reply = await shared.call(lambda c: c.read("conversations", tenant_id=tenant))
+        return reply.model_dump(mode="json")
+
+    @router.get("/api/conversations/{conversation_id}")
+    async def timeline(conversation_id: str, cursor: int = 0, limit: int = 2000, tenant: str = Depends(tenant_of)):  # noqa: ANN202
+        _check_id(conversation_id)
+        reply = await shared.call(
+            lambda c: c.read(
+                "timeline", tenant_id=tenant, conversation_id=conversation_id, cursor=cursor, limit=min(limit, 5000)
+            )
+        )
+        return owned(reply, "conversation")
+
+    @router.get("/api/memories/{point_id}")
+    async def memory(point_id: str, tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        _check_id(point_id)
+        reply = await shared.call(lambda c: c.read("lineage", tenant_id=tenant, point_id=point_id))
+        return owned(reply, "memory")
+
+    @router.get("/api/conversations/{conversation_id}/export")
+    async def export(conversation_id: str, tenant: str = Depends(tenant_of)) -> StreamingResponse:
+        _check_id(conversation_id)
+        first = await shared.call(
+            lambda c: c.read("export", tenant_id=tenant, conversation_id=conversation_id, limit=2000)
+        )
+        if not first.records:
+            raise HTTPException(404, "no such conversation")
+
+        async def lines() -> AsyncIterator[bytes]:
+            reply = first
+            while True:
+                for record in reply.records:
+                    yield orjson.dumps(record) + b"\n"
+                if reply.next_cursor is None:
+                    return
+                cursor = reply.next_cursor
+                reply = await shared.call(
+                    lambda c: c.read(
+                        "export", tenant_id=tenant, conversation_id=conversation_id, cursor=cursor, limit=2000
+                    )
+                )
+
+        return StreamingResponse(
+            lines(),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="{tenant}-{conversation_id}.jsonl"'},
+        )
+
+    @router.post("/api/conversations/{conversation_id}/ask")
+    async def ask(conversation_id: str, body: AskIn, tenant: str = Depends(changing)) -> dict[str, Any]:
+        _check_id(conversation_id)
+        reply = await shared.call(
+            lambda c: c.ask(
+                body.question,
+                tenant_id=tenant,
+                conversation_id=conversation_id,
+                answer=body.answer,
+                raise_on_error=False,
+            )
+        )
+        return {**reply.model_dump(mode="json"), "trace_id": reply.trace_id}
+
+    @router.post("/api/conversations/{conversation_id}/forget")
+    async def forget(conversation_id: str, body: ForgetIn, tenant: str = Depends(changing)) -> dict[str, Any]:
+        _check_id(conversation_id)
+        outcome = await shared.call(
+            lambda c: c.forget(
+                tenant_id=tenant, conversation_id=conversation_id, speaker=body.speaker, turn_ids=body.turn_ids
+            )
+        )
+        return {"forget_id": outcome.forget_id, "counts": outcome.counts}
+
+    app.include_router(router)
+
+
+def _check_id(value: str) -> None:
+    import re
+
+    if not re.fullmatch(ID_PATTERN, value):
+        raise HTTPException(404, "no such id")

@@ -1,0 +1,232 @@
+"""The inspector (/ui) in a real browser (Debian's chromium driven by Playwright) against the real
+gateway, broker, worker and embedded store: sign in with a key, the conversations, a card lighting
+up its turns, a question finding its gold turn, turns streaming in, a second tenant seeing nothing,
+a turn holding markup shown as text, CSRF and the session cookie, forgetting a speaker.
+
+With MEMSTREAM_SCREENSHOTS=<folder> each page is saved there (docs/inspector.md's images)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from memstream.client import MemoryClient
+from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.schemas import Turn
+
+from .conftest import Pipeline
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"acme": "key-of-acme-for-the-inspector", "globex": "key-of-globex-for-the-inspector"}
+XSS = 'I pasted this: <img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script> oops'
+SHOTS = Path(os.environ["MEMSTREAM_SCREENSHOTS"]) if os.environ.get("MEMSTREAM_SCREENSHOTS") else None
+
+
+def chromium() -> str:
+    path = os.environ.get("MEMSTREAM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("no chromium: scripts/test_tools.sh installs Debian's package (or set MEMSTREAM_CHROMIUM)")
+    return path
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+
+
+@pytest.fixture(scope="module")
+def inspector(kafka, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    sample = load_locomo(demo_conversation_path())[0]
+    turns = list(locomo_turns(sample, tenant_id="acme", max_sessions=2))
+    last = turns[-1]
+    xss = Turn.model_validate(
+        {**last.model_dump(), "turn_id": "D2:99", "text": XSS, "speaker": "Tomas", "metadata": {}}
+    )
+    later = list(locomo_turns(sample, tenant_id="acme"))[len(turns) :]
+    pipe = Pipeline(kafka, tmp_path_factory.mktemp("inspector"), {"MEMSTREAM_EXTRACT_MODE": "extractive"})
+    try:
+        pipe.start_worker()
+        gateway = pipe.start_gateway(KEYS)
+        with MemoryClient(pipe.settings) as memory:
+            memory.remember([*turns[:-1], xss, turns[-1]])
+            pipe.drain()
+            yield {"pipe": pipe, "url": gateway.url, "conv": sample.sample_id, "memory": memory, "later": later}
+    finally:
+        pipe.stop_workers()
+
+
+@pytest.fixture(scope="module")
+def browser(inspector) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, inspector) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.on("dialog", lambda d: d.dismiss())  # an alert() from injected markup would show here
+    yield page
+    context.close()
+
+
+def sign_in(page: Any, url: str, key: str) -> None:
+    page.goto(f"{url}/ui")
+    page.wait_for_selector("#key", state="visible")
+    page.fill("#key", key)
+    page.click("#login-form button[type=submit]")
+    page.wait_for_selector("#nav", state="visible")
+
+
+def test_a_key_opens_a_session_cookie_and_lists_the_conversations(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui")
+    page.wait_for_selector("#key", state="visible")
+    shot(page, "login")
+    page.fill("#key", "not-a-key")
+    page.click("#login-form button[type=submit]")
+    page.wait_for_selector("#login-error:has-text('Unknown API key')")
+    sign_in(page, url, KEYS["acme"])
+    page.wait_for_selector(f"#conversations tr[data-conversation-id='{conv}']")
+    row = page.locator(f"#conversations tr[data-conversation-id='{conv}'] td")
+    assert int(row.nth(1).inner_text()) == 21  # 20 turns of two sessions and the markup one
+    assert int(row.nth(2).inner_text()) > 0  # cards
+    shot(page, "conversations")
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    session = cookies["memstream_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict" and not session["secure"]  # plain http here
+    assert KEYS["acme"] not in session["value"] and KEYS["acme"] not in page.url
+    assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads it
+    headers = page.request.get(f"{url}/ui").headers
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert "unsafe-inline" not in headers["content-security-policy"]
+
+
+def test_selecting_a_card_lights_up_its_turns_and_shows_its_versions(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui#/c/{conv}")
+    page.wait_for_selector(".card[data-card-id]")
+    card = page.locator(".card[data-card-id]").filter(has_text="pottery").first
+    turn_ids = set(eval(card.get_attribute("data-turn-ids")))  # noqa: S307 - a JSON list of strings
+    assert turn_ids
+    card.click()
+    page.wait_for_selector("#lineage .card")
+    lit = {
+        page.locator(".turn.lit").nth(i).get_attribute("data-turn-id") for i in range(page.locator(".turn.lit").count())
+    }
+    assert lit == turn_ids
+    shot(page, "timeline")
+    # and the other way: a turn lights up what came of it
+    first = sorted(turn_ids)[0]
+    page.locator(f".turn[data-turn-id='{first}']").click()
+    page.wait_for_selector("#derived")
+    lit_cards = page.locator(".card.lit")
+    assert lit_cards.count() >= 1
+    for i in range(lit_cards.count()):
+        assert first in eval(lit_cards.nth(i).get_attribute("data-turn-ids"))  # noqa: S307
+
+
+def test_a_turn_holding_markup_is_shown_as_text(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui#/c/{conv}")
+    turn = page.wait_for_selector(".turn[data-turn-id='D2:99']")
+    assert "<script>window.__xss=2</script>" in turn.inner_text()
+    assert page.locator("#turns img").count() == 0 and page.locator("#turns script").count() == 0
+    assert page.evaluate("window.__xss") is None
+
+
+def test_a_question_shows_its_answer_plan_and_the_gold_turn_among_the_evidence(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui#/c/{conv}/ask")
+    page.fill("#question", "Who teaches Nora's pottery class?")
+    page.click("#ask-form button[type=submit]")
+    page.wait_for_selector("#evidence tr.evidence", timeout=60_000)
+    cited = {t.strip() for cell in page.locator("#evidence .turn-ids").all_inner_texts() for t in cell.split(",")}
+    assert "D1:3" in cited
+    assert "access profile" in page.inner_text("#plan")
+    assert "total_ms" in page.inner_text("#steps")
+    shot(page, "ask")
+
+
+def test_a_state_change_without_the_csrf_token_is_refused(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    # The page's own request context carries the session cookie, not the token the script adds.
+    refused = page.request.post(f"{url}/ui/api/conversations/{conv}/forget", data={"speaker": "Nora"})
+    assert refused.status == 403
+    with_token = page.request.post(
+        f"{url}/ui/api/conversations/{conv}/ask",
+        data={"question": "What is Tomas's dog called?", "answer": False},
+        headers={"X-CSRF-Token": page.request.get(f"{url}/ui/api/session").json()["csrf"]},
+    )
+    assert with_token.status == 200 and with_token.json()["ok"]
+
+
+def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui#/c/{conv}")
+    page.wait_for_selector(".turn[data-turn-id='D1:1']")
+    new = inspector["later"][:3]
+    inspector["memory"].remember(new)
+    deadline = time.monotonic() + 90
+    for turn in new:
+        page.wait_for_selector(
+            f".turn[data-turn-id='{turn.turn_id}']", timeout=max(1, deadline - time.monotonic()) * 1000
+        )
+
+
+def test_another_tenant_sees_nothing_of_it(inspector, browser, page):
+    url, conv = inspector["url"], inspector["conv"]
+    card_id = page.locator(".card[data-card-id]").first.get_attribute("data-card-id")
+    context = browser.new_context()
+    other = context.new_page()
+    try:
+        sign_in(other, url, KEYS["globex"])
+        other.wait_for_selector("#no-conversations")
+        assert other.request.get(f"{url}/ui/api/conversations/{conv}").status == 404
+        assert other.request.get(f"{url}/ui/api/memories/{card_id}").status == 404
+        assert other.request.get(f"{url}/ui/api/conversations/{conv}/export").status == 404
+        other.goto(f"{url}/ui#/c/{conv}")
+        other.wait_for_selector("#not-found")
+    finally:
+        context.close()
+    assert page.request.get(f"{url}/ui/api/memories/{card_id}").status == 200
+
+
+def test_export_gives_the_conversation_as_jsonl(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    response = page.request.get(f"{url}/ui/api/conversations/{conv}/export")
+    assert response.status == 200 and "attachment" in response.headers["content-disposition"]
+    import orjson
+
+    records = [orjson.loads(line) for line in response.body().splitlines()]
+    assert {r["collection"] for r in records} >= {"turns", "cards", "scenes"}
+    assert all(r["tenant_id"] == "acme" and r["conversation_id"] == conv for r in records)
+
+
+def test_forgetting_a_speaker_takes_their_cards_away(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    page.goto(f"{url}/ui#/c/{conv}")
+    page.wait_for_selector(".card[data-speaker='Tomas']")
+    page.click("button.forget-speaker[data-speaker='Tomas']")
+    assert "Tomas" in page.inner_text("#dialog-text")
+    shot(page, "forget")
+    page.click("#dialog-confirm")
+    page.wait_for_selector("#forget-result:has-text('Forgot')", timeout=120_000)
+    assert "store:" in page.inner_text("#forget-result") or "turns" in page.inner_text("#forget-result")
+    page.reload()
+    page.wait_for_selector(".card[data-speaker='Nora']")
+    assert page.locator(".card[data-speaker='Tomas']").count() == 0
+    assert page.locator(".turn .speaker", has_text="Tomas:").count() == 0
