@@ -650,8 +650,8 @@ def gateway_serve(
     host: Optional[str] = typer.Option(None, help="Listen address (default MEMSTREAM_GATEWAY_HOST)"),
     port: Optional[int] = typer.Option(None, help="Port (default MEMSTREAM_GATEWAY_PORT)"),
 ) -> None:
-    """Serve the HTTP API (/v1/turns, /v1/ask, /v1/forget, /v1/webhooks/slack, /healthz, /metrics)
-    and the MCP server (/mcp) in the foreground. Stateless: run as many as the load needs."""
+    """Serve the HTTP API (/v1/turns, /v1/ask, /v1/forget, /v1/webhooks/slack, /healthz, /metrics),
+    the MCP server (/mcp) and the inspector (/ui) in the foreground. Stateless: run as many as the load needs."""
     if ctx.invoked_subcommand is not None:
         return
     import uvicorn
@@ -661,6 +661,8 @@ def gateway_serve(
     s = _settings()
     if not s.gateway_api_keys:
         console.print("[yellow]no MEMSTREAM_GATEWAY_API_KEYS: every keyed request will get 401[/]")
+    where = f"http://{host or s.gateway_host}:{port or s.gateway_port}"
+    console.print(f"memstream gateway at {where}: the API under /v1, MCP at /mcp, the inspector at {where}/ui")
     uvicorn.run(create_app(s), host=host or s.gateway_host, port=port or s.gateway_port, log_level="warning")
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,7 +44,7 @@ def shot(page: Any, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def inspector(kafka, tmp_path_factory) -> Iterator[dict[str, Any]]:
+def inspector(kafka, local_llm, tmp_path_factory) -> Iterator[dict[str, Any]]:
     sample = load_locomo(demo_conversation_path())[0]
     turns = list(locomo_turns(sample, tenant_id="acme", max_sessions=2))
     last = turns[-1]
@@ -50,7 +52,7 @@ def inspector(kafka, tmp_path_factory) -> Iterator[dict[str, Any]]:
         {**last.model_dump(), "turn_id": "D2:99", "text": XSS, "speaker": "Tomas", "metadata": {}}
     )
     later = list(locomo_turns(sample, tenant_id="acme"))[len(turns) :]
-    pipe = Pipeline(kafka, tmp_path_factory.mktemp("inspector"), {"MEMSTREAM_EXTRACT_MODE": "extractive"})
+    pipe = Pipeline(kafka, tmp_path_factory.mktemp("inspector"), {**local_llm, "MEMSTREAM_EXTRACT_MODE": "extractive"})
     try:
         pipe.start_worker()
         gateway = pipe.start_gateway(KEYS)
@@ -84,6 +86,7 @@ def page(browser, inspector) -> Iterator[Any]:
 
 
 def sign_in(page: Any, url: str, key: str) -> None:
+    page.context.clear_cookies()
     page.goto(f"{url}/ui")
     page.wait_for_selector("#key", state="visible")
     page.fill("#key", key)
@@ -117,6 +120,7 @@ def test_a_key_opens_a_session_cookie_and_lists_the_conversations(inspector, pag
 
 def test_selecting_a_card_lights_up_its_turns_and_shows_its_versions(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     page.goto(f"{url}/ui#/c/{conv}")
     page.wait_for_selector(".card[data-card-id]")
     card = page.locator(".card[data-card-id]").filter(has_text="pottery").first
@@ -141,6 +145,7 @@ def test_selecting_a_card_lights_up_its_turns_and_shows_its_versions(inspector, 
 
 def test_a_turn_holding_markup_is_shown_as_text(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     page.goto(f"{url}/ui#/c/{conv}")
     turn = page.wait_for_selector(".turn[data-turn-id='D2:99']")
     assert "<script>window.__xss=2</script>" in turn.inner_text()
@@ -150,12 +155,14 @@ def test_a_turn_holding_markup_is_shown_as_text(inspector, page):
 
 def test_a_question_shows_its_answer_plan_and_the_gold_turn_among_the_evidence(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     page.goto(f"{url}/ui#/c/{conv}/ask")
     page.fill("#question", "Who teaches Nora's pottery class?")
     page.click("#ask-form button[type=submit]")
     page.wait_for_selector("#evidence tr.evidence", timeout=60_000)
     cited = {t.strip() for cell in page.locator("#evidence .turn-ids").all_inner_texts() for t in cell.split(",")}
     assert "D1:3" in cited
+    assert page.inner_text("#answer").strip()  # the local LLM's answer (or why there is none)
     assert "access profile" in page.inner_text("#plan")
     assert "total_ms" in page.inner_text("#steps")
     shot(page, "ask")
@@ -163,6 +170,7 @@ def test_a_question_shows_its_answer_plan_and_the_gold_turn_among_the_evidence(i
 
 def test_a_state_change_without_the_csrf_token_is_refused(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     # The page's own request context carries the session cookie, not the token the script adds.
     refused = page.request.post(f"{url}/ui/api/conversations/{conv}/forget", data={"speaker": "Nora"})
     assert refused.status == 403
@@ -176,6 +184,7 @@ def test_a_state_change_without_the_csrf_token_is_refused(inspector, page):
 
 def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     page.goto(f"{url}/ui#/c/{conv}")
     page.wait_for_selector(".turn[data-turn-id='D1:1']")
     new = inspector["later"][:3]
@@ -189,7 +198,9 @@ def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
 
 def test_another_tenant_sees_nothing_of_it(inspector, browser, page):
     url, conv = inspector["url"], inspector["conv"]
-    card_id = page.locator(".card[data-card-id]").first.get_attribute("data-card-id")
+    sign_in(page, url, KEYS["acme"])
+    page.goto(f"{url}/ui#/c/{conv}")
+    card_id = page.wait_for_selector(".card[data-card-id]").get_attribute("data-card-id")
     context = browser.new_context()
     other = context.new_page()
     try:
@@ -207,6 +218,7 @@ def test_another_tenant_sees_nothing_of_it(inspector, browser, page):
 
 def test_export_gives_the_conversation_as_jsonl(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     response = page.request.get(f"{url}/ui/api/conversations/{conv}/export")
     assert response.status == 200 and "attachment" in response.headers["content-disposition"]
     import orjson
@@ -216,8 +228,40 @@ def test_export_gives_the_conversation_as_jsonl(inspector, page):
     assert all(r["tenant_id"] == "acme" and r["conversation_id"] == conv for r in records)
 
 
+def test_memstream_export_runs_beside_the_worker_over_request_reply(inspector, tmp_path):
+    pipe, conv = inspector["pipe"], inspector["conv"]
+    out = tmp_path / "export.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memstream.streams.cli",
+            "export",
+            "--tenant",
+            "acme",
+            "--conversation",
+            conv,
+            "-o",
+            str(out),
+        ],
+        env={**os.environ, **pipe.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert pipe.workers and pipe.workers[0].alive()  # the embedded store stayed the worker's
+    import orjson
+
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert f"exported {len(records)} records" in done.stdout
+    assert {r["collection"] for r in records} >= {"turns", "cards", "scenes", "triggers"}
+    assert "D1:3" in {r.get("turn_id") for r in records}
+
+
 def test_forgetting_a_speaker_takes_their_cards_away(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
     page.goto(f"{url}/ui#/c/{conv}")
     page.wait_for_selector(".card[data-speaker='Tomas']")
     page.click("button.forget-speaker[data-speaker='Tomas']")

@@ -89,8 +89,9 @@ async function logout() {
 
 // --- pages -----------------------------------------------------------------------------------------
 
-async function conversationsPage() {
+async function conversationsPage(token) {
   const data = await api("GET", "/ui/api/conversations");
+  if (token !== state.route) return;  // another page was asked for meanwhile
   const rows = data.records.map((c) => el("tr", { "data-conversation-id": c.conversation_id },
     el("td", {}, el("a", { href: "#/c/" + encodeURIComponent(c.conversation_id), class: "text" }, c.conversation_id)),
     el("td", {}, c.turns), el("td", {}, c.cards), el("td", {}, c.scenes),
@@ -240,7 +241,7 @@ function renderTimeline(conv, data) {
   highlight();
 }
 
-async function timelinePage(conv) {
+async function timelinePage(conv, token) {
   state.selected = null;
   state.forgetResult = null;
   state.detail = el("div", { class: "panel", id: "detail" }, el("p", { class: "muted" },
@@ -248,6 +249,7 @@ async function timelinePage(conv) {
   let last = null;
   const load = async () => {
     const data = await api("GET", "/ui/api/conversations/" + encodeURIComponent(conv));
+    if (token !== state.route) return;
     const sig = JSON.stringify(data.summary) + data.records.length + JSON.stringify(data.records.map((r) => r.id + (r.superseded_by || "")));
     data.conversation_id = conv;
     state.timeline = data;
@@ -258,10 +260,12 @@ async function timelinePage(conv) {
   try {
     await load();
   } catch (error) {
-    view().replaceChildren(el("h1", {}, "Not found"), el("p", { id: "not-found", class: "error" }, error.message));
+    if (token === state.route) {
+      view().replaceChildren(el("h1", {}, "Not found"), el("p", { id: "not-found", class: "error" }, error.message));
+    }
     return;
   }
-  state.poll = setInterval(() => load().catch(() => {}), 2000);  // turns streaming in appear
+  if (token === state.route) state.poll = setInterval(() => load().catch(() => {}), 2000);  // turns streaming in appear
 }
 
 function confirmForget(conv, scope, what) {
@@ -325,16 +329,18 @@ function renderReply(reply) {
 
 async function route() {
   stopPolling();
+  const token = state.route = (state.route || 0) + 1;
   if (!state.tenant) {
     try { signedIn(await api("GET", "/ui/api/session")); } catch { showLogin(); return; }
+    if (token !== state.route) return;
   }
   const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const ask = hash.match(/^\/c\/(.+)\/ask$/);
   const conv = hash.match(/^\/c\/(.+)$/);
   try {
     if (ask) await askPage(ask[1]);
-    else if (conv) await timelinePage(conv[1]);
-    else await conversationsPage();
+    else if (conv) await timelinePage(conv[1], token);
+    else await conversationsPage(token);
   } catch (error) {
     if (error.message !== "signed out") view().replaceChildren(el("p", { class: "error" }, error.message));
   }
