@@ -202,8 +202,8 @@ class Metrics:
         )
         self.reads = Counter(
             "memstream_reads_total",
-            "Reads of what memory holds answered (conversations, timeline, lineage, export), by outcome",
-            ["read", "outcome"],
+            "Reads of what memory holds answered, by kind (conversations, timeline, lineage, export) and outcome",
+            ["kind", "outcome"],
             registry=r,
         )
         self.query_latency = Histogram(

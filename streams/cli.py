@@ -489,6 +489,11 @@ def export(
     s = _settings()
     if via not in ("auto", "store", "kafka"):
         raise typer.BadParameter("--via is auto, store or kafka")
+    over_kafka = via == "kafka" or (via == "auto" and _store_busy(s))
+    problem = None if over_kafka else store_problem(s)
+    if problem:
+        console.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(2)
     n = 0
     try:
         with contextlib.ExitStack() as stack:
@@ -499,13 +504,9 @@ def export(
                 fh.write(orjson.dumps(record) + b"\n")
                 n += 1
 
-            if via == "kafka" or (via == "auto" and _store_busy(s)):
+            if over_kafka:
                 asyncio.run(_export_over_kafka(s, tenant, conversation, write))
             else:
-                problem = store_problem(s)
-                if problem:
-                    console.print(f"[red]{problem}[/]", soft_wrap=True, highlight=False)
-                    raise typer.Exit(2)
                 for record in AsyncMemoryClient(s).export(tenant_id=tenant, conversation_id=conversation):
                     write(record)
     except MemstreamError as exc:

@@ -44,6 +44,7 @@ from memstream.schemas import (
 )
 from memstream.schemas import jsonschema as contract
 from memstream.schemas.memory import PairDecision
+from memstream.schemas.read import ReadReply, ReadRequest
 from memstream.schemas.topics import TOPIC_PAYLOADS
 from tests.factories import compressed, segmented
 
@@ -211,6 +212,26 @@ def examples() -> list[Payload]:
             failed_at=NOW,
         ),
         ForgetAudit(forget_id="f1", tenant_id=TENANT, part=0, parts=1, requested_at=NOW, done_at=NOW),
+        ReadRequest(
+            read="timeline",
+            tenant_id=TENANT,
+            conversation_id="c1",
+            cursor=20,
+            limit=100,
+            correlation_id="r1",
+            reply_topic="memory.replies",
+            sent_at=NOW,
+        ),
+        ReadReply(
+            read="timeline",
+            tenant_id=TENANT,
+            conversation_id="c1",
+            correlation_id="r1",
+            records=[{"collection": "turns", "id": "p1", "turn_id": "D1:1", "seq": 20, "text": "hi"}],
+            summary={"turns": 1},
+            next_cursor=None,
+            replied_at=NOW,
+        ),
     ]
 
 
