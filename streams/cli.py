@@ -663,7 +663,9 @@ def gateway_serve(
     if not s.gateway_api_keys:
         console.print("[yellow]no MEMSTREAM_GATEWAY_API_KEYS: every keyed request will get 401[/]")
     where = f"http://{host or s.gateway_host}:{port or s.gateway_port}"
-    console.print(f"memstream gateway at {where}: the API under /v1, MCP at /mcp, the inspector at {where}/ui")
+    console.print(
+        f"memstream gateway at {where}: the API under /v1, MCP at /mcp, the inspector at {where}/ui", soft_wrap=True
+    )
     uvicorn.run(create_app(s), host=host or s.gateway_host, port=port or s.gateway_port, log_level="warning")
 
 
