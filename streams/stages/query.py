@@ -13,6 +13,7 @@ import orjson
 from memstream.metrics import trace_exemplar
 from memstream.processors.query import QueryEngine, expired_reply
 from memstream.schemas import Query, Reply, SchemaError
+from memstream.schemas.keys import check_key
 from memstream.schemas.query import TOPIC_PATTERN
 from memstream.schemas.topics import Topic
 from memstream.tracing import SpanKind
@@ -41,6 +42,7 @@ def register(ctx: StageContext) -> None:
     async def handler(record: Record) -> StageResult:
         try:
             query = Query.from_bytes(record.value)
+            check_key(record.key, query)
         except SchemaError as exc:
             await reply_invalid(ctx, record.value, exc)
             raise  # and dead-letter it
