@@ -4,10 +4,11 @@ A seeded generator writes malformed and adversarial messages for ``turns``, ``qu
 ``control`` (not JSON, invalid UTF-8, JSON that is no object, wrong types, missing and extra fields,
 nulls, deep nesting, huge strings and arrays, ids with separators, path characters and unicode,
 impossible dates, unknown kinds, invisible speakers; valid payloads keyed by another conversation,
-with no key or with a key that is not UTF-8) and good turns that look hostile but are valid (control, RTL and
-zero-width characters, emoji, far past and future dates, prompt-injection text, turns long enough
-to be split). Each message is labelled: bad ones must reach ``memory.dlq`` (once, with a reason),
-good turns must reach the store, good queries must get a reply, and no worker may crash.
+with no key or with a key that is not UTF-8) and good turns that look hostile but are valid
+(control, RTL and zero-width characters, emoji, far past and future dates, prompt-injection text,
+turns long enough to be split). Each message is labelled: bad ones must reach ``memory.dlq`` (once,
+with a reason), good turns must reach the store, good queries must get a reply, and no worker may
+crash.
 """
 
 from __future__ import annotations
