@@ -3,10 +3,12 @@
 A seeded generator writes malformed and adversarial messages for ``turns``, ``queries`` and
 ``control`` (not JSON, invalid UTF-8, JSON that is no object, wrong types, missing and extra fields,
 nulls, deep nesting, huge strings and arrays, ids with separators, path characters and unicode,
-impossible dates, unknown kinds) and good turns that look hostile but are valid (control, RTL and
-zero-width characters, emoji, far past and future dates, prompt-injection text, turns long enough
-to be split). Each message is labelled: bad ones must reach ``memory.dlq`` (once, with a reason),
-good turns must reach the store, good queries must get a reply, and no worker may crash.
+impossible dates, unknown kinds, invisible speakers; valid payloads keyed by another conversation,
+with no key or with a key that is not UTF-8) and good turns that look hostile but are valid
+(control, RTL and zero-width characters, emoji, far past and future dates, prompt-injection text,
+turns long enough to be split). Each message is labelled: bad ones must reach ``memory.dlq`` (once,
+with a reason), good turns must reach the store, good queries must get a reply, and no worker may
+crash.
 """
 
 from __future__ import annotations
@@ -77,8 +79,30 @@ def _good_turn(rng: random.Random, base: dict[str, Any], i: int) -> tuple[dict[s
     return turn, f"good_turn:{kind}"
 
 
-def _bad_turn(rng: random.Random, base: dict[str, Any], i: int) -> tuple[bytes, str]:
+def _wrong_key(rng: random.Random, key: bytes) -> tuple[bytes | None, str]:
+    """A key that is not ``key`` (the payload's): another conversation or tenant, none, not UTF-8."""
+    tenant, conversation = key.split(b"/", 1)
+    kind = rng.choice(["other_conversation", "other_tenant", "no_key", "non_utf8_key"])
+    if kind == "other_conversation":
+        return rng.choice([tenant + b"/fuzz-c9", key + b" ", key.upper()]), "wrong_key"
+    if kind == "other_tenant":
+        return b"probe/" + conversation, "wrong_key"
+    if kind == "no_key":
+        return rng.choice([None, b""]), kind
+    return tenant + b"/\xff" + conversation, kind
+
+
+def _bad_turn(rng: random.Random, base: dict[str, Any], i: int, key: bytes) -> tuple[bytes | None, bytes, str]:
+    """A turn that must be dead-lettered, and the key it is sent with."""
     turn = {**base, "turn_id": f"B{i}"}
+    if rng.random() < 0.15:  # a valid turn, wrongly keyed: the key rule alone refuses it
+        wrong, kind = _wrong_key(rng, key)
+        return wrong, orjson.dumps(turn), kind
+    value, kind = _bad_turn_value(rng, turn, i)
+    return rng.choice([key, None, b"\xff/\xfe"]), value, kind
+
+
+def _bad_turn_value(rng: random.Random, turn: dict[str, Any], i: int) -> tuple[bytes, str]:
     kind = rng.choice(
         [
             "not_json",
@@ -99,6 +123,7 @@ def _bad_turn(rng: random.Random, base: dict[str, Any], i: int) -> tuple[bytes, 
             "control_in_id",
             "unknown_kind",
             "bad_forget",
+            "invisible_speaker",
         ]
     )
     if kind == "not_json":
@@ -140,10 +165,12 @@ def _bad_turn(rng: random.Random, base: dict[str, Any], i: int) -> tuple[bytes, 
         turn["kind"] = "compressed_turn"
     elif kind == "bad_forget":
         return orjson.dumps({"kind": "forget", "tenant_id": TENANT, "turn_ids": ["x"]}), kind
+    elif kind == "invisible_speaker":
+        turn["speaker"] = rng.choice(["\u200b", " \u200e\u2067 ", "\ufeff\u202e", "\u2060\t"])
     return orjson.dumps(turn), kind
 
 
-def _query(rng: random.Random, i: int, conversation: str) -> tuple[bytes, bool, str]:
+def _query(rng: random.Random, i: int, conversation: str, key: bytes) -> tuple[bytes | None, bytes, bool, str]:
     query = {
         "kind": "query",
         "tenant_id": TENANT,
@@ -155,10 +182,15 @@ def _query(rng: random.Random, i: int, conversation: str) -> tuple[bytes, bool, 
         "sent_at": NOW.isoformat(),
     }
     if rng.random() < 0.4:
-        return orjson.dumps(query), True, "good_query"
-    kind = rng.choice(["missing_question", "huge_question", "bad_k", "bad_profile", "bad_reply_topic", "not_json"])
+        return key, orjson.dumps(query), True, "good_query"
+    kind = rng.choice(
+        ["missing_question", "huge_question", "bad_k", "bad_profile", "bad_reply_topic", "not_json", "wrong_key"]
+    )
     if kind == "not_json":
-        return b"[query", False, kind
+        return key, b"[query", False, kind
+    if kind == "wrong_key":
+        wrong, kind = _wrong_key(rng, key)
+        return wrong, orjson.dumps(query), False, f"bad_query:{kind}"
     if kind == "missing_question":
         query.pop("question")
     elif kind == "huge_question":
@@ -169,23 +201,47 @@ def _query(rng: random.Random, i: int, conversation: str) -> tuple[bytes, bool, 
         query["profile"] = "everything"
     elif kind == "bad_reply_topic":
         query["reply_topic"] = rng.choice(["bad topic!", "", "x" * 300])
-    return orjson.dumps(query), False, f"bad_query:{kind}"
+    return key, orjson.dumps(query), False, f"bad_query:{kind}"
 
 
-def _control(rng: random.Random) -> tuple[bytes, str]:
-    kind = rng.choice(["not_json", "conversation_without_tenant", "bad_scope", "bad_forget", "not_an_object"])
+def _control(rng: random.Random, i: int, conversation: str, key: bytes) -> tuple[bytes | None, bytes, str]:
+    kind = rng.choice(
+        [
+            "not_json",
+            "conversation_without_tenant",
+            "bad_scope",
+            "bad_forget",
+            "not_an_object",
+            "wrongly_keyed_consolidate",
+            "wrongly_keyed_forget",
+        ]
+    )
     if kind == "not_json":
-        return b"consolidate everything", kind
+        return key, b"consolidate everything", f"bad_control:{kind}"
     if kind == "not_an_object":
-        return b"[]", kind
+        return key, b"[]", f"bad_control:{kind}"
     command: dict[str, Any] = {"kind": "consolidate", "requested_at": NOW.isoformat()}
     if kind == "conversation_without_tenant":
         command["conversation_id"] = "c1"
     elif kind == "bad_scope":
         command |= {"tenant_id": TENANT, "scope": "everything"}
-    else:
+    elif kind == "bad_forget":
         command = {"kind": "forget", "tenant_id": "../x", "requested_at": "soon"}
-    return orjson.dumps(command), f"bad_control:{kind}"
+    else:  # valid, and wrongly keyed: refused by the key rule alone (once, by one consumer group)
+        command |= {"tenant_id": TENANT, "conversation_id": conversation, "reason": "command"}
+        if kind == "wrongly_keyed_forget":  # of a turn id no turn has: harmless should it be obeyed
+            command = {
+                "kind": "forget",
+                "forget_id": f"ff{i}",
+                "tenant_id": TENANT,
+                "conversation_id": conversation,
+                "turn_ids": [f"none-{i}"],
+                "requested_at": NOW.isoformat(),
+                "reply_topic": "REPLIES",
+            }
+        wrong, why = _wrong_key(rng, key)
+        return wrong, orjson.dumps(command), f"bad_control:{kind}:{why}"
+    return key, orjson.dumps(command), f"bad_control:{kind}"
 
 
 def fuzz_messages(n: int, seed: int = 0) -> list[FuzzMessage]:
@@ -204,14 +260,14 @@ def fuzz_messages(n: int, seed: int = 0) -> list[FuzzMessage]:
             turn, category = _good_turn(rng, base, i)
             out.append(FuzzMessage(Topic.TURNS, key, orjson.dumps(turn), True, category, conversation, turn["turn_id"]))
         elif roll < 0.8:
-            value, category = _bad_turn(rng, base, i)
-            out.append(FuzzMessage(Topic.TURNS, rng.choice([key, None, b"\xff/\xfe"]), value, False, category))
+            sent_key, value, category = _bad_turn(rng, base, i, key)
+            out.append(FuzzMessage(Topic.TURNS, sent_key, value, False, category))
         elif roll < 0.93:
-            value, good, category = _query(rng, i, conversation)
-            out.append(FuzzMessage(Topic.QUERIES, key, value, good, category, conversation))
+            sent_key, value, good, category = _query(rng, i, conversation, key)
+            out.append(FuzzMessage(Topic.QUERIES, sent_key, value, good, category, conversation))
         else:
-            value, category = _control(rng)
-            out.append(FuzzMessage(Topic.CONTROL, key, value, False, category))
+            sent_key, value, category = _control(rng, i, conversation, key)
+            out.append(FuzzMessage(Topic.CONTROL, sent_key, value, False, category))
     return out
 
 
@@ -232,10 +288,11 @@ def run_fuzz_bench(
             status("starting a worker")
             worker = dep.start_worker("fuzz")
             status(f"sending {len(messages)} messages")
-            # Queries name the deployment's reply topic: the bytes sent are what a dead letter keeps.
+            # Queries and forgets name the deployment's reply topic: the bytes sent are what a dead
+            # letter keeps.
             messages = [
                 replace(m, value=m.value.replace(b'"REPLIES"', orjson.dumps(replies)))
-                if m.topic == Topic.QUERIES
+                if m.topic in (Topic.QUERIES, Topic.CONTROL)
                 else m
                 for m in messages
             ]

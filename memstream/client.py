@@ -51,7 +51,6 @@ from memstream.schemas import (
     SchemaError,
     Turn,
     WindowTick,
-    conversation_key,
     decode_message,
 )
 from memstream.schemas.read import ReadKind, ReadReply, ReadRequest
@@ -130,12 +129,6 @@ def as_turn(turn: Turn | Mapping[str, Any]) -> Turn:
         return Turn.model_validate(turn)
     except ValueError as exc:
         raise SchemaError(f"invalid Turn: {exc}") from exc
-
-
-def command_key(command: ConsolidateCommand) -> bytes:
-    if command.conversation_id is not None:
-        return conversation_key(command.tenant_id or "", command.conversation_id).encode()
-    return f"{command.tenant_id or '*'}/*".encode()
 
 
 class AsyncMemoryClient:
@@ -371,7 +364,7 @@ class AsyncMemoryClient:
         )
         topic = self.settings.topic(Topic.CONTROL)
         partitions: list[int | None] = [None] if conversation_id else [p for p in sorted(await self._partitions(topic))]
-        futures = [await self._send(topic, command_key(command), command.to_bytes(), p) for p in partitions]
+        futures = [await self._send(topic, command.key.encode(), command.to_bytes(), p) for p in partitions]
         await self._acked(futures)
         return len(futures)
 

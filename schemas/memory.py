@@ -213,3 +213,10 @@ class ConsolidateCommand(Payload):
         if self.conversation_id and not self.tenant_id:
             raise ValueError("a conversation is named within a tenant: give tenant_id too")
         return self
+
+    @property
+    def key(self) -> str:
+        """The conversation's key, or for a broadcast copy ``tenant/*`` (``*/*``: every tenant)."""
+        if self.conversation_id is not None:
+            return f"{self.tenant_id}/{self.conversation_id}"
+        return f"{self.tenant_id or '*'}/*"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import ID_PATTERN, TenantScoped, UtcDatetime
+from .text import INVISIBLE_SPEAKER, VISIBLE_PATTERN, has_visible
 
 Role = Literal["user", "assistant", "system", "other"]
 
@@ -17,13 +18,22 @@ class Turn(TenantScoped):
     kind: Literal["turn"] = "turn"
     session_id: str = Field(pattern=ID_PATTERN)
     turn_id: str = Field(pattern=ID_PATTERN, description="Unique within the conversation (LoCoMo: dia_id)")
-    speaker: str = Field(min_length=1, max_length=200)
+    # The pattern says in JSON Schema what _speaker_is_visible checks (with a clearer reason).
+    speaker: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": VISIBLE_PATTERN})
     role: Role = "user"
     text: str = Field(min_length=1)
     event_time: UtcDatetime
     image_captions: list[Annotated[str, Field(max_length=4000)]] = Field(default_factory=list, max_length=64)
     metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
     last_in_session: bool = Field(False, description="Producer marks the session's last turn: the STM flushes then")
+
+    @field_validator("speaker")
+    @classmethod
+    def _speaker_is_visible(cls, speaker: str) -> str:
+        # "\u200b" would be stored as a name, and show in evidence as an invisible one.
+        if not has_visible(speaker):
+            raise ValueError(INVISIBLE_SPEAKER)
+        return speaker
 
 
 class CompressedTurn(TenantScoped):

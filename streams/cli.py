@@ -23,6 +23,7 @@ from memstream.client import AsyncMemoryClient, ForgetOutcome, MemstreamError, Q
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
 from memstream.schemas import Plan, Reply, Turn
+from memstream.schemas.text import isolate_bidi
 from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
@@ -238,7 +239,7 @@ def print_reply(reply: Reply, question: str) -> None:
         return
     header = f"[bold]{question}[/]\n"
     if reply.answer_mode == "llm":
-        header += f"[green]answer[/]: {reply.answer}"
+        header += f"[green]answer[/]: {isolate_bidi(reply.answer or '')}"
     elif reply.answer_error:
         header += f"[yellow]evidence only: {reply.answer_error}[/]"
     else:
@@ -255,14 +256,14 @@ def print_reply(reply: Reply, question: str) -> None:
             e.evidence_id,
             e.event_time.date().isoformat() if e.event_time else "",
             e.type or e.kind,
-            e.text[:160],
+            isolate_bidi(e.text[:160]),  # a memory's bidi controls cannot reorder the row
             ",".join(e.turn_ids),
             f"{e.score:.3f}",
             ",".join(e.found_by),
         )
     console.print(table)
     if reply.profile_text:
-        console.print(Panel(reply.profile_text, title="profile", expand=False))
+        console.print(Panel(isolate_bidi(reply.profile_text), title="profile", expand=False))
     cost = ", ".join(
         f"{c.stage}: {c.calls} call(s) {c.prompt_tokens}+{c.completion_tokens} tokens" for c in reply.costs
     )

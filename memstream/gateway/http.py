@@ -21,6 +21,7 @@ from memstream.client import AsyncMemoryClient, BrokerUnavailable, QueryTimeout,
 from memstream.config import Settings
 from memstream.schemas import SchemaError, Turn
 from memstream.schemas.base import ID_PATTERN
+from memstream.schemas.text import isolated_reply
 
 from .auth import TenantKeys, bearer, verify_slack
 
@@ -284,7 +285,7 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
         )
         if reply.trace_id:
             response.headers["X-Trace-Id"] = reply.trace_id
-        return reply.model_dump(mode="json")
+        return isolated_reply(reply).model_dump(mode="json")  # a page shows it: bidi controls isolated
 
     @app.post("/v1/forget")
     async def post_forget(body: ForgetIn, tenant: str = Depends(caller)) -> dict[str, Any]:

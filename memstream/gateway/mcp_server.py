@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from memstream.schemas import Turn
 from memstream.schemas.base import ID_PATTERN
+from memstream.schemas.text import isolated_reply
 
 from .auth import TenantKeys, bearer
 
@@ -87,9 +88,10 @@ def build_mcp_server(shared: SharedClient, keys: TenantKeys, *, stdio_tenant: st
         """The evidence memstream finds for a question about a conversation: memory cards, scenes
         and raw turns with the ids of the turns they came from; with ``answer`` also an answer."""
         tenant = tenant_of(ctx)
-        reply = await shared.call(
+        asked = await shared.call(
             lambda c: c.ask(question, tenant_id=tenant, conversation_id=conversation_id, k=k, answer=answer)
         )
+        reply = isolated_reply(asked)  # shown to a model and to people: bidi controls isolated
         return {
             "answer": reply.answer,
             "profile": reply.profile_text,

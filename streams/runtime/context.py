@@ -22,6 +22,7 @@ from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
 from memstream.metrics import Metrics, trace_exemplar
 from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
+from memstream.schemas.keys import KeyMismatch
 from memstream.tracing import Span, SpanKind, Tracing
 
 from ..services import Services
@@ -62,6 +63,7 @@ class Record:
     partition: int = 0
     offset: int = -1  # -1: not from a partition (replay.reflects then never skips it)
     traceparent: str | None = None  # the trace context it carries (memstream.tracing), to link to
+    key: bytes | None = None  # as consumed: an input stage checks it against the payload (schemas.keys)
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -155,7 +157,9 @@ class StageContext:
     async def _handle_in_span(self, stage: str, event: EventT, handler: Handler, span: Span) -> None:
         raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
         msg = event.message
-        record = Record(raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers))
+        record = Record(
+            raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers), raw_key(msg.key)
+        )
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         attempt = outage = 0
@@ -253,7 +257,7 @@ class StageContext:
             original_size=len(raw),
             failed_at=datetime.now(timezone.utc),
         )
-        short = reason.split(":", 1)[0][:60]
+        short = exc.label if isinstance(exc, KeyMismatch) else reason.split(":", 1)[0][:60]
         self.metrics.dead_letters.labels(stage, short).inc()
         with self.services.tracing.span(
             "memstream.dlq", kind=SpanKind.PRODUCER, attributes={"memstream.stage": stage}
@@ -337,6 +341,15 @@ def init_series(metric: Any, *label_values: Sequence[str]) -> None:
     dashboards see them before the first event."""
     for combination in itertools.product(*label_values):
         metric.labels(*combination)
+
+
+def raw_key(key: Any) -> bytes | None:
+    """A consumed record's key as bytes (None: the record has none)."""
+    if key is None or isinstance(key, bytes):
+        return key
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    return str(key).encode()
 
 
 def handling_attributes(stage: str, msg: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from memstream.processors.compress import compress_turn, split_turn
 from memstream.processors.forget import ForgetScope, add_tombstone, tombstoned
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
+from memstream.schemas.keys import check_key
 from memstream.schemas.topics import Topic, message_kind
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
@@ -40,9 +41,10 @@ def register(ctx: StageContext) -> None:
 
     async def handler(record: Record) -> StageResult:
         message = decode_message(INPUT, record.value)
+        assert isinstance(message, (Turn, Forget))
+        check_key(record.key, message)  # before anything of it is kept
         if isinstance(message, Forget):
             return await on_forget(record, message)
-        assert isinstance(message, Turn)
         turn = message
         if len(turn.text) > s.max_turn_chars_hard:
             raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars_hard}")
@@ -74,6 +76,7 @@ def register(ctx: StageContext) -> None:
         if message_kind(record.value) != "forget":
             return StageResult()
         forget = Forget.from_bytes(record.value)
+        check_key(record.key, forget)  # this group dead-letters forgets (the consolidate group skips them)
         if forget.phase != "request":
             return StageResult()
         moving = forget.model_copy(update={"phase": "pipeline", "part": record.partition})

@@ -40,6 +40,7 @@ from memstream.schemas import (
     SchemaError,
     decode_message,
 )
+from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
@@ -157,17 +158,21 @@ class Consolidation:
 
     async def on_command(self, record: Record) -> StageResult:
         if message_kind(record.value) == "forget":
-            # A request is the ingest group's: it enters the pipeline there (and a malformed one is
-            # dead-lettered there, once). This group ends a forget the index stage erased.
+            # A request is the ingest group's: it enters the pipeline there (and a malformed or
+            # wrongly keyed one is dead-lettered there, once). This group ends a forget the index
+            # stage erased.
             try:
                 forget = Forget.from_bytes(record.value)
             except SchemaError:
                 return StageResult()
-            return await self.on_forget(record, forget) if forget.phase == "erased" else StageResult()
+            if forget.phase != "erased" or key_problem(record.key, forget):
+                return StageResult()
+            return await self.on_forget(record, forget)
         command = ConsolidateCommand.from_bytes(record.value)
+        check_key(record.key, command)
         if command.conversation_id is None:
             return self.fan_out(command)
-        key = f"{command.tenant_id}/{command.conversation_id}"
+        key = command.key
         state = self.pending.get(key)
         if not run_needed(state, command.requested_at, command.scope):
             return StageResult()

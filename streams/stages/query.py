@@ -15,6 +15,7 @@ from memstream.metrics import trace_exemplar
 from memstream.processors.query import QueryEngine, expired_reply
 from memstream.processors.read import ReadEngine, answer_read, failed_read
 from memstream.schemas import Query, ReadRequest, Reply, SchemaError
+from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.query import TOPIC_PATTERN
 from memstream.schemas.topics import Topic, message_kind
 from memstream.tracing import SpanKind
@@ -45,6 +46,11 @@ def register(ctx: StageContext) -> None:
     async def on_read(record: Record) -> StageResult:
         request = ReadRequest.from_bytes(record.value)  # a malformed one is dead-lettered
         try:
+            check_key(record.key, request)
+        except KeyMismatch as exc:  # dead-lettered too, and the asker hears why at once
+            await ctx.produce(STAGE, [Out(request.reply_topic, request.correlation_id, failed_read(request, str(exc)))])
+            raise
+        try:
             reply = await asyncio.to_thread(answer_read, reader, request)
         except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
             log.exception("read %s failed", request.correlation_id)
@@ -57,6 +63,7 @@ def register(ctx: StageContext) -> None:
             return await on_read(record)
         try:
             query = Query.from_bytes(record.value)
+            check_key(record.key, query)
         except SchemaError as exc:
             await reply_invalid(ctx, record.value, exc)
             raise  # and dead-letter it

@@ -59,6 +59,41 @@ def test_a_turn_of_another_tenant_is_403_and_an_invalid_one_422(http):
     assert http.post("/v1/ask", json={"question": "q"}, headers=key).status_code == 422  # no conversation
 
 
+def test_an_invisible_speaker_is_a_422_naming_the_rule(http):
+    key = {"Authorization": "Bearer k-acme"}
+    refused = http.post("/v1/turns", json={"turns": [{**TURN, "speaker": "\u200b\u202e "}]}, headers=key)
+    assert refused.status_code == 422 and "speaker has no visible character" in refused.json()["detail"]
+
+
+def test_an_answer_shows_its_bidi_controls_isolated(http):
+    from memstream.schemas import Evidence, Reply
+
+    rlo, fsi, pdf, pdi = "\u202e", "\u2068", "\u202c", "\u2069"
+    reply = Reply(
+        tenant_id="acme",
+        conversation_id="c1",
+        correlation_id="q1",
+        answer="the " + rlo + "cat",
+        evidence=[
+            Evidence(
+                evidence_id="E1", kind="turn", point_id="p", text="Ana: " + rlo + "cat", score=1.0, found_by=["dense"]
+            )
+        ],
+        replied_at="2024-05-01T10:00:01Z",
+    )  # type: ignore[arg-type]
+
+    async def asked(_use):  # noqa: ANN001, ANN202 - the SDK's ask, answered at once
+        return reply
+
+    http.app.state.shared.call = asked
+    got = http.post(
+        "/v1/ask", json={"conversation_id": "c1", "question": "q"}, headers={"Authorization": "Bearer k-acme"}
+    )
+    assert got.status_code == 200
+    assert got.json()["answer"] == fsi + "the " + rlo + "cat" + pdf + pdi
+    assert got.json()["evidence"][0]["text"] == fsi + "Ana: " + rlo + "cat" + pdf + pdi
+
+
 def test_a_body_over_the_limit_is_413_before_it_is_read(http):
     big = {"turns": [{**TURN, "text": "x" * 5000}]}
     response = http.post("/v1/turns", json=big, headers={"Authorization": "Bearer k-acme"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from memstream.client import AsyncMemoryClient, MemoryClient, MemstreamError, ReplyError, as_turn
@@ -41,3 +43,76 @@ def test_an_error_reply_carries_the_reply_and_its_reason():
     )  # type: ignore[arg-type]
     err = ReplyError(reply)
     assert err.reply is reply and "q1" in str(err) and "past its deadline" in str(err)
+
+
+class RecordingProducer:
+    """Stands in for the Kafka producer: keeps every record, knows three partitions."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes]] = []
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, **_: object) -> asyncio.Future[None]:
+        self.records.append((topic, key, value))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def partitions_for(self, _topic: str) -> set[int]:
+        return {0, 1, 2}
+
+
+def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key():
+    from memstream.config import Settings
+    from memstream.platforms import map_events
+    from memstream.schemas import decode_message
+    from memstream.schemas.keys import check_key
+    from memstream.schemas.topics import Topic
+
+    settings = Settings()
+    client = AsyncMemoryClient(settings)
+    producer = RecordingProducer()
+    client._producer = producer  # type: ignore[assignment]
+    turn = {
+        "tenant_id": "acme",
+        "conversation_id": "c1",
+        "session_id": "S1",
+        "turn_id": "D1:1",
+        "speaker": "Ana",
+        "text": "hello",
+        "event_time": "2024-05-01T10:00:00Z",
+    }
+    slack = {
+        "type": "event_callback",
+        "team_id": "T1",
+        "event": {"type": "message", "subtype": "message_deleted", "channel": "C1", "deleted_ts": "1.2", "ts": "1.3"},
+    }
+
+    async def send_everything() -> None:
+        await client.remember([turn])
+        await client.consolidate(tenant_id="acme", conversation_id="c1")
+        await client.consolidate(tenant_id="acme")
+        await client.consolidate()
+        await client.forget(tenant_id="acme", conversation_id="c1", turn_ids=["D1:1"], wait=False)
+        await client.forget(tenant_id="acme", speaker="Ana", wait=False)
+        await client.ingest(map_events("slack", [slack]), source="slack:test")  # a deletion: a forget
+
+        async def no_reader() -> None:
+            return None
+
+        client._replies = no_reader  # type: ignore[method-assign]
+        asked = asyncio.ensure_future(client.ask("Dog?", tenant_id="acme", conversation_id="c1", timeout_s=5))
+        await asyncio.sleep(0.05)
+        [(correlation_id, waiting)] = client._waiting.items()
+        replied = "2024-05-01T10:00:01Z"
+        waiting.set_result(
+            Reply(tenant_id="acme", conversation_id="c1", correlation_id=correlation_id, replied_at=replied)
+        )  # type: ignore[arg-type]
+        await asked
+
+    asyncio.run(send_everything())
+    inputs = {settings.topic(t): t for t in (Topic.TURNS, Topic.QUERIES, Topic.CONTROL)}
+    checked = [(inputs[topic], key, value) for topic, key, value in producer.records if topic in inputs]
+    assert {t for t, _, _ in checked} == set(inputs.values())
+    assert len(checked) == 1 + 1 + 3 + 3 + 1 + 3 + 1 + 1  # the broadcasts: one copy per partition
+    for topic, key, value in checked:
+        check_key(key, decode_message(topic, value))  # type: ignore[arg-type]
