@@ -48,7 +48,8 @@ def register(ctx: StageContext) -> None:
         try:
             check_key(record.key, request)
         except KeyMismatch as exc:  # dead-lettered too, and the asker hears why at once
-            await ctx.produce(STAGE, [Out(request.reply_topic, request.correlation_id, failed_read(request, str(exc)))])
+            failed = failed_read(request, str(exc))
+            await (await ctx.send(request.reply_topic, request.correlation_id.encode(), failed.to_bytes()))
             raise
         try:
             reply = await asyncio.to_thread(answer_read, reader, request)

@@ -14,7 +14,7 @@ import pytest
 
 from memstream.config import Settings
 from memstream.metrics import Metrics
-from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query
+from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query, ReadRequest
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.streams.runtime.context import Handler, Record, StageContext, StageResult, raw_key
 from memstream.streams.stages import compress, consolidate, query
@@ -167,3 +167,16 @@ def test_a_consumed_key_reaches_the_handler_and_a_mismatch_is_dead_lettered_once
     assert (topic, key, letter.key, letter.tenant_id) == ("memory.dlq", b"t1/c2", "t1/c2", "t1")
     assert (letter.reason, letter.error_type) == ("key 't1/c2' does not match the payload's 't1/c1'", "KeyMismatch")
     assert ctx.metrics.dead_letters.labels("compress", "wrong key")._value.get() == 1  # no key in the label
+
+
+def test_a_wrongly_keyed_read_is_refused_and_its_asker_told_why():
+    ctx = StandIn()
+    query.register(ctx)  # type: ignore[arg-type]
+    asked = ReadRequest(read="conversations", tenant_id="t1", correlation_id="r1", reply_topic="mine", sent_at=NOW)
+    assert asked.key == "t1/*"
+    with pytest.raises(KeyMismatch):
+        ctx.handle("query", b"t2/*", asked.to_bytes())
+    [(topic, key, value)] = ctx.sent
+    reply = orjson.loads(value)
+    assert (topic, key, reply["kind"], reply["ok"]) == ("mine", b"r1", "read_reply", False)
+    assert reply["error"] == "key 't2/*' does not match the payload's 't1/*'"
