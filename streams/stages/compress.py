@@ -1,6 +1,8 @@
-"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay. Forgets enter
-the pipeline here: a request on ``control`` goes onto its partition of ``turns`` (behind the turns
-it must catch), and leaves a tombstone that drops covered turns arriving later."""
+"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay. Each turn it
+lets in also goes straight to the index stage as a fresh turn (on ``cards``, keyed like the
+conversation's writes and forgets), so it is retrievable long before the STM flushes it into cards.
+Forgets enter the pipeline here: a request on ``control`` goes onto its partition of ``turns`` (behind
+the turns it must catch), and leaves a tombstone that drops covered turns arriving later."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
-from memstream.processors.compress import compress_turn, split_turn
+from memstream.processors.compress import compress_turn, fresh_turn, split_turn
 from memstream.processors.forget import ForgetScope, add_tombstone, tombstoned
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.topics import Topic, message_kind
@@ -17,7 +19,7 @@ from ..runtime.context import Out, Record, StageContext, StageResult, init_serie
 
 STAGE = "compress"
 INPUT = Topic.TURNS
-OUTPUTS = (Topic.TURNS_COMPRESSED,)
+OUTPUTS = (Topic.TURNS_COMPRESSED, Topic.CARDS)
 TABLE = "forgets"  # tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition)
 
 
@@ -29,6 +31,9 @@ def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
     compressor = services.compressor  # loaded once, at start-up
     out_topic = s.topic(OUTPUTS[0])
+    # A forget reaches cards only after passing this stage, so it always lands behind the fresh
+    # turns it covers (same key, same partition).
+    fresh_topic = s.topic(Topic.CARDS)
     turns_topic = s.topic(INPUT)
     tombstones = ctx.table(STAGE, TABLE)
 
@@ -64,6 +69,8 @@ def register(ctx: StageContext) -> None:
             ctx.metrics.compress_tokens.labels("out").inc(item.tokens_out)
             ctx.metrics.turn_tokens.labels("in").observe(item.tokens_in)
             ctx.metrics.turn_tokens.labels("out").observe(item.tokens_out)
+            if s.fresh_turns:
+                outs.append(Out(fresh_topic, item.key, fresh_turn(item)))
             outs.append(Out(out_topic, item.key, item))
         if len(chunks) > 1:
             ctx.metrics.turn_chunks.inc(len(chunks))
