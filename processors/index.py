@@ -82,14 +82,15 @@ def turn_point_exists(store: VectorStore, tenant_id: str, conversation_id: str, 
 def index_fresh_turn(fresh: FreshTurn, embedder: Embedder, store: VectorStore) -> bool:
     """Write the fresh turn's point unless the turn has one already: from its flush's write (a fresh
     turn delivered again after it must not undo it) or from an earlier delivery. Returns whether it
-    wrote. The caller handles one partition's messages in order, so nothing writes the point between
-    the look and the write."""
+    wrote. The look spares the embedding; the write itself inserts only a new point, so a flush's
+    write that lands in between (a worker frozen here and expelled, whose partition moved on)
+    still stays."""
     if turn_point_exists(store, fresh.tenant_id, fresh.conversation_id, fresh.turn.turn_id):
         return False
     spec = fresh_turn_spec(fresh)
     # The segmenter embeds the same text: whichever comes second finds it in the embedding cache.
     [vector] = embedder.embed([spec.text])
-    store.upsert(TURNS, [StorePoint(spec.id, vector, spec.payload, spec.text)])
+    store.upsert(TURNS, [StorePoint(spec.id, vector, spec.payload, spec.text)], only_new=True)
     return True
 
 

@@ -36,6 +36,9 @@ def register(ctx: StageContext) -> None:
     fresh_topic = s.topic(Topic.CARDS)
     turns_topic = s.topic(INPUT)
     tombstones = ctx.table(STAGE, TABLE)
+    # The segmenter and the index stage of this worker embed each turn's text (the fresh point, the
+    # window); embedded here, off their paths, both find it in the shared cache.
+    warm = s.fresh_turns and bool({"segment", "index"} & set(s.stage_list()))
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
         key = f"{record.partition}/{forget.tenant_id}"
@@ -59,6 +62,8 @@ def register(ctx: StageContext) -> None:
         except ValueError as exc:
             raise TurnRejected(f"turn cannot be split into chunks: {exc}") from exc
         received_at = datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp else None
+        if warm:
+            await asyncio.to_thread(services.embedder.embed, [chunk.text for chunk in chunks])
         outs = []
         for chunk in chunks:
             if compressor is None:

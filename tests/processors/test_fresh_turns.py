@@ -143,6 +143,28 @@ def test_a_fresh_turn_arriving_after_its_flush_changes_nothing(store):
     assert not index_fresh_turn(said("D1:1"), HashEmbedder(), store)  # a flushed turn of the fixture
 
 
+class LateLook:
+    """The store as a worker frozen between its look and its write saw it: no turn point yet."""
+
+    def __init__(self, inner):  # noqa: ANN001
+        self.inner = inner
+
+    def count(self, *args, **kwargs) -> int:  # noqa: ANN002, ANN003
+        return 0
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self.inner, name)
+
+
+def test_a_flush_write_landing_between_the_look_and_the_write_stays(store):
+    fresh = said()
+    flushed = flush_write(fresh)
+    index_write(flushed, HashEmbedder(), store)
+    before = turn_payload(store, fresh)
+    index_fresh_turn(fresh, HashEmbedder(), LateLook(store))  # looked before the flush, writes after it
+    assert turn_payload(store, fresh) == before  # the store inserts only a new point
+
+
 # --- the reply ------------------------------------------------------------------------------------
 
 
