@@ -656,6 +656,63 @@ def gateway(
         plot_latencies(result, json_out.with_suffix(".png"))
 
 
+@bench.command("freshness")
+def freshness(
+    data: Optional[Path] = typer.Option(
+        None, help="LoCoMo JSON for the backlog run (default: ../shared dev data when present)"
+    ),
+    sample: Optional[str] = typer.Option(None, help="Its conversation (default: the first)"),
+    backlog: bool = typer.Option(True, "--backlog/--no-backlog", help="Also the run behind a LoCoMo backlog"),
+    pace_s: float = typer.Option(1.0, min=0.0, help="Seconds between streamed turns"),
+    stm_idle_s: Optional[float] = typer.Option(
+        None, help="MEMSTREAM_STM_IDLE_S for the worker (default: the setting's, 30 s); reported"
+    ),
+    fresh: bool = typer.Option(True, "--fresh/--no-fresh", help="--no-fresh: without fresh turns (a baseline)"),
+    workdir: Path = typer.Option(Path(".data/bench/freshness"), help="Data folder of the deployment"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+) -> None:
+    """From produce to first retrievable, p50 and p99, for the raw turn (fresh turns) and for its
+    cards (after the STM flush): the packaged conversation streamed turn by turn, and the last
+    session of a LoCoMo conversation streamed behind the rest of it, produced at once."""
+    from memstream.bench.freshness import FreshnessOptions, probe_count, run_freshness_bench
+
+    if data is None and backlog and LOCOMO_DEV.exists():
+        data = LOCOMO_DEV
+    options = FreshnessOptions(
+        data=data if backlog else None,
+        sample=sample,
+        pace_s=pace_s,
+        stm_idle_s=stm_idle_s,
+        fresh_turns=fresh,
+        workdir=workdir,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=2 * probe_count(options))
+        result = run_freshness_bench(
+            options,
+            status=lambda text: progress.update(task, description=text),
+            on_resolved=lambda: progress.advance(task),
+        )
+    settings = result["settings"]
+    table = Table(
+        title=f"produce -> first retrievable (s); STM idle {settings['stm_idle_s']:g}s, "
+        f"turns {pace_s:g}s apart, fresh turns {'on' if settings['fresh_turns'] else 'off'}"
+    )
+    for column in ("run", "what", "n", "p50 s", "p99 s", "max s", "missed"):
+        table.add_column(column, justify="right" if column not in ("run", "what") else "left")
+    for name, run in result["runs"].items():
+        label = name if not run["backlog_turns"] else f"{name} ({run['backlog_turns']} turns ahead)"
+        for what in ("raw_turn", "card"):
+            f = run[what]
+            if f is None:
+                continue
+            table.add_row(label, what, str(f["n"]), str(f["p50_s"]), str(f["p99_s"]), str(f["max_s"]), str(f["missed"]))
+    console.print(table)
+    _write_json(result, json_out)
+
+
 @bench.command("chaos")
 def chaos(
     minutes: float = typer.Option(2.0, min=0.5, help="Length of the run with failures"),

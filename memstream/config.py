@@ -274,6 +274,11 @@ class Settings(BaseSettings):
     )
     stm_idle_s: float = Field(30.0, gt=0, description="Flush a conversation's buffer after this many idle seconds")
     stm_tick_s: float = Field(5.0, gt=0, description="How often workers look for idle buffers")
+    fresh_turns: bool = Field(
+        True,
+        description="The compress stage also sends each turn it lets in to the index stage at once "
+        "(a fresh turn on memory.cards): retrievable as a raw turn within a second or two, before its cards",
+    )
     extract_mode: ExtractMode = Field("auto", description="auto = LLM when configured, else extractive")
     extract_max_cards: int = Field(
         24, ge=1, description="Most cards one extraction call may return (bounds the output)"
@@ -293,6 +298,9 @@ class Settings(BaseSettings):
     evidence_k: int = Field(10, ge=1)
     replay_window: int = Field(1, ge=0, description="Raw turns either side of a provenance turn in Replay")
     replay_max_tokens: int = Field(1200, ge=64)
+    fresh_turns_k: int = Field(
+        3, ge=0, description="Fresh turns (not yet in any card) a reply adds after its evidence (0 = none)"
+    )
     query_planner: Literal["auto", "llm", "rules"] = Field(
         "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner"
     )

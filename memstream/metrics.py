@@ -9,6 +9,7 @@ from memstream.tracing import Tracing
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TOKEN_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _PIPELINE_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_FRESH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)  # the fast path: seconds, not minutes
 LLM_ERROR_KINDS = ("timeout", "connection", "rate_limit", "server", "client", "empty")
 
 
@@ -69,6 +70,18 @@ class Metrics:
             "memstream_turn_to_memory_seconds",
             "From a turn's arrival on the turns topic to its raw turn and memories in the store",
             buckets=_PIPELINE_BUCKETS,
+            registry=r,
+        )
+        self.turn_to_fresh = Histogram(
+            "memstream_turn_to_fresh_seconds",
+            "From a turn's arrival on the turns topic to its raw turn being retrievable (written ahead of its flush)",
+            buckets=_FRESH_BUCKETS,
+            registry=r,
+        )
+        self.fresh_turns = Counter(
+            "memstream_fresh_turns_total",
+            "Fresh turns the index stage took: written (raw point stored early) or present (it had one already)",
+            ["outcome"],
             registry=r,
         )
         self.compression_enabled = Gauge(

@@ -116,7 +116,12 @@ class VectorStore(Protocol):
 
     def ensure_collections(self, names: Sequence[str], dim: int) -> None: ...
 
-    def upsert(self, collection: str, points: Sequence[StorePoint]) -> None: ...
+    def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
+        """Write these points (a point replaces the one with its id, payload and vectors whole).
+        ``only_new``: insert only the points whose ids the collection does not hold, and leave the
+        others as they are; the engine decides per point, so a write racing with this one (another
+        worker's) is never overwritten by it."""
+        ...
 
     def search(
         self,

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 
 from memstream.ports import Compressor
-from memstream.schemas import CompressedTurn, Turn
+from memstream.schemas import CompressedTurn, FreshTurn, Turn
 from memstream.schemas.base import CHUNK_MARK
 
 from .tokens import count_tokens
@@ -79,4 +79,12 @@ def compress_turn(
         tokens_out=count_tokens(text),
         compressor=name,
         received_at=received_at,
+    )
+
+
+def fresh_turn(item: CompressedTurn) -> FreshTurn:
+    """The early write of a turn let in (``memory.cards``, keyed like the conversation's later writes):
+    the raw text, retrievable before the STM flushes it into cards."""
+    return FreshTurn(
+        tenant_id=item.tenant_id, conversation_id=item.conversation_id, turn=item.turn, received_at=item.received_at
     )

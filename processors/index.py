@@ -2,6 +2,10 @@
 
 Pure: the caller embeds ``PointSpec.text`` and upserts. Point ids are deterministic, so redelivery
 rewrites the same points; online writes only insert (consolidation versions them later).
+
+A fresh turn (``FreshTurn``, sent by the compress stage as the turn comes in) writes the turn's raw
+point early, flagged ``fresh``, so the turn is retrievable before any card holds it; it writes only
+where the point is absent, and the flush's write of the turn replaces it whole (no flag left).
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memstream.ports import Embedder, StorePoint, VectorStore
-from memstream.schemas import Card, MemoryWrite
+from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
+from memstream.schemas import Card, FreshTurn, MemoryWrite
 
 from .ids import point_id
 from .provenance import supporting_turns
@@ -19,6 +23,7 @@ CARDS, SCENES, TRIGGERS, TURNS, PROFILES = "cards", "scenes", "triggers", "turns
 COLLECTIONS = (CARDS, SCENES, TRIGGERS, TURNS, PROFILES)
 LEXICAL = (CARDS, SCENES, TURNS)  # collections also searchable by BM25 over their embedded text
 PROFILE_ITEM_TURNS = 2  # a profile item's provenance: the turns of its speaker that support it best
+FRESH = "fresh"  # payload flag of a raw turn written ahead of its flush (the flush's write has none)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,57 @@ def _ts(dt) -> float | None:  # noqa: ANN001
 def turn_point_id(tenant_id: str, conversation_id: str, turn_id: str) -> str:
     """The raw turn's point: one per turn, however often it is delivered."""
     return point_id("turn", tenant_id, conversation_id, [turn_id], "")
+
+
+def is_fresh(payload: dict[str, Any]) -> bool:
+    """A raw turn's point as a fresh turn wrote it: its flush's write has not reached the store yet."""
+    return bool(payload.get(FRESH))
+
+
+def fresh_turn_spec(fresh: FreshTurn) -> PointSpec:
+    """The early raw-turn point: the fields a flush's write gives the turn that the turn itself
+    carries (no ``write_id``; ``seq`` only when the producer numbered it), flagged ``fresh``."""
+    turn = fresh.turn
+    payload: dict[str, Any] = {
+        "tenant_id": fresh.tenant_id,
+        "conversation_id": fresh.conversation_id,
+        "kind": "turn",
+        "turn_id": turn.turn_id,
+        "turn_ids": [turn.turn_id],
+        "session_id": turn.session_id,
+        "speaker": turn.speaker,
+        "subject": turn.speaker,
+        "role": turn.role,
+        "text": turn.text,
+        "image_captions": turn.image_captions,
+        "event_time": turn.event_time.isoformat(),
+        "event_ts": _ts(turn.event_time),
+        FRESH: True,
+    }
+    seq = turn.metadata.get("seq")
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
+        payload["seq"] = seq  # a Replay window may show it; without one it stays out of windows
+    return PointSpec(TURNS, turn_point_id(fresh.tenant_id, fresh.conversation_id, turn.turn_id), turn.text, payload)
+
+
+def turn_point_exists(store: VectorStore, tenant_id: str, conversation_id: str, turn_id: str) -> bool:
+    where = StoreFilter(equals={"conversation_id": conversation_id, "turn_id": turn_id})
+    return store.count(TURNS, tenant_id, where=where) > 0
+
+
+def index_fresh_turn(fresh: FreshTurn, embedder: Embedder, store: VectorStore) -> bool:
+    """Write the fresh turn's point unless the turn has one already: from its flush's write (a fresh
+    turn delivered again after it must not undo it) or from an earlier delivery. Returns whether it
+    wrote. The look spares the embedding; the write itself inserts only a new point, so a flush's
+    write that lands in between (a worker frozen here and expelled, whose partition moved on)
+    still stays."""
+    if turn_point_exists(store, fresh.tenant_id, fresh.conversation_id, fresh.turn.turn_id):
+        return False
+    spec = fresh_turn_spec(fresh)
+    # The segmenter embeds the same text: whichever comes second finds it in the embedding cache.
+    [vector] = embedder.embed([spec.text])
+    store.upsert(TURNS, [StorePoint(spec.id, vector, spec.payload, spec.text)], only_new=True)
+    return True
 
 
 def points_for_write(write: MemoryWrite) -> list[PointSpec]:

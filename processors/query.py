@@ -144,6 +144,7 @@ class QueryOptions:
     replay_max_tokens: int = 1200
     max_answer_tokens: int = 256
     planner: str = "rules"  # or "llm" (needs the engine's LLM)
+    fresh_k: int = 3  # fresh turns (said, in no card yet) added after the evidence; 0 = none
 
 
 class QueryEngine:
@@ -240,6 +241,13 @@ class QueryEngine:
             )
             evidence = evidence or profile_evidence(profile_hits)
             step["memstream.items"] = len(profile_hits)
+
+        if self.options.fresh_k:
+            # After the evidence, never in its ranking: what was just said, before its cards exist.
+            with timed(latency, "fresh", self.steps) as step:
+                fresh = self._fresh(scope, query, vectors[0], evidence)
+                evidence += fresh
+                step["memstream.items"] = len(fresh)
 
         answer, mode, answer_error = None, "evidence_only", None
         if self.llm is not None and query.answer:
@@ -433,6 +441,22 @@ class QueryEngine:
         latency[ROUNDS_KEY] = float(rounds)  # taken out again by ``run``: it goes on the plan
         return ranked
 
+    def _fresh(self, scope: Scope, query: Query, vector: np.ndarray, evidence: Sequence[Evidence]) -> list[Evidence]:
+        """Fresh turns the evidence does not cite, within what is left of the query's token budget."""
+        covered = {t for e in evidence for t in e.turn_ids}
+        left = None if query.max_tokens is None else query.max_tokens - sum(count_tokens(e.text) for e in evidence)
+        out: list[Evidence] = []
+        for c in self.retriever.fresh_turns(scope, query.question, vector, self.options.fresh_k):
+            item = fresh_evidence(f"F{len(out) + 1}", c)
+            if item.turn_ids[0] in covered:
+                continue
+            if left is not None:
+                left -= count_tokens(item.text)
+                if left < 0:
+                    break
+            out.append(item)
+        return out
+
     def _replay(self, scope: Scope, evidence: list[Evidence], max_tokens: int | None = None) -> list[Evidence]:
         """Follow provenance to the raw turns (± window), source turns first, capped at the replay
         budget or the query's own, whichever is smaller (raw turns are longer than the cards)."""
@@ -442,7 +466,9 @@ class QueryEngine:
         sources = self.store.scroll(
             TURNS, scope.tenant_id, where=scope.conversation(turn_id=turn_ids), limit=len(turn_ids) + 1
         )
-        wanted = replay_window([int(h.payload["seq"]) for h in sources], self.options.replay_window)
+        # A fresh turn numbered by no producer has no position: it opens no window.
+        positions = [int(h.payload["seq"]) for h in sources if "seq" in h.payload]
+        wanted = replay_window(positions, self.options.replay_window)
         window = self.store.scroll(
             TURNS,
             scope.tenant_id,
@@ -545,6 +571,23 @@ def card_evidence(evidence_id: str, c: Candidate) -> Evidence:
     )
 
 
+def fresh_evidence(evidence_id: str, c: Candidate) -> Evidence:
+    """A fresh turn as evidence: the raw turn, as Replay shows turns."""
+    p = c.payload
+    return Evidence(
+        evidence_id=evidence_id,
+        kind="turn",
+        point_id=c.id,
+        text=f"{p['speaker']}: {p['text']}",
+        subject=p.get("speaker"),
+        event_time=p.get("event_time"),
+        turn_ids=[p["turn_id"]],
+        session_ids=[p.get("session_id", "")],
+        score=round(c.score, 6),
+        found_by=["fresh"],
+    )
+
+
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 3)
 
@@ -558,6 +601,7 @@ __all__ = [
     "time_range",
     "replay_window",
     "card_evidence",
+    "fresh_evidence",
     "profile_evidence",
     "answer_messages",
 ]

@@ -38,7 +38,7 @@ from .graph import (
     seed_nodes,
     turn_ids,
 )
-from .index import CARDS, SCENES, TRIGGERS, TURNS
+from .index import CARDS, FRESH, SCENES, TRIGGERS, TURNS
 from .tokens import count_tokens
 
 # Cards consolidation took out of the current view (superseded, merged, repeats) carry retired=true.
@@ -317,6 +317,25 @@ class Retriever:
                         CARDS, scope.tenant_id, text, where=scope.cards(role), limit=n, with_vectors=True
                     ),
                 )
+
+    def fresh_turns(self, scope: Scope, text: str, vector: np.ndarray, k: int) -> list[Candidate]:
+        """The best ``k`` raw turns of the conversation that no card holds yet (points still
+        ``fresh``): dense and BM25 over them, fused like the cards. None once every turn is flushed,
+        so the cards' ranking never sees them."""
+        where = StoreFilter(equals={"conversation_id": scope.conversation_id, FRESH: True})
+        pool = Pool()
+        limit = 2 * k
+        pool.add(
+            "dense:fresh",
+            "fresh",
+            self.store.search(TURNS, scope.tenant_id, vector, where=where, limit=limit, with_vectors=True),
+        )
+        pool.add(
+            "sparse:fresh",
+            "fresh",
+            self.store.search_text(TURNS, scope.tenant_id, text, where=where, limit=limit, with_vectors=True),
+        )
+        return top_k(rerank(pool, vector[None, :], (), self.params), k)
 
     def content(self, pool: Pool, scope: Scope, vector: np.ndarray, *, k: int = 0) -> None:
         """Dense candidates for the content query (the question without its speakers' names), as a

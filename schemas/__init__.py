@@ -10,6 +10,7 @@ from .memory import (
     ConsolidationCandidate,
     ConsolidationUpdate,
     FlushSegment,
+    FreshTurn,
     MemoryWrite,
     PairDecision,
     ProfileUpdate,
@@ -21,7 +22,13 @@ from .memory import (
 )
 from .query import Evidence, Plan, Query, Reply
 from .read import ReadReply, ReadRequest
-from .topics import decode_compressed_message, decode_message, decode_segments_message
+from .topics import (
+    decode_cards_message,
+    decode_compressed_message,
+    decode_message,
+    decode_segments_message,
+    memory_writes,
+)
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 __all__ = [
@@ -42,6 +49,7 @@ __all__ = [
     "ConsolidationCandidate",
     "ConsolidationUpdate",
     "FlushSegment",
+    "FreshTurn",
     "PairDecision",
     "MemoryWrite",
     "ProfileUpdate",
@@ -61,7 +69,9 @@ __all__ = [
     "StmTick",
     "Turn",
     "WindowTick",
+    "decode_cards_message",
     "decode_compressed_message",
     "decode_message",
     "decode_segments_message",
+    "memory_writes",
 ]

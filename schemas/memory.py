@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .base import ID_PATTERN, Payload, TenantScoped, UtcDatetime
-from .turns import CompressedTurn
+from .turns import CompressedTurn, Turn
 
 CardType = Literal["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
 # "session_end": written by workers before sessions stopped flushing the STM; still read from the topic.
@@ -136,6 +136,16 @@ class MemoryWrite(TenantScoped):
     source_turns: list[SourceTurn]
     costs: list[StageCost] = Field(default_factory=list)
     written_at: UtcDatetime
+
+
+class FreshTurn(TenantScoped):
+    """A turn (or chunk) as the compress stage let it in, on ``memory.cards`` ahead of its flush: the
+    index stage makes it retrievable at once as a raw turn. It writes the turn's point only where
+    there is none, so the flush's write of the turn, whenever it comes, is what stays."""
+
+    kind: Literal["fresh_turn"] = "fresh_turn"
+    turn: Turn
+    received_at: UtcDatetime | None = Field(None, description="When the turn reached the turns topic")
 
 
 ConsolidationAction = Literal["keep_both", "duplicate", "merge", "supersede"]

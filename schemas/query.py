@@ -11,7 +11,8 @@ from .memory import CardType, Part, StageCost
 
 AccessProfile = Literal["lookup", "compose", "replay"]
 Operation = Literal["lookup", "aggregate", "temporal_select", "sort", "compare"]
-FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile", "research", "graph"]
+# "fresh": a raw turn not yet in any card (written ahead of its flush), found by its own search.
+FoundBy = Literal["dense", "sparse", "trigger", "cascade", "replay", "profile", "research", "graph", "fresh"]
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._\-]{1,200}$"
 

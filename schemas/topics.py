@@ -3,12 +3,14 @@ prefix: the full name is ``<prefix>.<name>``)."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import orjson
 
 from .base import Payload
 from .dlq import DeadLetter
 from .forget import Forget, ForgetAudit, ForgetReply
-from .memory import ConsolidateCommand, ConsolidationUpdate, MemoryWrite, StmFlush
+from .memory import ConsolidateCommand, ConsolidationUpdate, FreshTurn, MemoryWrite, StmFlush
 from .query import Query, Reply
 from .read import ReadReply, ReadRequest
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
@@ -37,7 +39,7 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.TURNS_COMPRESSED: (CompressedTurn, WindowTick, Forget),
     Topic.SEGMENTS: (SegmentedTurn, StmTick, Forget),
     Topic.STM_FLUSH: (StmFlush, Forget),
-    Topic.CARDS: (MemoryWrite, Forget),
+    Topic.CARDS: (MemoryWrite, FreshTurn, Forget),
     Topic.UPDATES: (ConsolidationUpdate,),
     Topic.CONTROL: (ConsolidateCommand, Forget),
     Topic.QUERIES: (Query, ReadRequest),
@@ -84,3 +86,13 @@ def decode_compressed_message(raw: bytes) -> CompressedTurn | WindowTick | Forge
 def decode_segments_message(raw: bytes) -> SegmentedTurn | StmTick | Forget:
     """``memory.segments`` carries turns, STM ticks and forgets; ``kind`` says which."""
     return decode_message(Topic.SEGMENTS, raw)  # type: ignore[return-value]
+
+
+def decode_cards_message(raw: bytes) -> MemoryWrite | FreshTurn | Forget:
+    """``memory.cards`` carries memory writes, fresh turns and forgets; ``kind`` says which."""
+    return decode_message(Topic.CARDS, raw)  # type: ignore[return-value]
+
+
+def memory_writes(values: Iterable[bytes]) -> list[MemoryWrite]:
+    """The memory writes among messages of ``memory.cards`` (its fresh turns and forgets left out)."""
+    return [m for m in map(decode_cards_message, values) if isinstance(m, MemoryWrite)]

@@ -105,6 +105,7 @@ class Services:
             replay_max_tokens=s.replay_max_tokens,
             max_answer_tokens=s.answer_max_tokens,
             planner=s.effective_query_planner,
+            fresh_k=s.fresh_turns_k,
         )
 
     @cached_property

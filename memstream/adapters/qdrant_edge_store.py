@@ -156,12 +156,13 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
                     )
                 self._ready.add(full)
 
-    def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
+    def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
         if not points:
             return
         structs = [qe.Point(p.id, self._vector(p), dict(p.payload)) for p in points]  # type: ignore[arg-type]  # stubs too narrow
+        mode = qe.UpdateMode.InsertOnly if only_new else None
         with self._lock:
-            self._require(collection).update(qe.UpdateOperation.upsert_points(structs))
+            self._require(collection).update(qe.UpdateOperation.upsert_points(structs, update_mode=mode))
 
     def _vector(self, p: StorePoint) -> list[float] | dict[str, list[float] | qe.SparseVector]:
         dense = list(map(float, p.vector))

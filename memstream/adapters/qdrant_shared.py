@@ -31,7 +31,7 @@ KEYWORD_FIELDS = (
 )
 FLOAT_FIELDS = ("event_ts", "retired_ts", "created_ts")  # consolidation runs see the store as of their start
 INT_FIELDS = ("seq",)
-BOOL_FIELDS = ("retired",)  # consolidation: out of the current view
+BOOL_FIELDS = ("retired", "fresh")  # consolidation: out of the current view; raw turns not yet flushed
 
 SCROLL_PAGE = 256
 

@@ -192,16 +192,17 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
                 if field not in have:
                     self._client.create_payload_index(full, field, field_schema=_index_schema(field, kind))
 
-    def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
+    def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
         if not points:
             return
+        mode = models.UpdateMode.INSERT_ONLY if only_new else None  # Qdrant 1.16 or later
         full = self._name(collection)
         with self._lock:
             lexical = any(p.text for p in points) and self._has_bm25(full)
             structs = [
                 models.PointStruct(id=p.id, vector=self._vector(p, lexical), payload=dict(p.payload)) for p in points
             ]
-            self._client.upsert(full, points=structs, wait=True)
+            self._client.upsert(full, points=structs, wait=True, update_mode=mode)
 
     def _vector(self, p: StorePoint, lexical: bool) -> list[float] | dict[str, Any]:
         dense = list(map(float, p.vector))

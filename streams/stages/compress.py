@@ -1,6 +1,8 @@
-"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay. Forgets enter
-the pipeline here: a request on ``control`` goes onto its partition of ``turns`` (behind the turns
-it must catch), and leaves a tombstone that drops covered turns arriving later."""
+"""compress: each turn through LLMLingua (or passed through), raw text kept for Replay. Each turn it
+lets in also goes straight to the index stage as a fresh turn (on ``cards``, keyed like the
+conversation's writes and forgets), so it is retrievable long before the STM flushes it into cards.
+Forgets enter the pipeline here: a request on ``control`` goes onto its partition of ``turns`` (behind
+the turns it must catch), and leaves a tombstone that drops covered turns arriving later."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
-from memstream.processors.compress import compress_turn, split_turn
+from memstream.processors.compress import compress_turn, fresh_turn, split_turn
 from memstream.processors.forget import ForgetScope, add_tombstone, tombstoned
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.keys import check_key
@@ -18,7 +20,7 @@ from ..runtime.context import Out, Record, StageContext, StageResult, init_serie
 
 STAGE = "compress"
 INPUT = Topic.TURNS
-OUTPUTS = (Topic.TURNS_COMPRESSED,)
+OUTPUTS = (Topic.TURNS_COMPRESSED, Topic.CARDS)
 TABLE = "forgets"  # tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition)
 
 
@@ -30,8 +32,14 @@ def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
     compressor = services.compressor  # loaded once, at start-up
     out_topic = s.topic(OUTPUTS[0])
+    # A forget reaches cards only after passing this stage, so it always lands behind the fresh
+    # turns it covers (same key, same partition).
+    fresh_topic = s.topic(Topic.CARDS)
     turns_topic = s.topic(INPUT)
     tombstones = ctx.table(STAGE, TABLE)
+    # The segmenter and the index stage of this worker embed each turn's text (the fresh point, the
+    # window); embedded here, off their paths, both find it in the shared cache.
+    warm = s.fresh_turns and bool({"segment", "index"} & set(s.stage_list()))
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
         key = f"{record.partition}/{forget.tenant_id}"
@@ -56,6 +64,8 @@ def register(ctx: StageContext) -> None:
         except ValueError as exc:
             raise TurnRejected(f"turn cannot be split into chunks: {exc}") from exc
         received_at = datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp else None
+        if warm:
+            await asyncio.to_thread(services.embedder.embed, [chunk.text for chunk in chunks])
         outs = []
         for chunk in chunks:
             if compressor is None:
@@ -66,6 +76,8 @@ def register(ctx: StageContext) -> None:
             ctx.metrics.compress_tokens.labels("out").inc(item.tokens_out)
             ctx.metrics.turn_tokens.labels("in").observe(item.tokens_in)
             ctx.metrics.turn_tokens.labels("out").observe(item.tokens_out)
+            if s.fresh_turns:
+                outs.append(Out(fresh_topic, item.key, fresh_turn(item)))
             outs.append(Out(out_topic, item.key, item))
         if len(chunks) > 1:
             ctx.metrics.turn_chunks.inc(len(chunks))

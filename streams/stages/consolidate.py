@@ -81,7 +81,8 @@ class Consolidation:
 
     async def on_write(self, record: Record) -> StageResult:
         write = decode_message(INPUT, record.value)
-        if not isinstance(write, MemoryWrite):  # a forget: the index stage erases, control brings it back
+        if not isinstance(write, MemoryWrite):
+            # A forget (the index stage erases, control brings it back) or a fresh turn (no cards).
             return StageResult()
         if write.cards:
             state = mark_pending(self.pending.get(write.key), [c.card_id for c in write.cards], time.time())

@@ -1,5 +1,6 @@
 """index: a memory write's cards, scenes, triggers, turns and profile items embedded and upserted; a
-forget that reaches it (behind every write of the turns it covers) erases them from the store."""
+fresh turn's raw point written at once, where the turn has none yet; a forget that reaches it (behind
+every write of the turns it covers) erases them from the store."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import asyncio
 from datetime import datetime, timezone
 
 from memstream.processors.forget import ForgetScope, erase
-from memstream.processors.index import COLLECTIONS, index_write
-from memstream.schemas import Forget, MemoryWrite, decode_message
+from memstream.processors.index import COLLECTIONS, index_fresh_turn, index_write
+from memstream.schemas import Forget, FreshTurn, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
@@ -32,6 +33,13 @@ def register(ctx: StageContext) -> None:
             if turn.received_at is not None:
                 metrics.turn_to_memory.observe(max(0.0, (now - turn.received_at).total_seconds()))
 
+    def index_fresh(fresh: FreshTurn) -> None:
+        written = index_fresh_turn(fresh, services.embedder, services.store)
+        metrics.fresh_turns.labels("written" if written else "present").inc()
+        if written and fresh.received_at is not None:
+            age = datetime.now(timezone.utc) - fresh.received_at
+            metrics.turn_to_fresh.observe(max(0.0, age.total_seconds()))
+
     def erase_scope(forget: Forget) -> dict[str, int]:
         with services.store_lock:
             counts = erase(services.store, ForgetScope.of(forget))
@@ -46,10 +54,14 @@ def register(ctx: StageContext) -> None:
             counts = await asyncio.to_thread(erase_scope, message)
             erased = onward(message, counts, phase="erased")
             return StageResult([Out(control, message.key, erased, partition=record.partition)])
+        if isinstance(message, FreshTurn):
+            await asyncio.to_thread(index_fresh, message)
+            return StageResult()
         assert isinstance(message, MemoryWrite)
         await asyncio.to_thread(index, message)
         return StageResult()
 
     ctx.agent(STAGE, INPUT, handler)
     init_series(metrics.points_written, COLLECTIONS)
+    init_series(metrics.fresh_turns, ("written", "present"))
     init_series(metrics.embedded_texts, ("computed", "cached"))

@@ -187,6 +187,18 @@ def test_upserting_the_same_id_again_replaces_the_point(store):
     assert top.id == pid(1) and top.payload == {"tenant_id": "t1", "subject": "Ana"}  # payload replaced, not merged
 
 
+def test_only_new_points_are_inserted_and_existing_ones_stay_as_they_are(store):
+    fill(store)
+    kept = store.search(COLL, "t1", unit(1, 0, 0, 0), limit=1)[0]
+    fresh = StorePoint(kept.id, unit(0, 0, 0, 1), {"tenant_id": "t1", "subject": "Zoe"}, "zoe")
+    new = StorePoint(pid(90), unit(0, 0, 1, 1), {"tenant_id": "t1", "subject": "Yan"}, "yan")
+    store.upsert(COLL, [fresh, new], only_new=True)
+    assert store.search(COLL, "t1", unit(1, 0, 0, 0), limit=1)[0] == kept  # untouched
+    assert store.count(COLL, "t1", where=StoreFilter(equals={"subject": "Yan"})) == 1
+    assert [h.id for h in store.search_text(COLL, "t1", "yan")] == [pid(90)]
+    assert store.search_text(COLL, "t1", "zoe") == []
+
+
 def test_scroll_honours_the_limit_across_pages(store):
     points = [StorePoint(pid(100 + i), unit(1, i, 0, 0), {"tenant_id": "t1", "seq": i}) for i in range(300)]
     store.upsert(OTHER, points)

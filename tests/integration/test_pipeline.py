@@ -10,7 +10,7 @@ import pytest
 
 from memstream.client import MemoryClient, QueryTimeout
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
-from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush, decode_compressed_message
+from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush, decode_compressed_message, memory_writes
 
 from .conftest import first_sessions
 
@@ -99,7 +99,7 @@ def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipel
     writes: list[MemoryWrite] = []
     while not writes and time.monotonic() < deadline:
         time.sleep(2)
-        writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
+        writes = memory_writes(v for _, v in pipe.read_topic("cards"))
     assert writes, "the idle window and buffer were flushed"
     flushes = [StmFlush.from_bytes(v) for _, v in pipe.read_topic("stm.flush")]
     assert [f.reason for f in flushes] == ["idle"]
@@ -124,7 +124,7 @@ def test_sessions_share_a_buffer_until_a_client_flushes_it(make_pipeline):
     [flush] = flushes
     assert [t.turn.turn_id for t in flush.turns()] == [t.turn_id for t in turns]  # both sessions, one call
     assert {t.turn.session_id for t in flush.turns()} == {t.session_id for t in turns}
-    writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
+    writes = memory_writes(v for _, v in pipe.read_topic("cards"))
     assert len(writes) == 1 and {t.turn_id for t in writes[0].source_turns} == {t.turn_id for t in turns}
     pipe.stop_workers()
 
@@ -148,7 +148,7 @@ def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes
         for c, t in zip(sorted(compressed, key=lambda c: c.turn.turn_id), sorted(turns, key=lambda t: t.turn_id))
     )  # raw kept for Replay
 
-    writes = [MemoryWrite.from_bytes(v) for _, v in pipe.read_topic("cards")]
+    writes = memory_writes(v for _, v in pipe.read_topic("cards"))
     assert writes, "the session's flushes produced memory writes"
     ids = {t.turn_id for t in turns}
     for write in writes:

@@ -30,7 +30,7 @@ from memstream.config import Settings
 from memstream.datasets import LocomoSample
 from memstream.ports import StoreFilter
 from memstream.processors.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRIGGERS, TURNS
-from memstream.schemas import MemoryWrite, Turn
+from memstream.schemas import Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
 from memstream.streams.deployment import Deployment
@@ -163,7 +163,7 @@ def test_two_workers_of_each_group_on_the_clusters_write_exactly_the_reference_p
     assert runs.scaled.lag(DRAIN_TOPICS) == {t: 0 for t in DRAIN_TOPICS}
 
     points = runs.points()
-    writes = [MemoryWrite.from_bytes(v) for _, v in runs.scaled.read_topic(Topic.CARDS, timeout_s=60)]
+    writes = memory_writes(v for _, v in runs.scaled.read_topic(Topic.CARDS, timeout_s=60))
     delivery = score_delivery(
         runs.turns,
         {c: set(p) for c, p in points.items()},

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from memstream.ports import LLMError, LlmResult
+from memstream.processors.index import CARDS
 from memstream.processors.query import (
     QueryEngine,
     QueryOptions,
@@ -176,7 +177,8 @@ def test_the_adaptive_policy_takes_fewer_items_with_a_stricter_dropoff(stored_en
 
 
 class CountingStore:
-    """The store, with every lexical search counted: one per retrieval (the hybrid's BM25 half)."""
+    """The store, with every lexical search of the cards counted: one per retrieval (the hybrid's BM25
+    half; the fresh turns' search is another collection's)."""
 
     def __init__(self, inner):  # noqa: ANN001
         self.inner = inner
@@ -187,9 +189,9 @@ class CountingStore:
         if name != "search_text":
             return attr
 
-        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            self.text_searches += 1
-            return attr(*args, **kwargs)
+        def counted(collection, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            self.text_searches += collection == CARDS
+            return attr(collection, *args, **kwargs)
 
         return counted
 

@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from memstream.bench.fuzz import fuzz_messages
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.processors.compress import fresh_turn
 from memstream.processors.extract import ExtractiveExtractor
 from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import (
@@ -130,6 +131,8 @@ def examples() -> list[Payload]:
         StmTick(**scope, sent_at=NOW, force=True, conversation_idle=True),
         *flushes,
         write,
+        fresh_turn(compressed(first)),
+        fresh_turn(compressed(chunk).model_copy(update={"received_at": NOW})),
         ConsolidationUpdate(
             **scope,
             update_id="u1",
@@ -179,7 +182,7 @@ def examples() -> list[Payload]:
             correlation_id="q2",
             answer="Pepper",
             answer_mode="llm",
-            evidence=[evidence],
+            evidence=[evidence, evidence.model_copy(update={"evidence_id": "F1", "found_by": ["fresh"]})],
             plan=plan,
             access_profile="lookup",
             profile_text="Nora: likes pottery",

@@ -12,7 +12,7 @@ def test_turn_round_trips_through_bytes():
     again = Turn.from_bytes(t.to_bytes())
     assert again == t
     assert again.key == "t1/c1"
-    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 2
+    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 3
 
 
 def test_a_v1_payload_is_still_read():

@@ -28,7 +28,7 @@ class StandIn:
     """What a stage's ``register`` uses of a StageContext: its agents are kept to be called."""
 
     def __init__(self) -> None:
-        self.s = Settings()
+        self.s = Settings(fresh_turns=False)  # the key rule, not the fresh path (which needs an embedder)
         self.metrics = Metrics()
         self.services = SimpleNamespace(
             compressor=None,
