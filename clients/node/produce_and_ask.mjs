@@ -129,7 +129,7 @@ function loadLocomo(file) {
 
 /** Turn payloads in order: session S<n>, turn id = dia_id, event time = session date + 30 s per turn,
  * the last turn of each session marked (the STM flushes then). */
-function locomoTurns(sample, { tenant, conversation, maxSessions }) {
+function locomoTurns(sample, { tenant, conversation, maxSessions, schemaVersion }) {
   const turns = [];
   let seq = 0;
   for (const session of sample.sessions.slice(0, maxSessions ?? undefined)) {
@@ -138,7 +138,7 @@ function locomoTurns(sample, { tenant, conversation, maxSessions }) {
       const captions = t.blip_caption ? [t.blip_caption] : [];
       turns.push({
         kind: "turn",
-        schema_version: 2,
+        schema_version: schemaVersion,  // the contract's (index.json), so a new version needs no edit here
         tenant_id: tenant,
         conversation_id: conversation ?? sample.sampleId,
         session_id: `S${session.number}`,
@@ -207,6 +207,7 @@ async function produce(opts, contract) {
     tenant: opts.tenant,
     conversation: opts.conversation,
     maxSessions: opts.sessions ? Number(opts.sessions) : undefined,
+    schemaVersion: contract.index.schema_version,
   });
   // All of them first: a conversation is produced whole or not at all.
   turns.forEach((turn, i) => check(contract, "turn", turn, `turn ${i} (${turn.turn_id})`));
@@ -248,7 +249,7 @@ async function ask(opts, contract) {
   const sentAt = Date.now();
   const query = {
     kind: "query",
-    schema_version: 2,
+    schema_version: contract.index.schema_version,
     tenant_id: opts.tenant,
     conversation_id: opts.conversation,
     correlation_id: randomUUID().replaceAll("-", ""),
