@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
-from memstream.schemas import Card, FreshTurn, MemoryWrite
+from memstream.schemas import Card, FreshTurn, MemoryWrite, SourceTurn, Turn
 
 from .ids import point_id
 from .provenance import supporting_turns
@@ -43,18 +43,9 @@ def turn_point_id(tenant_id: str, conversation_id: str, turn_id: str) -> str:
     return point_id("turn", tenant_id, conversation_id, [turn_id], "")
 
 
-def is_fresh(payload: dict[str, Any]) -> bool:
-    """A raw turn's point as a fresh turn wrote it: its flush's write has not reached the store yet."""
-    return bool(payload.get(FRESH))
-
-
-def fresh_turn_spec(fresh: FreshTurn) -> PointSpec:
-    """The early raw-turn point: the fields a flush's write gives the turn that the turn itself
-    carries (no ``write_id``; ``seq`` only when the producer numbered it), flagged ``fresh``."""
-    turn = fresh.turn
-    payload: dict[str, Any] = {
-        "tenant_id": fresh.tenant_id,
-        "conversation_id": fresh.conversation_id,
+def turn_fields(turn: Turn | SourceTurn) -> dict[str, Any]:
+    """A raw turn point's own fields, the same whether a fresh turn or the flush's write stores it."""
+    return {
         "kind": "turn",
         "turn_id": turn.turn_id,
         "turn_ids": [turn.turn_id],
@@ -66,8 +57,20 @@ def fresh_turn_spec(fresh: FreshTurn) -> PointSpec:
         "image_captions": turn.image_captions,
         "event_time": turn.event_time.isoformat(),
         "event_ts": _ts(turn.event_time),
-        FRESH: True,
     }
+
+
+def is_fresh(payload: dict[str, Any]) -> bool:
+    """A raw turn's point as a fresh turn wrote it: its flush's write has not reached the store yet."""
+    return bool(payload.get(FRESH))
+
+
+def fresh_turn_spec(fresh: FreshTurn) -> PointSpec:
+    """The early raw-turn point: the fields a flush's write gives the turn that the turn itself
+    carries (no ``write_id``; ``seq`` only when the producer numbered it), flagged ``fresh``."""
+    turn = fresh.turn
+    base = {"tenant_id": fresh.tenant_id, "conversation_id": fresh.conversation_id}
+    payload: dict[str, Any] = {**base, **turn_fields(turn), FRESH: True}
     seq = turn.metadata.get("seq")
     if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
         payload["seq"] = seq  # a Replay window may show it; without one it stays out of windows
@@ -103,21 +106,7 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
                 TURNS,
                 turn_point_id(write.tenant_id, write.conversation_id, turn.turn_id),
                 turn.text,  # the text the segmenter embedded: the worker's embedding cache answers it
-                {
-                    **base,
-                    "kind": "turn",
-                    "turn_id": turn.turn_id,
-                    "turn_ids": [turn.turn_id],
-                    "session_id": turn.session_id,
-                    "speaker": turn.speaker,
-                    "subject": turn.speaker,
-                    "role": turn.role,
-                    "text": turn.text,
-                    "image_captions": turn.image_captions,
-                    "seq": turn.seq,
-                    "event_time": turn.event_time.isoformat(),
-                    "event_ts": _ts(turn.event_time),
-                },
+                {**base, **turn_fields(turn), "seq": turn.seq},
             )
         )
     for scene in write.scenes:

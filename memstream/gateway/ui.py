@@ -6,6 +6,7 @@ query stage like questions do; an id the tenant does not own is 404, as if it di
 
 from __future__ import annotations
 
+import re
 import secrets
 from importlib import resources
 from typing import Any, AsyncIterator, Callable
@@ -156,25 +157,16 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
     @router.get("/api/conversations/{conversation_id}/export")
     async def export(conversation_id: str, tenant: str = Depends(tenant_of)) -> StreamingResponse:
         _check_id(conversation_id)
-        first = await shared.call(
-            lambda c: c.read("export", tenant_id=tenant, conversation_id=conversation_id, limit=2000)
-        )
-        if not first.records:
+        # The SDK's paging over request/reply; the first record decides 404 before anything is sent.
+        records = (await shared.get()).export_remote(tenant_id=tenant, conversation_id=conversation_id)
+        first = await shared.call(lambda _client: anext(records, None))
+        if first is None:
             raise HTTPException(404, "no such conversation")
 
         async def lines() -> AsyncIterator[bytes]:
-            reply = first
-            while True:
-                for record in reply.records:
-                    yield orjson.dumps(record) + b"\n"
-                if reply.next_cursor is None:
-                    return
-                cursor = reply.next_cursor
-                reply = await shared.call(
-                    lambda c: c.read(
-                        "export", tenant_id=tenant, conversation_id=conversation_id, cursor=cursor, limit=2000
-                    )
-                )
+            yield orjson.dumps(first) + b"\n"
+            async for record in records:
+                yield orjson.dumps(record) + b"\n"
 
         return StreamingResponse(
             lines(),
@@ -210,7 +202,5 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
 
 
 def _check_id(value: str) -> None:
-    import re
-
     if not re.fullmatch(ID_PATTERN, value):
         raise HTTPException(404, "no such id")
