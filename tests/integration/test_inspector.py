@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -185,6 +186,14 @@ def test_a_state_change_without_the_csrf_token_is_refused(inspector, page):
 def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
     url, conv = inspector["url"], inspector["conv"]
     sign_in(page, url, KEYS["acme"])
+    reads: list[tuple[str, int]] = []  # (query, body size) of every timeline read the page makes
+
+    def on_response(response: Any) -> None:
+        where = urlsplit(response.url)
+        if where.path == f"/ui/api/conversations/{conv}":
+            reads.append((where.query, int(response.headers.get("content-length", "-1"))))
+
+    page.on("response", on_response)
     page.goto(f"{url}/ui#/c/{conv}")
     page.wait_for_selector(".turn[data-turn-id='D1:1']")
     new = inspector["later"][:3]
@@ -194,6 +203,19 @@ def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
         page.wait_for_selector(
             f".turn[data-turn-id='{turn.turn_id}']", timeout=max(1, deadline - time.monotonic()) * 1000
         )
+    # Then what comes of them (their flush's scene and cards), put into the page by the polls.
+    page.wait_for_function(
+        """ids => Array.from(document.querySelectorAll('.card')).some(
+             c => JSON.parse(c.dataset.turnIds).some(t => ids.includes(t)))""",
+        arg=[t.turn_id for t in new],
+        timeout=max(1, deadline - time.monotonic()) * 1000,
+    )
+    assert page.locator(".turn").count() == int(page.inner_text("#summary").split(" turns")[0])
+    # The polls read from the first turn still arriving, not the whole conversation each time.
+    full = [size for u, size in reads if "cursor=" not in u]
+    deltas = [size for u, size in reads if "cursor=" in u]
+    assert deltas, reads
+    assert max(deltas) < full[0], (deltas, full)
 
 
 def test_another_tenant_sees_nothing_of_it(inspector, browser, page):

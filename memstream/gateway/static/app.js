@@ -241,21 +241,83 @@ function renderTimeline(conv, data) {
   highlight();
 }
 
+const POLL_MS = 2000;
+const FULL_EVERY = 15;  // polls: a full read now and then, whatever the counts say
+
+function isCurrent(card) {
+  return !card.superseded_by && !card.duplicate_of && !card.valid_to;
+}
+
+const seqOf = (turn) => (typeof turn.seq === "number" ? turn.seq : 0);  // as the server orders them
+
+function deltaCursor(data) {
+  // The first turn no scene holds yet: the turns from there on, and what comes of them, are still
+  // arriving; what cites only earlier turns changes its collection's counts when it changes.
+  const settled = new Set();
+  for (const r of data.records) if (r.collection === "scenes") for (const t of r.turn_ids || []) settled.add(t);
+  let cursor = null;
+  for (const r of data.records) {
+    if (r.collection !== "turns" || settled.has(r.turn_id)) continue;
+    const seq = seqOf(r);  // 0 for a fresh turn its producer did not number: read from the start
+    if (cursor === null || seq < cursor) cursor = seq;
+  }
+  return cursor !== null ? cursor : (data.summary.last_seq === null ? 0 : data.summary.last_seq + 1);
+}
+
+function mergeDelta(held, delta) {
+  // The held page with the delta's records put in by id; null when the result does not add up to
+  // the conversation's counts (something outside the delta changed: read it all again).
+  if (delta.next_cursor !== null && delta.next_cursor !== undefined) return null;
+  const byId = new Map(held.records.map((r) => [r.collection + "/" + r.id, r]));
+  for (const r of delta.records) byId.set(r.collection + "/" + r.id, r);
+  const records = Array.from(byId.values());
+  const counts = { turns: 0, cards: 0, scenes: 0, profiles: 0 };
+  for (const r of records) counts[r.collection] = (counts[r.collection] || 0) + 1;
+  const s = delta.summary;
+  const current = records.filter((r) => r.collection === "cards" && isCurrent(r)).length;
+  if (counts.turns !== s.turns || counts.cards !== s.cards || counts.scenes !== s.scenes
+    || counts.profiles !== s.profiles || current !== s.current_cards) return null;
+  const turns = records.filter((r) => r.collection === "turns").sort((a, b) => seqOf(a) - seqOf(b));
+  return { records: turns.concat(records.filter((r) => r.collection !== "turns")), summary: s, next_cursor: null };
+}
+
 async function timelinePage(conv, token) {
   state.selected = null;
   state.forgetResult = null;
   state.detail = el("div", { class: "panel", id: "detail" }, el("p", { class: "muted" },
     "Select a card to light up its turns and see its versions; select a turn to light up what came of it."));
-  let last = null;
-  const load = async () => {
-    const data = await api("GET", "/ui/api/conversations/" + encodeURIComponent(conv));
-    if (token !== state.route) return;
+  const path = "/ui/api/conversations/" + encodeURIComponent(conv);
+  let last = null, polls = 0;
+  const show = (data) => {
     const sig = JSON.stringify(data.summary) + data.records.length + JSON.stringify(data.records.map((r) => r.id + (r.superseded_by || "")));
     data.conversation_id = conv;
     state.timeline = data;
     if (sig === last) return;
     last = sig;
     renderTimeline(conv, data);  // the detail panel is kept as it is (moved, not redrawn)
+  };
+  const load = async () => {
+    const data = await api("GET", path);
+    if (token === state.route) show(data);
+  };
+  // While the page is open, a poll reads only from the first turn still arriving (a small page) and
+  // puts it into what is shown; a full read when that does not add up, or every FULL_EVERY polls.
+  let busy = false;
+  const poll = async () => {
+    if (document.hidden || busy) return;  // nobody is looking, or the last read is still out
+    busy = true;
+    try {
+      const held = state.timeline;
+      polls += 1;
+      if (!held || held.next_cursor !== null || polls % FULL_EVERY === 0) return await load();
+      const delta = await api("GET", path + "?cursor=" + deltaCursor(held));
+      if (token !== state.route) return;
+      const merged = mergeDelta(held, delta);
+      if (merged) show(merged);
+      else await load();
+    } finally {
+      busy = false;
+    }
   };
   try {
     await load();
@@ -265,7 +327,7 @@ async function timelinePage(conv, token) {
     }
     return;
   }
-  if (token === state.route) state.poll = setInterval(() => load().catch(() => {}), 2000);  // turns streaming in appear
+  if (token === state.route) state.poll = setInterval(() => poll().catch(() => {}), POLL_MS);  // turns streaming in appear
 }
 
 function confirmForget(conv, scope, what) {
