@@ -22,15 +22,10 @@ def test_worker_groups_cover_every_stage_once():
 def test_every_worker_variable_is_a_setting():
     fields = {f"MEMSTREAM_{name.upper()}" for name in Settings.model_fields}
     for name, service in WORKERS.items():
-        unknown = set(service["environment"]) - fields
+        # OTEL_*: OpenTelemetry's own variables, read by its SDK (memstream.tracing).
+        unknown = {k for k in service["environment"] if not k.startswith("OTEL_")} - fields
         assert not unknown, f"{name}: {unknown} are not memstream settings"
-        Settings(
-            **{
-                k.removeprefix("MEMSTREAM_").lower(): v
-                for k, v in service["environment"].items()
-                if not str(v).startswith("${")
-            }
-        )
+        _settings_of(service)
 
 
 def test_store_stages_scale_only_with_a_qdrant_server():
@@ -91,3 +86,46 @@ def test_qdrant_is_a_cluster_of_the_tested_version_and_every_worker_knows_every_
         assert urls == [f"http://{n}:6333" for n in nodes], name
         settings = Settings(qdrant_url=service["environment"]["MEMSTREAM_QDRANT_URL"])
         assert settings.qdrant_replication_factor == int(service["environment"]["MEMSTREAM_QDRANT_REPLICATION_FACTOR"])
+
+
+def _settings_of(service: dict) -> Settings:
+    """The service's memstream variables as settings (those taken from the shell left out)."""
+    env = service["environment"]
+    return Settings(
+        **{
+            k.removeprefix("MEMSTREAM_").lower(): v
+            for k, v in env.items()
+            if k.startswith("MEMSTREAM_") and v is not None and not str(v).startswith("${")
+        }
+    )
+
+
+def test_traces_of_every_memstream_service_go_to_the_jaeger_service():
+    jaeger = SERVICES["jaeger"]
+    gomod = (INFRA / "jaeger" / "go.mod").read_text()
+    v1_minor = int(re.search(r"github.com/jaegertracing/jaeger v1\.(\d+)\.\d+", gomod).group(1))
+    image, tag = jaeger["image"].split(":")
+    # Jaeger tags each release twice, v1.N and v2.(N-63) (v1.74.0 / v2.11.0): the native build's source.
+    assert image == "jaegertracing/jaeger" and tag == f"2.{v1_minor - 63}.0"
+    for name, service in {**WORKERS, "gateway": SERVICES["gateway"]}.items():
+        endpoint = service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        assert endpoint == "http://jaeger:4318", name  # OTLP over HTTP, what memstream.tracing exports
+    assert any(p.endswith(":16686") for p in jaeger["ports"])
+
+
+def test_the_gateway_runs_from_the_worker_image_reachable_on_its_port():
+    gateway = SERVICES["gateway"]
+    worker = next(iter(WORKERS.values()))
+    assert gateway["command"] == ["memstream", "gateway"]
+    assert gateway["build"] == worker["build"] and gateway["image"] == worker["image"]
+    s = _settings_of(gateway)
+    assert s.gateway_host == "0.0.0.0" and s.kafka_bootstrap == worker["environment"]["MEMSTREAM_KAFKA_BOOTSTRAP"]
+    unknown = {k for k in gateway["environment"] if not k.startswith("OTEL_")} - {
+        f"MEMSTREAM_{n.upper()}" for n in Settings.model_fields
+    }
+    assert not unknown
+    # Published on the host's loopback only: TLS goes in front of it to serve it further.
+    assert gateway["ports"] == [f"127.0.0.1:{s.gateway_port}:{s.gateway_port}"]
+    # Keys and the session secret come from the shell, never a value written here.
+    assert gateway["environment"]["MEMSTREAM_GATEWAY_API_KEYS"] is None
+    assert gateway["environment"]["MEMSTREAM_GATEWAY_SESSION_SECRET"] is None
