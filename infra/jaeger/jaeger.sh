@@ -26,6 +26,8 @@ PID_FILE="$DATA_DIR/jaeger.pid"
 
 log() { echo "jaeger.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=../lib/pidfile.sh
+source "$SCRIPT_DIR/../lib/pidfile.sh"
 
 build() {
     if [[ -n ${MEMSTREAM_JAEGER_BIN:-} ]]; then echo "$MEMSTREAM_JAEGER_BIN"; return 0; fi
@@ -54,12 +56,7 @@ build() {
     echo "$bin"
 }
 
-running_pid() {
-    [[ -f $PID_FILE ]] || return 1
-    local pid; pid="$(cat "$PID_FILE")"
-    kill -0 "$pid" 2>/dev/null || return 1
-    echo "$pid"
-}
+running_pid() { pidfile_alive "$PID_FILE"; }
 
 start() {
     local bin; bin="$(build)"
@@ -86,13 +83,7 @@ start() {
 
 stop() {
     local pid
-    if ! pid="$(running_pid)"; then log "not running"; rm -f "$PID_FILE"; return 0; fi
-    kill -TERM "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$PID_FILE"
-    log "stopped"
+    if pid="$(pidfile_stop "$PID_FILE" 10)"; then log "stopped (pid $pid)"; else log "not running"; fi
 }
 
 urls() {

@@ -19,13 +19,10 @@ CONF="$DATA_DIR/prometheus.yml"
 
 log() { echo "prometheus.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=../lib/pidfile.sh
+source "$SCRIPT_DIR/../lib/pidfile.sh"
 
-running_pid() {
-    [[ -f $PID_FILE ]] || return 1
-    local pid; pid="$(cat "$PID_FILE")"
-    kill -0 "$pid" 2>/dev/null || return 1
-    echo "$pid"
-}
+running_pid() { pidfile_alive "$PID_FILE"; }
 
 start() {
     command -v "$BIN" >/dev/null 2>&1 \
@@ -57,13 +54,7 @@ start() {
 
 stop() {
     local pid
-    if ! pid="$(running_pid)"; then log "not running"; rm -f "$PID_FILE"; return 0; fi
-    kill -TERM "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$PID_FILE"
-    log "stopped"
+    if pid="$(pidfile_stop "$PID_FILE" 10)"; then log "stopped (pid $pid)"; else log "not running"; fi
 }
 
 status() {

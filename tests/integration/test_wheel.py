@@ -83,6 +83,15 @@ def test_the_installed_package_is_the_wheels_with_its_infra_scripts(wheel_venv, 
     assert out.returncode == 0, out.stderr
     module, infra, has_kafka = json.loads(out.stdout)
     assert Path(module).is_relative_to(wheel_venv) and Path(infra).is_relative_to(wheel_venv) and has_kafka
+    # The Prometheus script runs from the wheel: what it sources (infra/lib) is shipped with it.
+    status = subprocess.run(
+        ["bash", str(Path(infra) / "prometheus" / "prometheus.sh"), "status"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MEMSTREAM_PROMETHEUS_DATA": str(elsewhere / "prometheus")},
+    )
+    assert (status.returncode, status.stdout.strip()) == (3, "not running"), status.stderr
 
 
 def test_a_worker_from_the_wheel_turns_turns_into_memories(kafka, wheel_venv, elsewhere):
