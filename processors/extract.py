@@ -83,7 +83,8 @@ def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[
                 text=t.text,
                 event_time=t.event_time,
                 image_captions=t.image_captions,
-                seq=int(t.metadata.get("seq", (seq_of or {}).get(t.turn_id, i))),
+                # The segment stage numbers every turn; flushes from before it did fall back.
+                seq=t.seq if t.seq is not None else (seq_of or {}).get(t.turn_id, i),
                 received_at=ct.received_at,
             )
         )

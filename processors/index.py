@@ -71,9 +71,8 @@ def fresh_turn_spec(fresh: FreshTurn) -> PointSpec:
     turn = fresh.turn
     base = {"tenant_id": fresh.tenant_id, "conversation_id": fresh.conversation_id}
     payload: dict[str, Any] = {**base, **turn_fields(turn), FRESH: True}
-    seq = turn.metadata.get("seq")
-    if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
-        payload["seq"] = seq  # a Replay window may show it; without one it stays out of windows
+    if turn.seq is not None:  # its producer numbered it: a Replay window may show it
+        payload["seq"] = turn.seq  # (else the segment stage numbers it, and the flush's write has it)
     return PointSpec(TURNS, turn_point_id(fresh.tenant_id, fresh.conversation_id, turn.turn_id), turn.text, payload)
 
 

@@ -34,7 +34,19 @@ class Page:
 
 def _seq(record: Record) -> int:
     seq = record.get("seq")
-    return int(seq) if isinstance(seq, (int, float)) else 0
+    return int(seq) if _numbered(record) else 0
+
+
+def _numbered(turn: Record) -> bool:
+    """The turn has its position (``seq``): all but a fresh turn its producer did not number, which
+    gets one from the segment stage, and in the store with its flush's write."""
+    seq = turn.get("seq")
+    return isinstance(seq, (int, float)) and not isinstance(seq, bool)
+
+
+def _position(turn: Record) -> tuple[int, float]:
+    """Turns in conversation order: by position, then those without one (the newest) by time."""
+    return (0, float(turn["seq"])) if _numbered(turn) else (1, float(turn.get("event_ts") or 0.0))
 
 
 def conversation_summaries(turns: Iterable[Record], scenes: Iterable[Record], cards: dict[str, int]) -> list[Record]:
@@ -70,10 +82,12 @@ def conversation_summaries(turns: Iterable[Record], scenes: Iterable[Record], ca
 
 def timeline_page(records: Sequence[Record], cursor: int, limit: int) -> Page:
     """The turns with ``seq >= cursor`` (at most ``limit``, in order) and every scene, card version
-    and profile item citing one of them; the summary counts the whole conversation."""
-    turns = sorted((r for r in records if r["collection"] == TURNS), key=_seq)
-    later = [t for t in turns if _seq(t) >= cursor]
-    page = later[:limit]
+    and profile item citing one of them; the summary counts the whole conversation. Turns not
+    numbered yet (fresh, ahead of their flush) are the newest: on the last page, after the others."""
+    turns = sorted((r for r in records if r["collection"] == TURNS), key=_position)
+    later = [t for t in turns if _numbered(t) and _seq(t) >= cursor]
+    more = len(later) > limit
+    page = later[:limit] if more else later + [t for t in turns if not _numbered(t)][:limit]
     ids = {t.get("turn_id") for t in page}
     derived = [r for r in records if r["collection"] != TURNS and ids.intersection(r.get("turn_ids") or ())]
     counts: dict[str, int] = defaultdict(int)
@@ -87,9 +101,8 @@ def timeline_page(records: Sequence[Record], cursor: int, limit: int) -> Page:
         "profiles": counts[PROFILES],
         "sessions": sorted({str(t.get("session_id")) for t in turns if t.get("session_id")}),
         "speakers": sorted({str(t.get("speaker")) for t in turns if t.get("speaker")}),
-        "last_seq": _seq(turns[-1]) if turns else None,
+        "last_seq": max((_seq(t) for t in turns if _numbered(t)), default=None),
     }
-    more = len(later) > limit
     return Page(page + derived, summary, _seq(later[limit]) if more else None, found=bool(records))
 
 

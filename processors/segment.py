@@ -164,6 +164,7 @@ class SegmenterState:
     head_reason: str | None = None  # boundary before pending[0], decided by an earlier window
     seen: list[str] = field(default_factory=list)  # recent turn ids, to drop redeliveries
     last_activity: float = 0.0  # wall-clock seconds of the last turn added
+    next_seq: int = 0  # the position the conversation's next turn gets (``metadata.seq``)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,6 +176,7 @@ class SegmenterState:
             "head_reason": self.head_reason,
             "seen": self.seen,
             "last_activity": self.last_activity,
+            "next_seq": self.next_seq,
         }
 
     @classmethod
@@ -184,6 +186,20 @@ class SegmenterState:
         # A copy: the live table entry must not change before the stage writes the new one.
         known = {k: copy.deepcopy(v) for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+
+def number_turn(state: SegmenterState, item: CompressedTurn) -> CompressedTurn:
+    """The turn with its position in the conversation (``metadata.seq``): the producer's when it
+    numbered the turn, else the next one of this conversation's window. Replay windows and the
+    timeline order turns by it, so it must grow by one per turn across flushes; the window's state
+    is per conversation and saved with the message it reflects, so a replay numbers nothing twice."""
+    given = item.turn.seq
+    if given is not None:
+        state.next_seq = max(state.next_seq, given + 1)  # a producer's numbering and ours do not collide
+        return item
+    turn = item.turn.model_copy(update={"metadata": {**item.turn.metadata, "seq": state.next_seq}})
+    state.next_seq += 1
+    return item.model_copy(update={"turn": turn})
 
 
 def window_is_idle(state: SegmenterState, now: float, idle_s: float) -> bool:
@@ -203,9 +219,10 @@ class Segmenter:
         self.cohesion = cohesion
 
     def add(self, state: SegmenterState, item: CompressedTurn, now: float = 0.0) -> list[SegmentedTurn]:
-        turn = item.turn
-        if turn.turn_id in state.seen:
+        if item.turn.turn_id in state.seen:
             return []  # redelivered: already in the window or emitted
+        item = number_turn(state, item)
+        turn = item.turn
         out: list[SegmentedTurn] = []
         if state.session_id is not None and turn.session_id != state.session_id:
             out += self.drain(state)  # the previous session ended without its end marker

@@ -27,6 +27,13 @@ class Turn(TenantScoped):
     metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
     last_in_session: bool = Field(False, description="Producer marks the session's last turn: the STM flushes then")
 
+    @property
+    def seq(self) -> int | None:
+        """The turn's position in its conversation, ``metadata.seq`` (a non-negative integer): the
+        producer's, or the one the segment stage gives a turn that has none."""
+        seq = self.metadata.get("seq")
+        return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+
     @field_validator("speaker")
     @classmethod
     def _speaker_is_visible(cls, speaker: str) -> str:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -212,10 +212,37 @@ def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
     )
     assert page.locator(".turn").count() == int(page.inner_text("#summary").split(" turns")[0])
     # The polls read from the first turn still arriving, not the whole conversation each time.
-    full = [size for u, size in reads if "cursor=" not in u]
-    deltas = [size for u, size in reads if "cursor=" in u]
+    cursors = [(int(parse_qs(query).get("cursor", ["0"])[0]), size) for query, size in reads]
+    full = [size for cursor, size in cursors if cursor == 0]
+    deltas = [size for cursor, size in cursors if cursor > 0]
     assert deltas, reads
     assert max(deltas) < full[0], (deltas, full)
+
+
+def shown_seqs(page: Any) -> list[int]:
+    return [int(s) for s in page.eval_on_selector_all(".turn[data-seq]", "ts => ts.map(t => t.dataset.seq)")]
+
+
+def test_a_long_conversation_opens_on_its_latest_turns_and_pages_back(inspector, page):
+    url, conv = inspector["url"], inspector["conv"]
+    sign_in(page, url, KEYS["acme"])
+    page.goto(f"{url}/ui?page=5#/c/{conv}")  # 5 positions a page
+    page.wait_for_selector("#pages #earlier")
+    latest = shown_seqs(page)
+    whole = page.request.get(f"{url}/ui/api/conversations/{conv}?limit=5000").json()
+    assert latest == sorted(latest) and latest[-1] == whole["summary"]["last_seq"] and latest[0] == latest[-1] - 4
+    assert page.locator("#pages #later").count() == 0
+    page.click("#pages #earlier")
+    page.wait_for_selector("#pages #later")
+    earlier = shown_seqs(page)
+    assert len(earlier) == 5 and earlier[-1] < latest[0] and page.locator("#pages #latest").count() == 1
+    page.goto(f"{url}/ui?page=5#/c/{conv}/from/0")
+    page.wait_for_selector(".turn[data-turn-id='D1:1']")
+    first = shown_seqs(page)
+    assert first == sorted(first) and first[0] == 0 and len(first) == 5 and page.locator("#pages #earlier").count() == 0
+    page.click("#pages #later")
+    page.wait_for_function("n => document.querySelector('.turn[data-seq]').dataset.seq == n", arg=str(first[-1] + 1))
+    assert shown_seqs(page)[0] == first[-1] + 1
 
 
 def test_another_tenant_sees_nothing_of_it(inspector, browser, page):

@@ -57,6 +57,20 @@ def test_a_timeline_page_holds_its_turns_and_what_cites_them() -> None:
     assert not timeline_page([], 0, 10).found
 
 
+def test_fresh_turns_not_numbered_yet_come_last_on_the_last_page() -> None:
+    fresh = [{**turn("c", 99, ts=ts), "turn_id": tid, "id": tid} for tid, ts in (("F2", 200.0), ("F1", 100.0))]
+    for t in fresh:
+        del t["seq"]  # a fresh turn its producer did not number, ahead of its flush
+    records = [*fresh, *(turn("c", i) for i in range(4))]
+    first = timeline_page(records, cursor=0, limit=3)
+    assert [r["turn_id"] for r in first.records] == ["D1:0", "D1:1", "D1:2"] and first.next_cursor == 3
+    last = timeline_page(records, cursor=first.next_cursor, limit=3)
+    assert [r["turn_id"] for r in last.records] == ["D1:3", "F1", "F2"] and last.next_cursor is None
+    assert last.summary["last_seq"] == 3 and last.summary["turns"] == 6
+    everything = timeline_page(records, cursor=0, limit=10)
+    assert [r["turn_id"] for r in everything.records] == ["D1:0", "D1:1", "D1:2", "D1:3", "F1", "F2"]
+
+
 def test_lineage_follows_versions_both_ways_and_brings_the_source_turns() -> None:
     cards = [
         card("old", ["D1:1"], superseded_by="merged", valid_from="2023-01-01", valid_to="2023-02-01"),

@@ -15,6 +15,7 @@ from memstream.processors.segment import (
     select_heads,
     window_is_idle,
 )
+from memstream.schemas import Turn
 from tests.factories import compressed, turn
 
 TOPICS = {"dog": np.array([1.0, 0, 0]), "tax": np.array([0, 1.0, 0]), "trip": np.array([0, 0, 1.0])}
@@ -165,3 +166,38 @@ def test_redelivered_turns_are_dropped_and_state_round_trips():
 def test_attention_methods_need_an_attention_model():
     with pytest.raises(ValueError):
         Segmenter(SegmentParams(method="hybrid"), embed, None)
+
+
+def unnumbered(turn_id: str, text: str = "dog", **kw) -> Turn:
+    """A turn as the SDK, the gateway or a chat platform sends it: no ``metadata.seq``."""
+    t = turn(turn_id, text, **kw)
+    return t.model_copy(update={"metadata": {"platform": "slack"}})
+
+
+def test_turns_without_a_position_are_numbered_one_by_one_across_windows_and_restarts():
+    segmenter = Segmenter(SegmentParams(method="similarity"), embed)
+    state, emitted = SegmenterState(), []
+    for i in range(1, 4):
+        emitted += segmenter.add(state, compressed(unnumbered(f"D1:{i}")), now=float(i))
+    emitted += segmenter.drain(state)  # an idle flush: the numbering goes on after it
+    state = SegmenterState.from_dict(state.to_dict())  # and after the worker restarts from the changelog
+    assert segmenter.add(state, compressed(unnumbered("D1:3")), now=4.0) == []  # a redelivery takes no number
+    for i in range(4, 6):
+        emitted += segmenter.add(state, compressed(unnumbered(f"D1:{i}", session="S2")), now=float(i))
+    emitted += segmenter.drain(state)
+    assert [(o.item.turn.turn_id, o.item.turn.seq) for o in emitted] == [(f"D1:{i}", i - 1) for i in range(1, 6)]
+    assert all(o.item.turn.metadata["platform"] == "slack" for o in emitted)  # the rest of it kept
+
+
+def test_a_producers_positions_are_kept_and_ours_continue_after_them():
+    segmenter = Segmenter(SegmentParams(method="similarity"), embed)
+    state = SegmenterState()
+    out = segmenter.add(state, compressed(turn("D1:1", "dog", seq=7)), now=1.0)
+    out += segmenter.add(state, compressed(unnumbered("D1:2")), now=2.0)
+    out += segmenter.add(state, compressed(turn("D1:3", "dog", seq=3)), now=3.0)  # kept as given
+    out += segmenter.add(state, compressed(unnumbered("D1:4")), now=4.0)
+    out += segmenter.drain(state)
+    assert [o.item.turn.seq for o in out] == [7, 8, 3, 9]
+    bad = turn("D1:5", "dog").model_copy(update={"metadata": {"seq": "five"}})  # not a position: numbered
+    out = segmenter.add(state, compressed(bad), now=5.0) + segmenter.drain(state)
+    assert [o.item.turn.metadata["seq"] for o in out] == [10]

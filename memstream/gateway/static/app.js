@@ -182,6 +182,21 @@ function showTurn(turnId) {
     "Forget this turn"));
 }
 
+function pageBar(conv, data) {
+  // Turns are read a page at a time (PAGE_TURNS, from the turn seq the page starts at): links to the
+  // earlier and later pages, and back to the latest.
+  const base = "#/c/" + encodeURIComponent(conv);
+  const turns = data.records.filter((r) => r.collection === "turns" && numbered(r));
+  const later = data.next_cursor !== null && data.next_cursor !== undefined;
+  if (!data.start && !later) return null;
+  return el("div", { class: "bar", id: "pages" },
+    el("span", { class: "muted" }, "turns " + (turns.length ? turns[0].seq + "–" + turns[turns.length - 1].seq : "none")
+      + " of " + data.summary.turns),
+    data.start ? el("a", { id: "earlier", href: base + "/from/" + Math.max(0, data.start - PAGE_TURNS) }, "← earlier turns") : null,
+    later ? el("a", { id: "later", href: base + "/from/" + data.next_cursor }, "later turns →") : null,
+    data.from !== null ? el("a", { id: "latest", href: base }, "latest") : null);
+}
+
 function renderTimeline(conv, data) {
   const parts = byCollection(data.records);
   const sceneOf = new Map();
@@ -201,7 +216,7 @@ function renderTimeline(conv, data) {
         el("div", { class: "scene-label" }, s ? "topic: " + (s.topic_label || "") : "not in a scene yet"));
       turnsBox.append(sceneBox);
     }
-    sceneBox.append(el("div", { class: "turn", "data-turn-id": t.turn_id, on: { click: () => select("turn", t.turn_id) } },
+    sceneBox.append(el("div", { class: "turn", "data-turn-id": t.turn_id, "data-seq": numbered(t) ? t.seq : null, on: { click: () => select("turn", t.turn_id) } },
       el("span", { class: "speaker text" }, t.speaker + ":"), el("span", { class: "text" }, t.text),
       el("span", { class: "meta" }, " " + t.turn_id)));
   }
@@ -232,7 +247,7 @@ function renderTimeline(conv, data) {
       "Forget the conversation")),
     el("p", { id: "forget-result", class: "muted" }),
     el("div", { class: "columns" },
-      el("div", { class: "panel" }, el("h2", {}, "Turns"), turnsBox),
+      el("div", { class: "panel" }, el("h2", {}, "Turns"), pageBar(conv, data), turnsBox),
       el("div", {},
         state.detail,
         el("div", { class: "panel" }, el("h2", {}, "Cards"), cardsBox),
@@ -248,7 +263,10 @@ function isCurrent(card) {
   return !card.superseded_by && !card.duplicate_of && !card.valid_to;
 }
 
-const seqOf = (turn) => (typeof turn.seq === "number" ? turn.seq : 0);  // as the server orders them
+// A turn's position; a fresh turn not numbered yet (ahead of its flush) has none and is the newest.
+const numbered = (turn) => typeof turn.seq === "number";
+const byPosition = (a, b) => (numbered(a) !== numbered(b) ? (numbered(a) ? -1 : 1)
+  : numbered(a) ? a.seq - b.seq : (a.event_ts || 0) - (b.event_ts || 0));
 
 function deltaCursor(data) {
   // The first turn no scene holds yet: the turns from there on, and what comes of them, are still
@@ -257,9 +275,9 @@ function deltaCursor(data) {
   for (const r of data.records) if (r.collection === "scenes") for (const t of r.turn_ids || []) settled.add(t);
   let cursor = null;
   for (const r of data.records) {
-    if (r.collection !== "turns" || settled.has(r.turn_id)) continue;
-    const seq = seqOf(r);  // 0 for a fresh turn its producer did not number: read from the start
-    if (cursor === null || seq < cursor) cursor = seq;
+    // Turns not numbered yet come with every read of the last page.
+    if (r.collection !== "turns" || settled.has(r.turn_id) || !numbered(r)) continue;
+    if (cursor === null || r.seq < cursor) cursor = r.seq;
   }
   return cursor !== null ? cursor : (data.summary.last_seq === null ? 0 : data.summary.last_seq + 1);
 }
@@ -277,31 +295,43 @@ function mergeDelta(held, delta) {
   const current = records.filter((r) => r.collection === "cards" && isCurrent(r)).length;
   if (counts.turns !== s.turns || counts.cards !== s.cards || counts.scenes !== s.scenes
     || counts.profiles !== s.profiles || current !== s.current_cards) return null;
-  const turns = records.filter((r) => r.collection === "turns").sort((a, b) => seqOf(a) - seqOf(b));
+  const turns = records.filter((r) => r.collection === "turns").sort(byPosition);
   return { records: turns.concat(records.filter((r) => r.collection !== "turns")), summary: s, next_cursor: null };
 }
 
-async function timelinePage(conv, token) {
+// Turns a page holds; /ui?page=N sets it (the gateway reads at most 5,000 a request).
+const PAGE_TURNS = Math.min(5000, Math.max(1, parseInt(new URLSearchParams(location.search).get("page"), 10) || 2000));
+
+async function timelinePage(conv, token, from) {
   state.selected = null;
   state.forgetResult = null;
   state.detail = el("div", { class: "panel", id: "detail" }, el("p", { class: "muted" },
     "Select a card to light up its turns and see its versions; select a turn to light up what came of it."));
   const path = "/ui/api/conversations/" + encodeURIComponent(conv);
-  let last = null, polls = 0;
+  // The latest page runs to the end (up to the gateway's 5,000): positions a producer gave twice,
+  // and turns not numbered yet, do not push the newest turns onto a page after it.
+  const read = (cursor) => api("GET", path + "?cursor=" + cursor + "&limit=" + (from === null ? 5000 : PAGE_TURNS));
+  let last = null, polls = 0, start = from === null ? 0 : from;
   const show = (data) => {
     const sig = JSON.stringify(data.summary) + data.records.length + JSON.stringify(data.records.map((r) => r.id + (r.superseded_by || "")));
-    data.conversation_id = conv;
+    Object.assign(data, { conversation_id: conv, start, from });
     state.timeline = data;
     if (sig === last) return;
     last = sig;
     renderTimeline(conv, data);  // the detail panel is kept as it is (moved, not redrawn)
   };
   const load = async () => {
-    const data = await api("GET", path);
+    let data = await read(start);
+    const latest = from === null && data.summary.last_seq !== null ? data.summary.last_seq - PAGE_TURNS + 1 : 0;
+    if (latest > start) {  // the latest page: the last PAGE_TURNS positions
+      start = latest;
+      data = await read(start);
+    }
     if (token === state.route) show(data);
   };
-  // While the page is open, a poll reads only from the first turn still arriving (a small page) and
-  // puts it into what is shown; a full read when that does not add up, or every FULL_EVERY polls.
+  // While the whole conversation fits a page, a poll reads only from the first turn still arriving
+  // (a small page) and puts it into what is shown; a full read when that does not add up, every
+  // FULL_EVERY polls, and on a page of a longer conversation.
   let busy = false;
   const poll = async () => {
     if (document.hidden || busy) return;  // nobody is looking, or the last read is still out
@@ -309,8 +339,8 @@ async function timelinePage(conv, token) {
     try {
       const held = state.timeline;
       polls += 1;
-      if (!held || held.next_cursor !== null || polls % FULL_EVERY === 0) return await load();
-      const delta = await api("GET", path + "?cursor=" + deltaCursor(held));
+      if (!held || start > 0 || held.next_cursor !== null || polls % FULL_EVERY === 0) return await load();
+      const delta = await read(deltaCursor(held));
       if (token !== state.route) return;
       const merged = mergeDelta(held, delta);
       if (merged) show(merged);
@@ -398,10 +428,12 @@ async function route() {
   }
   const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const ask = hash.match(/^\/c\/(.+)\/ask$/);
+  const page = hash.match(/^\/c\/(.+)\/from\/(\d+)$/);
   const conv = hash.match(/^\/c\/(.+)$/);
   try {
     if (ask) await askPage(ask[1]);
-    else if (conv) await timelinePage(conv[1], token);
+    else if (page) await timelinePage(page[1], token, parseInt(page[2], 10));
+    else if (conv) await timelinePage(conv[1], token, null);
     else await conversationsPage(token);
   } catch (error) {
     if (error.message !== "signed out") view().replaceChildren(el("p", { class: "error" }, error.message));
