@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from memstream.schemas import CompressedTurn, SegmentedTurn
+from memstream.schemas import CompressedTurn, SegmentedTurn, Turn
 
 from .ids import stable_id
 from .text import topic_label
@@ -188,6 +188,9 @@ class SegmenterState:
         return cls(**known)
 
 
+METADATA_ENTRIES = Turn.model_fields["metadata"].metadata[0].max_length  # a turn's metadata holds at most these
+
+
 def number_turn(state: SegmenterState, item: CompressedTurn) -> CompressedTurn:
     """The turn with its position in the conversation (``metadata.seq``): the producer's when it
     numbered the turn, else the next one of this conversation's window. Replay windows and the
@@ -197,6 +200,8 @@ def number_turn(state: SegmenterState, item: CompressedTurn) -> CompressedTurn:
     if given is not None:
         state.next_seq = max(state.next_seq, given + 1)  # a producer's numbering and ours do not collide
         return item
+    if len(item.turn.metadata) >= METADATA_ENTRIES:
+        return item  # no room for it: the flush numbers it within itself, as before
     turn = item.turn.model_copy(update={"metadata": {**item.turn.metadata, "seq": state.next_seq}})
     state.next_seq += 1
     return item.model_copy(update={"turn": turn})

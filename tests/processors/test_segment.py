@@ -15,7 +15,7 @@ from memstream.processors.segment import (
     select_heads,
     window_is_idle,
 )
-from memstream.schemas import Turn
+from memstream.schemas import SegmentedTurn, Turn
 from tests.factories import compressed, turn
 
 TOPICS = {"dog": np.array([1.0, 0, 0]), "tax": np.array([0, 1.0, 0]), "trip": np.array([0, 0, 1.0])}
@@ -201,3 +201,13 @@ def test_a_producers_positions_are_kept_and_ours_continue_after_them():
     bad = turn("D1:5", "dog").model_copy(update={"metadata": {"seq": "five"}})  # not a position: numbered
     out = segmenter.add(state, compressed(bad), now=5.0) + segmenter.drain(state)
     assert [o.item.turn.metadata["seq"] for o in out] == [10]
+
+
+def test_a_turn_whose_metadata_is_full_is_not_numbered_and_stays_valid():
+    segmenter = Segmenter(SegmentParams(method="similarity"), embed)
+    state = SegmenterState()
+    full = turn("D1:1", "dog").model_copy(update={"metadata": {f"k{i}": i for i in range(64)}})
+    out = segmenter.add(state, compressed(full), now=1.0) + segmenter.drain(state)
+    [emitted] = out
+    assert emitted.item.turn.seq is None and state.next_seq == 0
+    assert SegmentedTurn.from_bytes(emitted.to_bytes()) == emitted  # the next stage takes it

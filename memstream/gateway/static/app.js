@@ -320,11 +320,17 @@ async function timelinePage(conv, token, from) {
     last = sig;
     renderTimeline(conv, data);  // the detail panel is kept as it is (moved, not redrawn)
   };
+  // The latest page: the last PAGE_TURNS positions (a one-turn read finds where they start).
+  const latestStart = (summary) => (summary.last_seq === null ? 0 : Math.max(0, summary.last_seq - PAGE_TURNS + 1));
+  let probed = from !== null;
   const load = async () => {
+    if (!probed) {
+      start = latestStart((await api("GET", path + "?cursor=0&limit=1")).summary);
+      probed = true;
+    }
     let data = await read(start);
-    const latest = from === null && data.summary.last_seq !== null ? data.summary.last_seq - PAGE_TURNS + 1 : 0;
-    if (latest > start) {  // the latest page: the last PAGE_TURNS positions
-      start = latest;
+    if (from === null && latestStart(data.summary) > start) {  // it grew past a page meanwhile
+      start = latestStart(data.summary);
       data = await read(start);
     }
     if (token === state.route) show(data);
