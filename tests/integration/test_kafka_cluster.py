@@ -90,7 +90,9 @@ def test_replicated_topics_survive_a_broker_killed_and_rejoin(
         await ensure_topics(settings, stages=["segment", "stm"])  # memstream's own topic creation
         for _ in range(50):  # KRaft applies new topics through its metadata log: a describe may lag
             partitions, insync = await describe(settings, names), await min_insync(settings, names)
-            if set(partitions) == set(names) and set(insync.values()) == {"2"}:
+            # A topic may be described before its partitions are: wait for all of them too.
+            complete = all(len(parts) == settings.topic_partitions for parts in partitions.values())
+            if set(partitions) == set(names) and complete and set(insync.values()) == {"2"}:
                 break
             await asyncio.sleep(0.2)
         return partitions, insync
