@@ -212,9 +212,9 @@ def test_turns_streamed_in_appear_on_the_open_timeline(inspector, page):
     )
     assert page.locator(".turn").count() == int(page.inner_text("#summary").split(" turns")[0])
     # The polls read from the first turn still arriving, not the whole conversation each time.
-    cursors = [(int(parse_qs(query).get("cursor", ["0"])[0]), size) for query, size in reads]
-    full = [size for cursor, size in cursors if cursor == 0]
-    deltas = [size for cursor, size in cursors if cursor > 0]
+    asked = [({k: int(v[0]) for k, v in parse_qs(query).items()}, size) for query, size in reads]
+    full = [size for q, size in asked if q.get("cursor", 0) == 0 and q.get("limit") != 1]  # not the probe
+    deltas = [size for q, size in asked if q.get("cursor", 0) > 0]
     assert deltas, reads
     assert max(deltas) < full[0], (deltas, full)
 
