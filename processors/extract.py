@@ -70,7 +70,7 @@ def classify(sentence: str, role: str) -> CardType:
     return "fact"
 
 
-def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[SourceTurn]:
+def source_turns(flush: StmFlush) -> list[SourceTurn]:
     out = []
     for i, ct in enumerate(flush.turns()):
         t = ct.turn
@@ -83,8 +83,9 @@ def source_turns(flush: StmFlush, seq_of: dict[str, int] | None = None) -> list[
                 text=t.text,
                 event_time=t.event_time,
                 image_captions=t.image_captions,
-                # The segment stage numbers every turn; flushes from before it did fall back.
-                seq=t.seq if t.seq is not None else (seq_of or {}).get(t.turn_id, i),
+                # The segment stage numbers every turn; a flush from before it did (or a turn whose
+                # metadata had no room) falls back to its place in the flush.
+                seq=t.seq if t.seq is not None else i,
                 received_at=ct.received_at,
             )
         )

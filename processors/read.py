@@ -33,8 +33,7 @@ class Page:
 
 
 def _seq(record: Record) -> int:
-    seq = record.get("seq")
-    return int(seq) if isinstance(seq, (int, float)) and not isinstance(seq, bool) else 0
+    return int(record["seq"]) if _numbered(record) else 0
 
 
 def _numbered(turn: Record) -> bool:

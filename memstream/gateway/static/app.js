@@ -113,8 +113,12 @@ function byCollection(records) {
   return out;
 }
 
+function isCurrent(card) {
+  return !card.superseded_by && !card.duplicate_of && !card.valid_to;
+}
+
 function cardBadges(card) {
-  const old = card.superseded_by || card.duplicate_of || card.valid_to;
+  const old = !isCurrent(card);
   return [
     el("span", { class: "badge" + (old ? " old" : "") }, (card.type || "card") + " v" + (card.version || 1)),
     card.lineage && card.lineage.length ? el("span", { class: "badge" }, "merged") : null,
@@ -222,7 +226,7 @@ function renderTimeline(conv, data) {
   }
   const cards = parts.cards.slice().sort((a, b) => String(a.event_time).localeCompare(String(b.event_time)));
   const cardsBox = el("div", { id: "cards" }, cards.map((c) => el("div", {
-    class: "card" + (c.superseded_by || c.duplicate_of || c.valid_to ? " superseded" : ""),
+    class: "card" + (isCurrent(c) ? "" : " superseded"),
     "data-card-id": c.id, "data-turn-ids": JSON.stringify(c.turn_ids || []), "data-speaker": c.speaker || "",
     on: { click: () => select("card", c.id) },
   }, cardBadges(c), el("span", { class: "text" }, c.text), el("div", { class: "meta" }, (c.turn_ids || []).join(", ")))));
@@ -258,10 +262,6 @@ function renderTimeline(conv, data) {
 
 const POLL_MS = 2000;
 const FULL_EVERY = 15;  // polls: a full read now and then, whatever the counts say
-
-function isCurrent(card) {
-  return !card.superseded_by && !card.duplicate_of && !card.valid_to;
-}
 
 // A turn's position; a fresh turn not numbered yet (ahead of its flush) has none and is the newest.
 const numbered = (turn) => typeof turn.seq === "number";
