@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -170,6 +171,7 @@ class QueryEngine:
         # Conversation → the speakers its pools have shown (most recent last, bounded): lets the
         # content query be embedded in the question's own forward pass.
         self._speakers: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
+        self._speakers_lock = threading.Lock()  # questions are answered in several threads at once
         planner_llm = planner_llm or llm
         use_llm = planner_llm is not None and options.planner == "llm"
         self.planner: Planner = LlmPlanner(planner_llm) if use_llm else RulePlanner()  # type: ignore[arg-type]
@@ -392,10 +394,11 @@ class QueryEngine:
 
     def _remember_speakers(self, scope: Scope, seen: frozenset[str]) -> frozenset[str]:
         key = (scope.tenant_id, scope.conversation_id)
-        speakers = self._speakers.pop(key, frozenset()) | seen
-        self._speakers[key] = speakers
-        while len(self._speakers) > SPEAKER_MEMORY:
-            self._speakers.popitem(last=False)
+        with self._speakers_lock:
+            speakers = self._speakers.pop(key, frozenset()) | seen
+            self._speakers[key] = speakers
+            while len(self._speakers) > SPEAKER_MEMORY:
+                self._speakers.popitem(last=False)
         return speakers
 
     def _research(

@@ -96,6 +96,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
     app.on_partitions_assigned.connect(rejoined)
     fence.start()
     ctx = StageContext(app, s, services, commits, fence)
+    commits.before_revoke = ctx.settle
     for stage in stages:
         REGISTRY[stage].register(ctx)
     if s.stall_s > 0:

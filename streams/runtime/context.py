@@ -10,9 +10,11 @@ import asyncio
 import itertools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import faust
 from aiokafka.partitioner import DefaultPartitioner
@@ -28,11 +30,13 @@ from memstream.tracing import Span, SpanKind, Tracing
 from ..services import Services
 from . import faust_compat, replay
 from .fence import Fenced, FreezeFence
+from .lanes import BARRIER, Lanes, Slot
 from .offsets import SafeCommits
 
 log = logging.getLogger(__name__)
 
 INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
+DEFAULT_THREADS = 8  # beside the slots' threads: store reads, embedding, table scans off the loop
 TRACES = "_traces"  # in a window's or buffer's table entry: held turn id -> the trace context it came with
 
 
@@ -87,9 +91,23 @@ class StageContext:
         self.handled = 0  # events handled since start
         self.ingesting = 0  # ingest-stage events inside a handler now
         self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
+        self.lanes: dict[str, Lanes] = {}  # stage -> its work in progress, where it runs many at once
+        self.threads = 0  # slots of the stages that run many at once: threads they may wait in
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
-    def agent(self, stage: str, topic_name: str, handler: Handler) -> None:
-        """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``."""
+    def agent(
+        self,
+        stage: str,
+        topic_name: str,
+        handler: Handler,
+        *,
+        slots: Mapping[str, int] | None = None,
+        slot_of: Callable[[Record], Slot] | None = None,
+    ) -> None:
+        """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``: one at a
+        time, or with ``slots`` (class of work -> how many at once) as many at once as ``slot_of``
+        each message's slot allows (``lanes``: one conversation's messages stay in order)."""
         if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
             raise ValueError(f"stage {stage} reads {topic_name}, which STAGE_INPUTS does not list")
         source = self.app.topic(
@@ -102,36 +120,87 @@ class StageContext:
         )
         self.commits.subscribe(stage, self.s.topic(topic_name))
         self.metrics.init_stage(stage)
+        concurrent = slots is not None and slot_of is not None and sum(slots.values()) > 1
+        if concurrent:
+            assert slots is not None and slot_of is not None
+            self.threads += sum(slots.values())
 
         async def run(stream: faust.StreamT) -> None:
             # faust's acks do not decide commits (it acks events no handler finished): ``handle``
             # tells the commit tracker what finished.
+            if not concurrent:
+                async for event in stream.events():
+                    if await self.admit(stage, event):
+                        await self.handle(stage, event, handler)
+                return
+            assert slots is not None and slot_of is not None
+            self._size_thread_pool()
+            lanes = self.lanes[stage] = Lanes(slots)
             async for event in stream.events():
-                await self.handle(stage, event, handler)
+                if not await self.admit(stage, event):
+                    continue
+                record = self.record_of(event)
+                try:
+                    slot = slot_of(record)
+                except Exception:  # unreadable: it runs alone, and its handler dead-letters it
+                    slot = Slot(BARRIER, next(iter(slots)))
+                await lanes.submit(
+                    slot, partial(self.handle, stage, event, handler), partition=(event.message.topic, record.partition)
+                )
 
         run.__name__ = f"{stage}_agent"
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
-    async def handle(self, stage: str, event: EventT, handler: Handler) -> None:
+    def _size_thread_pool(self) -> None:
+        """Handlers wait on the LLM in threads (``asyncio.to_thread``): the loop's default pool (a few
+        threads on a small machine) would cap the calls in flight, so it gets one thread per slot."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_size < self.threads:
+            self._pool_size = self.threads + DEFAULT_THREADS
+            self._pool = ThreadPoolExecutor(max_workers=self._pool_size, thread_name_prefix="memstream")
+            loop.set_default_executor(self._pool)
+
+    async def admit(self, stage: str, event: EventT) -> bool:
+        """Whether ``stage`` handles this message now (not a redelivery, not out of order); if so,
+        it is taken: the next message the stage takes on its partition is the one after it."""
         msg = event.message
         skip = await self.commits.skip_reason(stage, msg.topic, msg.partition, msg.offset)
-        if skip:  # finished before, or handed over out of order (it comes again, in order)
+        if skip:  # finished or in progress before, or handed over out of order (it comes again, in order)
             self.metrics.skipped.labels(stage, skip).inc()
-            return
+            return False
+        self.commits.took(stage, msg.topic, msg.partition, msg.offset)
+        return True
+
+    async def settle(self, revoked: Sequence[tuple[str, int]], timeout_s: float) -> None:
+        """Before partitions go to another worker: work of theirs not started is dropped (the next
+        owner handles those messages), work under way is given ``timeout_s`` to finish, so that it
+        commits and is not redone."""
+        for lanes in self.lanes.values():
+            lanes.cancel_waiting(revoked)
+        for lanes in self.lanes.values():
+            await lanes.drain(revoked, timeout_s)
+
+    async def handle(self, stage: str, event: EventT, handler: Handler) -> None:
+        """Handle a message ``admit`` took."""
+        msg = event.message
         while self.fence.suspect():  # frozen lately: wait for the rebalance that tells who owns what
             await asyncio.sleep(0.5)
         ingest = stage in INGEST_STAGES
         self.in_flight += 1
         self.ingesting += ingest
+        finished = False
         try:
             await self._handle(stage, event, handler)
             # Its effect (outputs, store writes, state) is durable or dead-lettered: it may commit.
             self.commits.finished(stage, msg.topic, msg.partition, msg.offset)
+            finished = True
         except Fenced as exc:
             # Not finished: the message comes again, to whoever owns the partition after the rebalance.
             self.metrics.skipped.labels(stage, "fenced").inc()
             log.warning("%s left %s[%s]@%s unfinished: %s", stage, msg.topic, msg.partition, msg.offset, exc)
         finally:
+            if not finished:
+                self.commits.left_unfinished(stage, msg.topic, msg.partition, msg.offset)
             self.in_flight -= 1
             self.handled += 1
             if ingest:
@@ -154,12 +223,15 @@ class StageContext:
         ) as span:
             await self._handle_in_span(stage, event, handler, span)
 
-    async def _handle_in_span(self, stage: str, event: EventT, handler: Handler, span: Span) -> None:
-        raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+    @staticmethod
+    def record_of(event: EventT) -> Record:
         msg = event.message
-        record = Record(
-            raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers), raw_key(msg.key)
-        )
+        raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+        return Record(raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers), raw_key(msg.key))
+
+    async def _handle_in_span(self, stage: str, event: EventT, handler: Handler, span: Span) -> None:
+        record = self.record_of(event)
+        raw = record.value
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         attempt = outage = 0

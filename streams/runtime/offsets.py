@@ -42,6 +42,8 @@ class CommitTracker:
         self._position: dict[Partition, int] = {}
         self._done: dict[Partition, dict[int, set[str]]] = {}
         self._next: dict[tuple[str, Partition], int] = {}
+        # The offset a stage takes next: past _next while messages it took are still in progress.
+        self._taken: dict[tuple[str, Partition], int] = {}
 
     def subscribe(self, stage: str, topic: str) -> None:
         self._stages.setdefault(topic, set()).add(stage)
@@ -61,6 +63,24 @@ class CommitTracker:
     def next_for(self, stage: str, topic: str, partition: int) -> int | None:
         """The offset ``stage`` handles next on this partition (None: the position is not read yet)."""
         return self._next.get((stage, Partition(topic, partition)))
+
+    def next_to_take(self, stage: str, topic: str, partition: int) -> int | None:
+        """The offset ``stage`` takes next on this partition: past the ones it has in progress."""
+        key = (stage, Partition(topic, partition))
+        done = self._next.get(key)
+        return None if done is None else max(done, self._taken.get(key, done))
+
+    def took(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        """``stage`` has the message in progress: the next one it takes is the one after."""
+        key = (stage, Partition(topic, partition))
+        self._taken[key] = max(offset + 1, self._taken.get(key, 0))
+
+    def left_unfinished(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        """``stage`` gave the message up unfinished: it must be taken again when it comes again (the
+        messages after it that did finish are then redeliveries)."""
+        key = (stage, Partition(topic, partition))
+        if key in self._taken:
+            self._taken[key] = min(self._taken[key], offset)
 
     def finished(self, stage: str, topic: str, partition: int, offset: int) -> None:
         tp = Partition(topic, partition)
@@ -107,6 +127,7 @@ class CommitTracker:
             self._done.pop(tp, None)
             for stage in self._stages.get(topic, ()):
                 self._next.pop((stage, tp), None)
+                self._taken.pop((stage, tp), None)
 
     def _advance(self, stage: str, tp: Partition, offset: int) -> None:
         done = self._done.get(tp, {})
@@ -124,6 +145,7 @@ class CommitTracker:
 
 PositionReader = Callable[[list[Partition]], Awaitable[Mapping[Any, int]]]
 REVOKE_COMMIT_S = 10.0  # a revoke waits this long at most for its commit
+SETTLE_S = 5.0  # ... and this long at most for work under way on its partitions (LLM calls) to finish
 RESEEK_S = 5.0  # one seek back per partition and offset in this time: a refetch takes a moment to arrive
 
 
@@ -139,19 +161,21 @@ class SafeCommits:
         self._read_positions = read_positions
         self._commit_lock = asyncio.Lock()
         self._sought: dict[tuple[Partition, int], float] = {}
+        # Before revoked partitions' commit: lets work of theirs under way finish (seconds at most).
+        self.before_revoke: Callable[[list[Any], float], Awaitable[None]] | None = None
 
     def subscribe(self, stage: str, topic: str) -> None:
         self.tracker.subscribe(stage, topic)
 
     async def skip_reason(self, stage: str, topic: str, partition: int, offset: int) -> str | None:
         """Why ``stage`` must not handle this message now, or None to handle it. "redelivered": the
-        stage finished it already. "out_of_order": a message before it never came (faust drops
-        messages fetched while its flow is suspended around a rebalance), so the partition is sought
-        back to that one and what follows comes again, in order."""
-        expected = self.tracker.next_for(stage, topic, partition)
+        stage finished it already, or has it in progress. "out_of_order": a message before it never
+        came (faust drops messages fetched while its flow is suspended around a rebalance), so the
+        partition is sought back to that one and what follows comes again, in order."""
+        expected = self.tracker.next_to_take(stage, topic, partition)
         if expected is None:
             await self._learn_positions([Partition(topic, partition), *self._assigned_without_position()])
-            expected = self.tracker.next_for(stage, topic, partition)
+            expected = self.tracker.next_to_take(stage, topic, partition)
             if expected is None:  # revoked meanwhile
                 return "redelivered"
         if offset == expected:
@@ -196,6 +220,14 @@ class SafeCommits:
                 out[Partition(tp.topic, tp.partition)] = max(0, end - position)
         return out
 
+    def took(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        """The stage has the message in progress (see ``skip_reason``)."""
+        self.tracker.took(stage, topic, partition, offset)
+
+    def left_unfinished(self, stage: str, topic: str, partition: int, offset: int) -> None:
+        """The stage gave the message up (fenced): it is taken again when it comes again."""
+        self.tracker.left_unfinished(stage, topic, partition, offset)
+
     def finished(self, stage: str, topic: str, partition: int, offset: int) -> None:
         """The stage's effect for this message is durable (or dead-lettered): it may commit."""
         self.tracker.finished(stage, topic, partition, offset)
@@ -227,6 +259,13 @@ class SafeCommits:
         this generation), so their next owner does not redo it; then forget them. Without this commit,
         work finished since the last commit interval was redone after every rebalance."""
         revoked = list(revoked)
+        if self.before_revoke is not None:
+            try:
+                await self.before_revoke(revoked, SETTLE_S)
+            except Exception:  # unfinished work is redone by the next owner (idempotent sinks)
+                log.warning(
+                    "could not settle the work of %d partitions before giving them up", len(revoked), exc_info=True
+                )
         async with self._commit_lock:
             try:
                 await asyncio.wait_for(self._commit_finished(), REVOKE_COMMIT_S)

@@ -45,6 +45,7 @@ from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
 from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
+from ..runtime.lanes import Slot, conversation_lane
 from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,12 @@ class Consolidation:
         self.params = ConsolidateParams(tau=self.s.consolidate_tau, top_n=self.s.consolidate_top_n)
         llm = self.services.llm_for("consolidate")
         self.decider: Decider = LlmDecider(llm, self.params) if llm is not None else RuleDecider(self.params)
-        self.pool = ThreadPoolExecutor(max_workers=self.s.consolidate_parallel, thread_name_prefix="consolidate")
+        # With an LLM, runs of several conversations go on at once (``in_flight``), each deciding
+        # CONSOLIDATE_PARALLEL queues at a time.
+        self.in_flight = self.s.in_flight(STAGE) if llm is not None else 1
+        self.pool = ThreadPoolExecutor(
+            max_workers=self.s.consolidate_parallel * self.in_flight, thread_name_prefix="consolidate"
+        )
         log.info(
             "consolidation: %s decisions, idle after %.0fs, schedule %s",
             type(self.decider).__name__,
@@ -274,10 +280,19 @@ class Consolidation:
                 await self.ctx.send(self.control, key.encode(), command.to_bytes())
 
 
+def run_slot(record: Record) -> Slot:
+    """Runs of different conversations side by side; one conversation's commands (and a forget's
+    end) in order; a broadcast (a fan-out, a tenant's forget) alone."""
+    return Slot(conversation_lane(record.key, record.partition), "llm")
+
+
 def register(ctx: StageContext) -> None:
     stage = Consolidation(ctx)
     ctx.agent(STAGE, INPUT, stage.on_write)
-    ctx.agent("consolidate.run", Topic.CONTROL, stage.on_command)
+    if stage.in_flight > 1:
+        ctx.agent("consolidate.run", Topic.CONTROL, stage.on_command, slots={"llm": stage.in_flight}, slot_of=run_slot)
+    else:
+        ctx.agent("consolidate.run", Topic.CONTROL, stage.on_command)
     ctx.agent("consolidate.apply", Topic.UPDATES, stage.on_update)
     init_series(ctx.metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
     init_series(ctx.metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))

@@ -13,6 +13,7 @@ from memstream.schemas.memory import ExtractionMode
 from memstream.schemas.topics import Topic
 
 from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from ..runtime.lanes import Slot, conversation_lane
 
 log = logging.getLogger(__name__)
 
@@ -60,5 +61,12 @@ def register(ctx: StageContext) -> None:
             metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)
         return StageResult([Out(out_topic, write.key, write)])
 
-    ctx.agent(STAGE, INPUT, handler)
+    def slot_of(record: Record) -> Slot:
+        # A conversation's flushes (and a forget behind them) in order; conversations side by side.
+        return Slot(conversation_lane(record.key, record.partition), "llm")
+
+    if extractor.mode == "llm":
+        ctx.agent(STAGE, INPUT, handler, slots={"llm": s.in_flight(STAGE)}, slot_of=slot_of)
+    else:  # bound by the CPU: one at a time
+        ctx.agent(STAGE, INPUT, handler)
     init_series(metrics.extract_mode, get_args(ExtractionMode))

@@ -21,6 +21,7 @@ from memstream.schemas.topics import Topic, message_kind
 from memstream.tracing import SpanKind
 
 from ..runtime.context import Out, Record, StageContext, StageResult
+from ..runtime.lanes import Slot
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,25 @@ def register(ctx: StageContext) -> None:
             await ctx.produce(STAGE, [Out(query.reply_topic, query.correlation_id, reply)])
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, handler)
+    if services.llm is None:  # bound by the CPU: one at a time
+        ctx.agent(STAGE, INPUT, handler)
+    else:
+        in_flight = ctx.s.in_flight(STAGE)
+        ctx.agent(STAGE, INPUT, handler, slots={"llm": in_flight, "evidence": in_flight}, slot_of=query_slot)
+
+
+def query_slot(record: Record) -> Slot:
+    """Questions need no order among themselves (each reply names its question); an LLM-answered
+    one waits for an LLM slot, an evidence-only one (or a read) for one of its own, so it is never
+    held behind LLM answers."""
+    lane = (record.partition, record.offset)
+    if message_kind(record.value) == "read":
+        return Slot(lane, "evidence")
+    try:
+        answer = orjson.loads(record.value).get("answer", True)
+    except (orjson.JSONDecodeError, AttributeError):
+        answer = False  # dead-lettered at once by the handler
+    return Slot(lane, "llm" if answer is not False else "evidence")
 
 
 async def reply_invalid(ctx: StageContext, raw: bytes, exc: SchemaError) -> None:

@@ -164,3 +164,43 @@ def test_a_revoke_commits_what_finished_before_the_partitions_go():
         assert commits.tracker.position((TOPIC, 0)) is None, "then the partition is forgotten"
 
     asyncio.run(run())
+
+
+def test_messages_in_progress_are_not_taken_twice_and_commit_only_once_all_before_them_finished():
+    import asyncio
+
+    commits = safe_commits(5)
+    tracker = commits.tracker
+
+    async def run():
+        for offset in (5, 6, 7):  # three in progress at once
+            assert await commits.skip_reason("compress", TOPIC, 0, offset) is None
+            commits.took("compress", TOPIC, 0, offset)
+        assert await commits.skip_reason("compress", TOPIC, 0, 6) == "redelivered"  # in progress
+        assert await commits.skip_reason("compress", TOPIC, 0, 8) is None  # the next one, not a gap
+        assert commits.app.consumer.sought == []
+        commits.finished("compress", TOPIC, 0, 7)
+        commits.finished("compress", TOPIC, 0, 6)
+        assert tracker.committable() == {}, "5 is still in progress: nothing past it may commit"
+        commits.finished("compress", TOPIC, 0, 5)
+        assert tracker.committable() == {(TOPIC, 0): 8}
+
+    asyncio.run(run())
+
+
+def test_a_message_given_up_unfinished_is_taken_again_when_it_comes_again():
+    import asyncio
+
+    commits = safe_commits(5)
+
+    async def run():
+        for offset in (5, 6):
+            assert await commits.skip_reason("compress", TOPIC, 0, offset) is None
+            commits.took("compress", TOPIC, 0, offset)
+        commits.finished("compress", TOPIC, 0, 6)
+        commits.left_unfinished("compress", TOPIC, 0, 5)  # fenced
+        assert await commits.skip_reason("compress", TOPIC, 0, 7) == "out_of_order"
+        assert commits.app.consumer.sought == [{(TOPIC, 0): 5}]
+        assert await commits.skip_reason("compress", TOPIC, 0, 5) is None
+
+    asyncio.run(run())
