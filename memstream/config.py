@@ -199,6 +199,41 @@ class Settings(BaseSettings):
         1, ge=0, description="Retries of an LLM call after a timeout, connection, rate-limit or server error"
     )
 
+    # --- LLM concurrency and provider limits ---------------------------------------------------
+    llm_in_flight: int = Field(
+        8,
+        ge=1,
+        description="LLM-bound messages each of the extract, query and consolidate stages keeps in progress per "
+        "worker, across conversations (one conversation's messages stay in order); 1 = one at a time",
+    )
+    extract_in_flight: int | None = Field(None, ge=1, description="The extract stage's own (unset: llm_in_flight)")
+    query_in_flight: int | None = Field(
+        None, ge=1, description="The query stage's own, for LLM-answered questions (unset: llm_in_flight)"
+    )
+    consolidate_in_flight: int | None = Field(
+        None, ge=1, description="Consolidation runs in progress at once (unset: llm_in_flight)"
+    )
+    llm_rpm: float = Field(
+        0.0, ge=0, description="Requests per minute the provider allows this worker for llm_model (0 = no limit)"
+    )
+    llm_tpm: float = Field(
+        0.0,
+        ge=0,
+        description="Tokens (prompt + completion) per minute the provider allows this worker for llm_model "
+        "(0 = no limit); a call waits for budget before it is sent",
+    )
+    llm_max_concurrency: int = Field(
+        64,
+        ge=1,
+        description="Most calls in flight to the LLM endpoint per worker: after a 429 fewer (halved), after a run "
+        "of successes one more, up to this",
+    )
+    llm_rate_limit_wait_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long one call waits out 429s (their Retry-After, else back-off) before it fails",
+    )
+
     # --- Models ------------------------------------------------------------------------------
     embedding_model: str | None = Field(
         None,
@@ -441,6 +476,15 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown stages {unknown}; known: {', '.join(STAGES)}")
         return [s for s in STAGES if s in chosen]
+
+    def in_flight(self, stage: str) -> int:
+        """LLM-bound messages ``stage`` (extract, query or consolidate) keeps in progress per worker."""
+        own = {
+            "extract": self.extract_in_flight,
+            "query": self.query_in_flight,
+            "consolidate": self.consolidate_in_flight,
+        }
+        return own[stage] or self.llm_in_flight
 
     @property
     def llm_enabled(self) -> bool:

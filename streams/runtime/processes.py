@@ -218,8 +218,10 @@ def local_llm_url(settings: Settings) -> str:
 def local_llm_env(settings: Settings) -> dict[str, str]:
     """Worker settings for the local SmolLM2-135M server: a tiny model, so extraction asks for few,
     short cards (its output must fit its token limit), questions are planned by the rules (its
-    plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence), and
-    answers are short (it rambles to whatever limit it is given)."""
+    plans are valid JSON but arbitrary: a wrong time range or profile would cost evidence), answers
+    are short (it rambles to whatever limit it is given), and one call is sent at a time (the server
+    runs one completion at a time: more would only wait in its queue, against their timeouts; the
+    stages still keep several messages in flight, their calls waiting here for the slot)."""
     return {
         "MEMSTREAM_LLM_BASE_URL": local_llm_url(settings),
         "MEMSTREAM_LLM_MODEL": "smollm2",
@@ -227,6 +229,7 @@ def local_llm_env(settings: Settings) -> dict[str, str]:
         "MEMSTREAM_EXTRACT_MAX_TOKENS": "1024",
         "MEMSTREAM_QUERY_PLANNER": "rules",
         "MEMSTREAM_ANSWER_MAX_TOKENS": "128",
+        "MEMSTREAM_LLM_MAX_CONCURRENCY": "1",
     }
 
 
