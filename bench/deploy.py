@@ -26,13 +26,15 @@ def worker_samples(port: int | str) -> Iterator[Sample]:
 def llm_costs(port: int | str) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
     """The worker's LLM cost per stage as the endpoint saw it, and its other counters (summed over
     labels). ``calls`` counts every request sent: answered ones (repairs included) and failed attempts
-    (each retry is one), also the calls a redelivered message made again; ``failed_calls`` the latter.
+    (each retry is one), also the calls a redelivered message made again; ``failed_calls`` the latter;
+    ``cached_prompt_tokens`` the prompt tokens the provider reported read from its prompt cache.
     ``bench ingest``, ``bench locomo`` and ``bench longmemeval`` count calls this way."""
     stages: dict[str, dict[str, int]] = {}
     other: dict[str, float] = {}
 
     def cost(stage: str) -> dict[str, int]:
-        return stages.setdefault(stage, {"calls": 0, "failed_calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        zero = {"calls": 0, "failed_calls": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
+        return stages.setdefault(stage, zero)
 
     for s in worker_samples(port):
         if s.name == "memstream_llm_calls_total":

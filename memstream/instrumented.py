@@ -5,16 +5,19 @@ ports."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from memstream.llm_limits import Permit, ProviderLimiter, backoff_s, estimate_tokens
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Embedder, LLMError, LlmResult
 from memstream.tracing import SpanKind, Tracing
 
 MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
+MIN_RATE_LIMIT_PAUSE_S = 0.5  # a provider answering "Retry-After: 0" again and again is not hammered
 STORE_OPERATIONS = frozenset(
     {"upsert", "search", "search_text", "scroll", "count", "set_payload", "retrieve", "delete"}
 )
@@ -22,7 +25,12 @@ STORE_OPERATIONS = frozenset(
 
 class MeteredLLM:
     """An LLM as one stage uses it: each attempt is timed, failures are counted by kind, and
-    transient ones (timeouts, connection, rate limits, server errors) are retried ``retries`` times."""
+    transient ones (timeouts, connection, server errors) are retried ``retries`` times.
+
+    With a ``limiter`` (one per model, shared by the worker's stages) each attempt first waits for a
+    concurrency slot and the provider's request/token budget. A 429 is waited out (its Retry-After,
+    else back-off) and tried again without using up ``retries``, while the caller's deadline allows
+    and this call's waits for 429s stay within ``rate_limit_wait_s``; then it is raised as before."""
 
     def __init__(
         self,
@@ -35,6 +43,9 @@ class MeteredLLM:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         tracing: Tracing | None = None,
+        limiter: ProviderLimiter | None = None,
+        rate_limit_wait_s: float = 300.0,
+        default_max_tokens: int = 1024,
     ):
         self._llm = llm
         self._tracing = tracing or Tracing(enabled=False)
@@ -45,6 +56,9 @@ class MeteredLLM:
         self._backoff_s = backoff_s
         self._sleep = sleep
         self._clock = clock
+        self._limiter = limiter
+        self._rate_limit_wait_s = rate_limit_wait_s
+        self._default_max_tokens = default_max_tokens  # the adapter's, which the provider charges when none is given
         metrics.init_llm(stage, self.model)
 
     def complete(
@@ -56,54 +70,127 @@ class MeteredLLM:
         max_tokens: int | None = None,
         timeout_s: float | None = None,
     ) -> LlmResult:
-        """``timeout_s`` bounds the whole call, retries and their back-off included: a retry that
-        could not finish in time is not started."""
+        """``timeout_s`` bounds the whole call, retries, 429 pauses and waits for budget included: an
+        attempt that could not finish in time is not started."""
         m = self._metrics
         deadline = None if timeout_s is None else self._clock() + timeout_s
-        for attempt in range(self._retries + 1):
-            started = time.perf_counter()
-            remaining = None if deadline is None else deadline - self._clock()
+        estimate = estimate_tokens(messages, max_tokens or self._default_max_tokens, json_schema)
+        failures = 0  # transient failures other than 429s: these use up the retries
+        rate_limits = 0
+        waited_out = 0.0  # seconds this call spent waiting out 429s
+        for attempt in itertools.count(1):
+            permit = self._admit(estimate, deadline, waited_out)
             try:
-                with self._tracing.span(
-                    f"chat {self.model}",
-                    kind=SpanKind.CLIENT,
-                    attributes={
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.request.model": self.model,
-                        "memstream.stage": self.stage,
-                        "memstream.attempt": attempt + 1,
-                    },
-                ) as span:
-                    try:
-                        result = self._llm.complete(
-                            messages,
-                            json_schema=json_schema,
-                            schema_name=schema_name,
-                            max_tokens=max_tokens,
-                            timeout_s=remaining,
-                        )
-                    except LLMError as exc:
-                        self._tracing.fail(span, f"{exc.kind}: {exc}"[:300])
+                started = time.perf_counter()
+                remaining = None if deadline is None else deadline - self._clock()
+                try:
+                    result = self._attempt(messages, json_schema, schema_name, max_tokens, remaining, attempt)
+                except LLMError as exc:
+                    m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
+                    m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
+                    if exc.kind == "rate_limit":
+                        rate_limits += 1
+                        m.llm_rate_limited.labels(self.stage, self.model).inc()
+                        pause = self._rate_limited(permit, exc, rate_limits)
+                        if not self._may_wait_out(pause, waited_out, deadline):
+                            raise
+                        waited_out += pause
+                        self._sleep(pause)
+                        continue
+                    backoff = self._backoff_s * 2**failures
+                    if (
+                        not exc.retryable
+                        or failures == self._retries
+                        or (deadline is not None and deadline - self._clock() - backoff < MIN_ATTEMPT_S)
+                    ):
                         raise
-                    span.set_attribute("gen_ai.response.model", result.model)
-                    span.set_attribute("gen_ai.usage.input_tokens", result.prompt_tokens)
-                    span.set_attribute("gen_ai.usage.output_tokens", result.completion_tokens)
-            except LLMError as exc:
+                    failures += 1
+                    m.llm_retries.labels(self.stage, self.model).inc()
+                    self._release_failed(permit)  # its slot is not held through the back-off
+                    self._sleep(backoff)
+                    continue
                 m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
-                m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
-                backoff = self._backoff_s * 2**attempt
-                if (
-                    not exc.retryable
-                    or attempt == self._retries
-                    or (deadline is not None and deadline - self._clock() - backoff < MIN_ATTEMPT_S)
-                ):
-                    raise
-                m.llm_retries.labels(self.stage, self.model).inc()
-                self._sleep(backoff)
-            else:
-                m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
+                m.llm_tokens.labels(self.stage, result.model or self.model, "cached_prompt").inc(
+                    result.cached_prompt_tokens
+                )
+                if self._limiter is not None and permit is not None:
+                    # No usage reported (some local servers): the estimate stays charged.
+                    self._limiter.release(permit, (result.prompt_tokens + result.completion_tokens) or None)
                 return result
+            finally:
+                self._release_failed(permit)  # whatever else ended the attempt; a no-op once released
         raise AssertionError("unreachable")
+
+    def _admit(self, estimate: int, deadline: float | None, waited_out: float) -> Permit | None:
+        """A permit from the limiter (None without one). It may wait until a call sent then still has
+        MIN_ATTEMPT_S before the caller's deadline; a caller without one waits at most what is left of
+        ``rate_limit_wait_s`` (a provider's pause of an hour must not hold a stage's thread for it)."""
+        limiter = self._limiter
+        if limiter is None:
+            return None
+        if deadline is not None:
+            budget = deadline - self._clock() - MIN_ATTEMPT_S
+        else:
+            budget = self._rate_limit_wait_s - waited_out
+        started = self._clock()
+        try:
+            return limiter.acquire(estimate, limiter.now() + budget)
+        finally:
+            self._metrics.llm_budget_wait.labels(self.model).observe(max(0.0, self._clock() - started))
+
+    def _release_failed(self, permit: Permit | None) -> None:
+        if self._limiter is not None and permit is not None:
+            self._limiter.release_failed(permit)
+
+    def _rate_limited(self, permit: Permit | None, exc: LLMError, rate_limits: int) -> float:
+        """Seconds until the next attempt may be sent: the limiter's pause (which every stage now
+        keeps), else the provider's Retry-After, else an exponential back-off."""
+        if self._limiter is not None and permit is not None:
+            pause = self._limiter.release_rate_limited(permit, exc.retry_after_s)
+        else:
+            pause = exc.retry_after_s if exc.retry_after_s is not None else backoff_s(rate_limits)
+        return max(MIN_RATE_LIMIT_PAUSE_S, pause)
+
+    def _may_wait_out(self, pause: float, waited_out: float, deadline: float | None) -> bool:
+        if waited_out + pause > self._rate_limit_wait_s:
+            return False
+        return deadline is None or deadline - self._clock() - pause >= MIN_ATTEMPT_S
+
+    def _attempt(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        json_schema: Mapping[str, Any] | None,
+        schema_name: str,
+        max_tokens: int | None,
+        timeout_s: float | None,
+        attempt: int,
+    ) -> LlmResult:
+        """One call to the endpoint, in its span."""
+        with self._tracing.span(
+            f"chat {self.model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": self.model,
+                "memstream.stage": self.stage,
+                "memstream.attempt": attempt,
+            },
+        ) as span:
+            try:
+                result = self._llm.complete(
+                    messages,
+                    json_schema=json_schema,
+                    schema_name=schema_name,
+                    max_tokens=max_tokens,
+                    timeout_s=timeout_s,
+                )
+            except LLMError as exc:
+                self._tracing.fail(span, f"{exc.kind}: {exc}"[:300])
+                raise
+            span.set_attribute("gen_ai.response.model", result.model)
+            span.set_attribute("gen_ai.usage.input_tokens", result.prompt_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", result.completion_tokens)
+            return result
 
 
 class MeteredStore:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from memstream.tracing import Tracing
@@ -11,6 +13,20 @@ _TOKEN_BUCKETS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _PIPELINE_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _FRESH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)  # the fast path: seconds, not minutes
 LLM_ERROR_KINDS = ("timeout", "connection", "rate_limit", "server", "client", "empty")
+LLM_TOKEN_KINDS = ("prompt", "completion", "cached_prompt")  # cached_prompt: the part of prompt a cache served
+
+
+class LimiterReadings(Protocol):
+    """What a provider limiter (memstream.llm_limits.ProviderLimiter) shows at scrape time."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def limit(self) -> int: ...
 
 
 class Metrics:
@@ -26,6 +42,18 @@ class Metrics:
         )
         self.messages_out = Counter(
             "memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"], registry=r
+        )
+        self.stage_in_flight = Gauge(
+            "memstream_stage_in_flight",
+            "Messages a stage is handling now (LLM-bound stages: many)",
+            ["stage"],
+            registry=r,
+        )
+        self.stage_queued = Gauge(
+            "memstream_stage_queued",
+            "Messages a stage took and holds until their conversation's earlier ones or a slot are done",
+            ["stage"],
+            registry=r,
         )
         self.errors = Counter(
             "memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r
@@ -172,6 +200,34 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.llm_rate_limited = Counter(
+            "memstream_llm_rate_limited_total",
+            "LLM attempts the provider refused with a 429 (waited out, not counted against the retries)",
+            ["stage", "model"],
+            registry=r,
+        )
+        self.llm_in_flight = Gauge(
+            "memstream_llm_in_flight", "LLM calls sent and not answered yet, all stages", ["model"], registry=r
+        )
+        self.llm_queued = Gauge(
+            "memstream_llm_queued",
+            "LLM calls waiting for a concurrency slot or for the provider's request/token budget",
+            ["model"],
+            registry=r,
+        )
+        self.llm_concurrency_limit = Gauge(
+            "memstream_llm_concurrency_limit",
+            "Calls allowed in flight now (halved on a 429, one more after a run of successes)",
+            ["model"],
+            registry=r,
+        )
+        self.llm_budget_wait = Histogram(
+            "memstream_llm_budget_wait_seconds",
+            "Time an LLM attempt waited for a slot and the provider's budget before it was sent",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # Consolidation
         self.consolidation_runs = Counter(
             "memstream_consolidation_runs_total",
@@ -264,7 +320,7 @@ class Metrics:
 
     def init_stage(self, stage: str) -> None:
         """A stage's series exist from start (at 0), so rates and dashboards see it before its first message."""
-        for metric in (self.messages_in, self.messages_out, self.errors):
+        for metric in (self.messages_in, self.messages_out, self.errors, self.stage_in_flight, self.stage_queued):
             metric.labels(stage)
         self.latency.labels(stage)
         for reason in ("redelivered", "out_of_order", "fenced", "in_state"):
@@ -272,12 +328,22 @@ class Metrics:
 
     def init_llm(self, stage: str, model: str) -> None:
         self.llm_calls.labels(stage, model)
-        for kind in ("prompt", "completion"):
+        for kind in LLM_TOKEN_KINDS:
             self.llm_tokens.labels(stage, model, kind)
         for error in LLM_ERROR_KINDS:
             self.llm_errors.labels(stage, model, error)
         self.llm_retries.labels(stage, model)
         self.llm_latency.labels(stage, model)
+        self.llm_rate_limited.labels(stage, model)
+        for gauge in (self.llm_in_flight, self.llm_queued, self.llm_concurrency_limit):
+            gauge.labels(model)
+        self.llm_budget_wait.labels(model)
+
+    def watch_llm_limiter(self, model: str, limiter: LimiterReadings) -> None:
+        """The limiter's gauges, read at each scrape (the limiter keeps its own counts, under its lock)."""
+        self.llm_in_flight.labels(model).set_function(lambda: limiter.in_flight)
+        self.llm_queued.labels(model).set_function(lambda: limiter.queued)
+        self.llm_concurrency_limit.labels(model).set_function(lambda: limiter.limit)
 
     def count_embedded(self, computed: int, cached: int) -> None:
         self.embedded_texts.labels("computed").inc(computed)

@@ -18,19 +18,22 @@ class LlmResult:
     completion_tokens: int
     model: str
     data: dict[str, Any] | None = None  # parsed JSON when a schema was requested
+    cached_prompt_tokens: int = 0  # of prompt_tokens, those the provider's prompt cache served
 
 
 class LLMError(RuntimeError):
     """The LLM endpoint failed or answered something unusable.
 
     ``kind``: timeout, connection, rate_limit, server (5xx), client (other 4xx, bad request) or
-    empty (no usable answer); the first four are transient and worth a retry."""
+    empty (no usable answer); the first four are transient and worth a retry. ``retry_after_s``:
+    how long the provider asked to wait before the next call (a 429's Retry-After), when it said."""
 
     TRANSIENT = frozenset({"timeout", "connection", "rate_limit", "server"})
 
-    def __init__(self, message: str, kind: str = "client"):
+    def __init__(self, message: str, kind: str = "client", *, retry_after_s: float | None = None):
         super().__init__(message)
         self.kind = kind
+        self.retry_after_s = retry_after_s
 
     @property
     def retryable(self) -> bool:

@@ -10,6 +10,7 @@ from typing import Callable, TypeVar
 
 from memstream.config import Settings
 from memstream.instrumented import MeteredLLM, MeteredStore, TracedEmbedder
+from memstream.llm_limits import ProviderLimiter
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder, StoreUnavailable
 from memstream.processors.fingerprint import META, check_embedder
@@ -48,6 +49,7 @@ class Services:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self._metered_llms: dict[str, LLM] = {}
+        self._llm_lock = threading.Lock()
         # Erasure and consolidation updates take turns on the store: an update decided before a
         # forget must not write back a merged card of forgotten turns after the erase.
         self.store_lock = threading.Lock()
@@ -166,15 +168,36 @@ class Services:
             s.llm_base_url, s.llm_model, s.llm_api_key, timeout_s=s.llm_timeout_s, max_tokens=s.llm_max_tokens
         )
 
+    @cached_property
+    def llm_limiter(self) -> ProviderLimiter:
+        """The provider's limits for the configured model, one for every stage of this worker: the
+        provider counts the worker's calls together."""
+        s = self.settings
+        limiter = ProviderLimiter(s.llm_model, rpm=s.llm_rpm, tpm=s.llm_tpm, max_concurrency=s.llm_max_concurrency)
+        self.metrics.watch_llm_limiter(s.llm_model, limiter)
+        if s.llm_rpm or s.llm_tpm:
+            log.info("LLM limits: %g requests/min, %g tokens/min (0 = none)", s.llm_rpm, s.llm_tpm)
+        return limiter
+
     def llm_for(self, stage: str) -> LLM | None:
-        """The LLM as ``stage`` uses it: its calls timed, failures counted and transient ones retried."""
-        if self.llm is None:
-            return None
-        if stage not in self._metered_llms:
-            self._metered_llms[stage] = MeteredLLM(
-                self.llm, self.metrics, stage, retries=self.settings.llm_retries, tracing=self.tracing
-            )
-        return self._metered_llms[stage]
+        """The LLM as ``stage`` uses it: its calls timed, failures counted, transient ones retried,
+        and every call within the provider's limits."""
+        with self._llm_lock:  # each stage gets one MeteredLLM, and the worker one limiter, whoever asks first
+            if self.llm is None:
+                return None
+            if stage not in self._metered_llms:
+                s = self.settings
+                self._metered_llms[stage] = MeteredLLM(
+                    self.llm,
+                    self.metrics,
+                    stage,
+                    retries=s.llm_retries,
+                    tracing=self.tracing,
+                    limiter=self.llm_limiter,
+                    rate_limit_wait_s=s.llm_rate_limit_wait_s,
+                    default_max_tokens=s.llm_max_tokens,
+                )
+            return self._metered_llms[stage]
 
     @cached_property
     def compressor(self) -> Compressor | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Mapping, Sequence
 
 import openai
@@ -43,7 +46,7 @@ class OpenAICompatibleLLM:
                 **kwargs,
             )
         except openai.OpenAIError as exc:
-            raise LLMError(f"{type(exc).__name__}: {exc}", error_kind(exc)) from exc
+            raise LLMError(f"{type(exc).__name__}: {exc}", error_kind(exc), retry_after_s=retry_after(exc)) from exc
         if not response.choices:
             raise LLMError("the endpoint returned no choices", "empty")
         content = response.choices[0].message.content or ""
@@ -62,7 +65,50 @@ class OpenAICompatibleLLM:
             completion_tokens=usage.completion_tokens if usage else 0,
             model=response.model or self.model,
             data=data,
+            cached_prompt_tokens=cached_tokens(usage),
         )
+
+
+def cached_tokens(usage: Any) -> int:
+    """Prompt tokens the provider's prompt cache served; servers that do not say report none."""
+    details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    return (getattr(details, "cached_tokens", None) or 0) if details else 0
+
+
+def retry_after(exc: openai.OpenAIError, now: datetime | None = None) -> float | None:
+    """Seconds a 429 asks to wait: ``retry-after-ms`` (OpenAI's, the more precise) or ``Retry-After``
+    (seconds, or an HTTP date); None when it names neither or is not a rate limit."""
+    if not isinstance(exc, openai.RateLimitError):
+        return None
+    return retry_after_header(exc.response.headers, now)
+
+
+def retry_after_header(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """``headers``: case-insensitive, as httpx's are (lower-case keys for a plain dict)."""
+    milliseconds = _number(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)  # HTTP dates are GMT
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+def _number(value: str | None) -> float | None:
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) and number >= 0 else None
 
 
 def error_kind(exc: openai.OpenAIError) -> str:

@@ -147,6 +147,7 @@ class StageContext:
                 await lanes.submit(
                     slot, partial(self.handle, stage, event, handler), partition=(event.message.topic, record.partition)
                 )
+                self._show_queued(stage)
 
         run.__name__ = f"{stage}_agent"
         self.app.agent(source, name=f"memstream.{stage}")(run)
@@ -159,6 +160,10 @@ class StageContext:
             self._pool_size = self.threads + DEFAULT_THREADS
             self._pool = ThreadPoolExecutor(max_workers=self._pool_size, thread_name_prefix="memstream")
             loop.set_default_executor(self._pool)
+
+    def _show_queued(self, stage: str) -> None:
+        if stage in self.lanes:
+            self.metrics.stage_queued.labels(stage).set(self.lanes[stage].waiting)
 
     async def admit(self, stage: str, event: EventT) -> bool:
         """Whether ``stage`` handles this message now (not a redelivery, not out of order); if so,
@@ -188,6 +193,8 @@ class StageContext:
         ingest = stage in INGEST_STAGES
         self.in_flight += 1
         self.ingesting += ingest
+        self.metrics.stage_in_flight.labels(stage).inc()
+        self._show_queued(stage)
         finished = False
         try:
             await self._handle(stage, event, handler)
@@ -202,6 +209,7 @@ class StageContext:
             if not finished:
                 self.commits.left_unfinished(stage, msg.topic, msg.partition, msg.offset)
             self.in_flight -= 1
+            self.metrics.stage_in_flight.labels(stage).dec()
             self.handled += 1
             if ingest:
                 self.ingesting -= 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Awaitable, Callable, Hashable, Iterable, Mapping
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Lanes:
         self._tasks[task] = entry
         self._tails[slot.lane] = task
         self.waiting += 1
-        task.add_done_callback(lambda t, lane=slot.lane: self._done(t, lane))
+        task.add_done_callback(partial(self._done, lane=slot.lane))
 
     async def _run(self, entry: _Entry, ahead: asyncio.Task[None] | None, kind: str, work: Work) -> None:
         try:
@@ -106,7 +107,7 @@ class Lanes:
                 self.waiting -= 1
             self._admitted.release()
 
-    def _done(self, task: asyncio.Task[None], lane: Hashable) -> None:
+    def _done(self, task: asyncio.Task[None], *, lane: Hashable) -> None:
         self._tasks.pop(task, None)
         if self._tails.get(lane) is task:
             del self._tails[lane]

@@ -97,7 +97,7 @@ def register(ctx: StageContext) -> None:
             await ctx.produce(STAGE, [Out(query.reply_topic, query.correlation_id, reply)])
         return StageResult()
 
-    if services.llm is None:  # bound by the CPU: one at a time
+    if engine.llm is None:  # no LLM answers: bound by the CPU, one at a time
         ctx.agent(STAGE, INPUT, handler)
     else:
         in_flight = ctx.s.in_flight(STAGE)

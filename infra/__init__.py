@@ -1,0 +1,1 @@
+"""Services memstream starts (broker, LLM servers, Prometheus, ...): shell scripts, and the Python they run."""

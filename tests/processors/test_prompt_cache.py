@@ -1,0 +1,96 @@
+"""Prompts are cache-friendly: providers' prompt caches reuse the longest identical prefix of a
+call's messages, so each call's fixed part (instructions, output rules) comes first and is the same
+byte for byte from call to call, and what varies (the flush, the question, the evidence) comes last.
+The calls are captured from the processors themselves, as they assemble them."""
+
+from datetime import datetime, timezone
+
+from memstream.ports import LLMError
+from memstream.processors import prompts
+from memstream.processors.consolidate import Candidate, ConsolidateParams, LlmDecider
+from memstream.processors.extract import LlmExtractor
+from memstream.processors.plan import LlmPlanner
+from memstream.processors.query import answer_messages
+from memstream.processors.research import LlmReflector
+from memstream.processors.versioning import CardView
+from memstream.schemas.query import Evidence
+from tests.factories import turn
+from tests.processors.test_extract import flush_of
+
+NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
+
+
+class Recording:
+    """An LLM that keeps what it was sent and refuses (the processors fall back to their rules)."""
+
+    model = "m"
+
+    def __init__(self):
+        self.sent: list[list[dict[str, str]]] = []
+
+    def complete(self, messages, **kwargs):
+        self.sent.append([dict(m) for m in messages])
+        raise LLMError("bad request", "client")
+
+
+def wire(messages) -> str:
+    """The messages in the order a provider reads (and caches) them."""
+    return "".join(f"<{m['role']}>{m['content']}" for m in messages)
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def assert_fixed_part_first(first, second, instructions: str) -> None:
+    a, b = wire(first), wire(second)
+    assert a != b
+    assert common_prefix(a, b) >= len(f"<system>{instructions}")
+
+
+def test_two_flushes_share_the_extraction_instructions_as_their_prefix():
+    llm = Recording()
+    extractor = LlmExtractor(llm)
+    extractor.extract(flush_of(turn("D1:1", "I adopted a dog named Pepper.", speaker="Nora")))
+    extractor.extract(
+        flush_of(
+            turn("D7:1", "We moved to Lisbon last May.", speaker="Tomas"),
+            turn("D7:2", "How is the new flat?", speaker="Nora", seq=1),
+        )
+    )
+    assert_fixed_part_first(*llm.sent, prompts.EXTRACT_SYSTEM)
+
+
+def test_two_questions_share_the_planner_and_research_instructions():
+    llm = Recording()
+    planner, reflector = LlmPlanner(llm), LlmReflector(llm)
+    planner.plan("What is the name of Tomas's dog?", NOW)
+    planner.plan("Where did Nora go hiking last week?", NOW)
+    reflector.reflect("What is the name of Tomas's dog?", [{"text": "Tomas adopted a dog."}], 3)
+    reflector.reflect("Where did Nora go hiking?", [], 3)
+    plans, research = llm.sent[:2], llm.sent[2:]
+    assert_fixed_part_first(*plans, prompts.PLAN_SYSTEM)
+    assert_fixed_part_first(*research, prompts.RESEARCH_SYSTEM)
+
+
+def test_two_questions_share_the_answer_instructions():
+    def evidence(text: str) -> Evidence:
+        return Evidence(evidence_id="E1", kind="card", point_id="p1", text=text, score=1.0, found_by=["dense"])
+
+    first = answer_messages("What is the dog's name?", "lookup", [evidence("Tomas's dog is Pepper.")], None)
+    second = answer_messages("Where does Tomas live?", "lookup", [evidence("Tomas lives in Lisbon.")], "Tomas: runner")
+    assert_fixed_part_first(first, second, prompts.ANSWER_SYSTEM)
+
+
+def test_two_consolidations_share_the_instructions():
+    def card(card_id: str, text: str) -> CardView:
+        return CardView(card_id, "Tomas", "fact", text, None, 1.7e9)
+
+    llm = Recording()
+    decider = LlmDecider(llm, ConsolidateParams())
+    decider.decide(card("a", "Tomas lives in Lisbon."), [Candidate(card("b", "Tomas lives in Porto."), {}, 0.9)])
+    decider.decide(card("c", "Tomas has a dog."), [Candidate(card("d", "Tomas has a cat."), {}, 0.85)])
+    assert_fixed_part_first(*llm.sent, prompts.CONSOLIDATE_SYSTEM)
