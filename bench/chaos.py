@@ -17,6 +17,14 @@ broker and of a Qdrant node (each restarted on its own storage after a pause, al
 run) and, once, of both workers of one group at the same moment. The reference stays the plain
 deployment (one broker, the embedded store): the same point ids are expected from both.
 
+With ``--network-faults`` the run's traffic to Kafka (its own broker, advertised at a Toxiproxy proxy
+so that clients stay on the proxy after bootstrapping), to the LLM server (``--llm``) and to the
+Qdrant nodes (``--cluster``; the embedded store has no network) goes through Toxiproxy, and the
+schedule adds, each for a while on one of them: added latency with jitter, a connection reset
+mid-call, a hang that ends in a close (Toxiproxy's ``timeout``), and a bandwidth limit. With
+``--cluster`` Kafka stays direct: its three brokers replicate over the listeners they advertise, so a
+proxy per broker would put replication behind the toxics too.
+
 Both deployments keep windows and buffers until the end (a long idle time, so no failure's pause
 drains a window early), then restart their ingest workers with a short idle time to flush the
 tails. Sleep-time consolidation is off: it rewrites payloads, not ids, and is tested elsewhere.
@@ -28,6 +36,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import statistics
 import threading
@@ -35,7 +44,9 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
+
+import httpx
 
 from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
@@ -47,12 +58,22 @@ from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
 from memstream.streams.deployment import Deployment, free_port
 
+from .toxiproxy import Proxy, Toxic, ToxicKind, Toxiproxy, ToxiproxyError, ToxiproxyServer, start_toxiproxy
+
 INGEST = "compress,segment,stm,extract"
 STORE = "index,consolidate,query"
 WORKERS = {"ingest-1": INGEST, "ingest-2": INGEST, "store-1": STORE}
 CLUSTER_WORKERS = {**WORKERS, "store-2": STORE}  # --cluster: the store group scales out too
 COLLECTIONS = (TURNS, CARDS, SCENES, TRIGGERS)
 SESSION_TIMEOUT_S = 10.0  # the workers' broker_session_timeout: a SIGSTOP longer than this forces a rebalance
+# --network-faults: the toxics of the schedule, and how long each stays (s). A reset or a hang of Kafka
+# past the session timeout expels workers from their group, so those stay short of it or near it.
+NETWORK_FAULTS: dict[ToxicKind, tuple[float, float]] = {
+    "latency": (10.0, 20.0),
+    "reset_peer": (3.0, 8.0),
+    "timeout": (5.0, 10.0),
+    "bandwidth": (10.0, 20.0),
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,8 @@ class ChaosOptions:
     cluster: bool = False  # a Kafka cluster and a Qdrant cluster, with broker and node kills
     node_every_s: float = 150.0  # --cluster: between two node kills (broker and Qdrant node alternate)
     node_down_s: tuple[float, float] = (5.0, 20.0)  # --cluster: a killed node's pause before its restart
+    network_faults: bool = False  # Toxiproxy in front of Kafka, the LLM server (--llm) and Qdrant (--cluster)
+    net_every_s: float = 30.0  # --network-faults: one toxic in each slot this long (at least one of each kind)
     workdir: Path = Path(".data/bench/chaos")
 
     @property
@@ -87,16 +110,22 @@ class ChaosOptions:
 @dataclass(frozen=True)
 class Event:
     at_s: float
-    action: str  # kill | stop | broker_restart | llm_restart | broker_kill | qdrant_kill | group_kill
-    target: str = ""  # the worker (kill, stop), the node number (broker_kill, qdrant_kill), the group (group_kill)
-    pause_s: float = 0.0  # kill: until the restart; stop: until SIGCONT
+    # kill | stop | broker_restart | llm_restart | broker_kill | qdrant_kill | group_kill, or with
+    # --network-faults a toxic: latency | reset_peer | timeout | bandwidth
+    action: str
+    # the worker (kill, stop), the node number (broker_kill, qdrant_kill), the group (group_kill), the
+    # proxy (a toxic: kafka, llm, qdrant-N)
+    target: str = ""
+    pause_s: float = 0.0  # kill: until the restart; stop: until SIGCONT; a toxic: until it is removed
+    attributes: dict[str, int] = field(default_factory=dict)  # a toxic's, as Toxiproxy's API names them
 
 
 def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
     """The seeded failure schedule over the run: worker failures every few seconds, one broker
     restart at half time and, with an LLM, one LLM server restart at a third. With ``cluster``, instead
     of the broker restart: kill -9 of a broker and of a Qdrant node, alternating (at least one of
-    each), and once both workers of one group at the same moment."""
+    each), and once both workers of one group at the same moment. With ``network_faults``, toxics on
+    the proxied services (``network_events``)."""
     rng = random.Random(options.seed)
     duration = options.minutes * 60
     events: list[Event] = []
@@ -114,7 +143,49 @@ def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
         events.append(Event(round(duration / 2, 2), "broker_restart"))
     if options.llm:
         events.append(Event(round(duration / 3, 2), "llm_restart"))
+    if options.network_faults:  # drawn last: the rest of the schedule is the same with or without them
+        events += network_events(options, rng, duration)
     return sorted(events, key=lambda e: e.at_s)
+
+
+def proxied_services(options: ChaosOptions) -> list[str]:
+    """What --network-faults puts behind Toxiproxy: Kafka (one broker: see the module's docstring for
+    why not a cluster's), the LLM server with ``llm``, the Qdrant nodes with ``cluster``."""
+    return [s for s, on in (("kafka", not options.cluster), ("llm", options.llm), ("qdrant", options.cluster)) if on]
+
+
+def network_events(options: ChaosOptions, rng: random.Random, duration: float) -> list[Event]:
+    """One toxic early in each ``net_every_s`` slot of the run (at least one of each kind), kinds and
+    services each in a seeded order, cycled, so a short run has every kind and spreads them over the
+    services; a Qdrant fault hits one node's proxy."""
+    services = proxied_services(options)
+    n = max(len(NETWORK_FAULTS), round(duration / options.net_every_s))
+    kinds = rng.sample(list(NETWORK_FAULTS), len(NETWORK_FAULTS))
+    order = rng.sample(services, len(services))
+    events = []
+    for k in range(n):
+        kind, service = kinds[k % len(kinds)], order[k % len(order)]
+        target = f"qdrant-{rng.randint(1, Nodes.SIZE)}" if service == "qdrant" else service
+        at = duration * (k + rng.uniform(0.05, 0.3)) / n  # early in the slot: it ends before the next one
+        events.append(
+            Event(round(at, 2), kind, target, round(rng.uniform(*NETWORK_FAULTS[kind]), 2), toxic_attributes(kind, rng))
+        )
+    return events
+
+
+def toxic_attributes(kind: ToxicKind, rng: random.Random) -> dict[str, int]:
+    """A toxic's attributes: latency 200-1000 ms (jitter a fifth of it), a reset 0-500 ms after the
+    reply starts (which never arrives), a hang closed after 1-5 s, 8-64 KB/s."""
+    if kind == "latency":
+        ms = rng.randint(200, 1000)
+        return {"latency": ms, "jitter": ms // 5}
+    if kind == "reset_peer":
+        return {"timeout": rng.randint(0, 500)}
+    if kind == "timeout":
+        return {"timeout": rng.randint(1000, 5000)}
+    if kind == "bandwidth":
+        return {"rate": rng.randint(8, 64)}
+    raise ValueError(f"no network fault {kind!r} in the schedule")
 
 
 def cluster_events(options: ChaosOptions, rng: random.Random, duration: float) -> list[Event]:
@@ -372,6 +443,10 @@ class Nodes:
         self.kafka.start()
         self.qdrant.start()
 
+    def qdrant_ports(self) -> list[int]:
+        """Each Qdrant node's HTTP port, node 1 first."""
+        return [int(url.rpartition(":")[2]) for url in self.qdrant_url.split(",")]
+
     def stop(self) -> None:
         for cluster in (self.qdrant, self.kafka):
             with contextlib.suppress(RuntimeError):
@@ -408,6 +483,113 @@ class Nodes:
 
     def settle(self) -> None:
         self.tend(now=float("inf"))
+
+
+class NetworkFaults:
+    """``--network-faults``: a Toxiproxy server of the run's own (API and proxies on loopback, free
+    ports), its proxies by service, the toxics on them and when each is due off, and the run's broker
+    advertised at the Kafka proxy (started once that proxy forwards to its port)."""
+
+    def __init__(self, workdir: Path, log: Callable[[str], None]):
+        self.workdir = workdir.resolve()
+        self.log = log
+        self.server: ToxiproxyServer | None = None
+        self.api: Toxiproxy | None = None
+        self.proxies: dict[str, Proxy] = {}
+        self.broker: runtime.LocalCluster | None = None
+        self.active: dict[str, tuple[str, float]] = {}  # toxic name -> (proxy, when to remove it)
+        self.applied: Counter[str] = Counter()  # toxics applied, by kind
+
+    def start(self) -> None:
+        port, data = free_port(), self.workdir / "toxiproxy"
+        # One an interrupted run left in this folder listens elsewhere, and the script would take it for this one.
+        ToxiproxyServer(port, data).stop()
+        self.server = start_toxiproxy(port, data)
+        self.api = self.server.client()
+
+    def proxy(self, name: str, upstream_port: int) -> Proxy:
+        """A proxy on a free loopback port to 127.0.0.1:``upstream_port``; an earlier run's of that name goes first."""
+        assert self.api is not None, "start() first"
+        if name in self.api.proxies():
+            self.api.delete_proxy(name)
+        self.proxies[name] = self.api.create_proxy(name, f"127.0.0.1:{upstream_port}")
+        return self.proxies[name]
+
+    def start_broker(self) -> str:
+        """The run's own single broker (in the run's folder, fresh each run) behind the ``kafka`` proxy,
+        advertising the proxy's address: a client bootstrapping there gets the proxy back as the
+        broker's address, so every Kafka connection of the run goes through it. Returns the bootstrap."""
+        port = runtime.free_base_port(29092, [0, 1])  # client port, controller port + 1
+        proxy = self.proxy("kafka", port)
+        self.broker = runtime.LocalCluster(
+            "kafka/kafka.sh",
+            "--brokers",
+            1,
+            {
+                "MEMSTREAM_KAFKA_DATA": str(self.workdir / "kafka-proxied"),
+                "MEMSTREAM_KAFKA_PORT": str(port),
+                "MEMSTREAM_KAFKA_ADVERTISED_PORT": str(proxy.port),
+            },
+        )
+        with contextlib.suppress(RuntimeError):  # one an interrupted run left running
+            self.broker.stop()
+        shutil.rmtree(self.workdir / "kafka-proxied", ignore_errors=True)
+        self.broker.start()
+        return proxy.address
+
+    def restart_broker(self) -> None:
+        """Kafka's toxics go first: the broker's readiness probe goes through the proxy, and this loop,
+        blocked in the restart, could not remove them when due."""
+        assert self.broker is not None
+        self.clear("kafka")
+        self.broker.stop()
+        self.broker.start()
+
+    def apply(self, event: Event) -> bool:
+        """The event's toxic on its proxy, until ``pause_s`` from now; False when the API refused it."""
+        assert self.api is not None
+        toxic = Toxic(f"{event.action}-{event.at_s:g}", cast(ToxicKind, event.action), event.attributes)
+        try:
+            self.api.add_toxic(event.target, toxic)
+        except (ToxiproxyError, httpx.HTTPError) as exc:
+            self.log(f"chaos: {event.action} on {event.target} not applied: {exc}")
+            return False
+        self.active[toxic.name] = (event.target, time.monotonic() + event.pause_s)
+        self.applied[event.action] += 1
+        return True
+
+    def tend(self, *, now: float | None = None, proxy: str | None = None) -> None:
+        """Remove the toxics that are due (of ``proxy`` only, when named)."""
+        assert self.api is not None
+        now = time.monotonic() if now is None else now
+        for name, (on, due) in list(self.active.items()):
+            if now >= due and proxy in (None, on):
+                with contextlib.suppress(ToxiproxyError):  # already gone: the aim is the same
+                    self.api.remove_toxic(on, name)
+                del self.active[name]
+
+    def clear(self, proxy: str) -> None:
+        self.tend(now=float("inf"), proxy=proxy)
+
+    def settle(self) -> None:
+        """Every toxic off (the final drain and the comparison run on a clean network)."""
+        if self.api is not None:
+            self.tend(now=float("inf"))
+            self.api.reset()
+
+    def worker_env(self) -> dict[str, str]:
+        """The workers' LLM endpoint through its proxy (with ``--llm``)."""
+        llm = self.proxies.get("llm")
+        return {"MEMSTREAM_LLM_BASE_URL": f"http://{llm.address}/v1"} if llm is not None else {}
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            with contextlib.suppress(RuntimeError):
+                self.broker.stop()
+        if self.api is not None:
+            self.api.close()
+        if self.server is not None:
+            self.server.stop()
 
 
 def worker_env(options: ChaosOptions, base: Settings) -> dict[str, str]:
@@ -585,6 +767,7 @@ def run_chaos_bench(
     turns, questions = chaos_turns(options)
     events = plan_events(options, list(options.workers))
     nodes: Nodes | None = None
+    faults: NetworkFaults | None = None
     with contextlib.ExitStack() as running:
         running.enter_context(runtime.KAFKA.session(base))
         if options.llm:
@@ -592,14 +775,30 @@ def run_chaos_bench(
         reference_ids, reference_s = run_reference(base, options, turns, status)
 
         chaos_base, chaos_env = base, {}
+        if options.network_faults:
+            faults = NetworkFaults(options.workdir, status)
+            running.callback(faults.stop)
+            status("chaos: starting Toxiproxy")
+            faults.start()
+            if options.llm:
+                faults.proxy("llm", base.llm_port)
         if options.cluster:
             nodes = Nodes(options.workdir, status)
             status("chaos: starting a 3-broker Kafka cluster and a 3-node Qdrant cluster")
             running.callback(nodes.stop)
             nodes.start()
             chaos_base, chaos_env = nodes.settings(), nodes.env()
+            if faults is not None:
+                chaos_env["MEMSTREAM_QDRANT_URL"] = ",".join(
+                    f"http://{faults.proxy(f'qdrant-{i}', port).address}"
+                    for i, port in enumerate(nodes.qdrant_ports(), 1)
+                )
+        elif faults is not None:
+            status("chaos: starting the run's broker behind its proxy")
+            chaos_base = Settings(kafka_bootstrap=faults.start_broker())
         deployment = Deployment(chaos_base, options.workdir / "chaos", chaos_env)
-        fleet = Fleet(deployment, worker_env(options, base), status, options.workers)
+        chaos_worker_env = worker_env(options, base) | (faults.worker_env() if faults is not None else {})
+        fleet = Fleet(deployment, chaos_worker_env, status, options.workers)
         running.callback(fleet.stop_all)
         status("chaos: starting workers")
         fleet.start_all()
@@ -643,8 +842,11 @@ def run_chaos_bench(
                     elif event.action == "stop":
                         counts["stops"] += fleet.stop(event.target, event.pause_s)
                     elif event.action == "broker_restart":
-                        runtime.KAFKA.stop(base)
-                        runtime.KAFKA.start(base)
+                        if faults is not None and faults.broker is not None:  # the run's own, behind the proxy
+                            faults.restart_broker()
+                        else:
+                            runtime.KAFKA.stop(base)
+                            runtime.KAFKA.start(base)
                         counts["broker_restarts"] += 1
                     elif event.action == "llm_restart":
                         runtime.LOCAL_LLM.stop(base)
@@ -657,11 +859,17 @@ def run_chaos_bench(
                         for name in [n for n, stages in fleet.workers.items() if stages == group]:
                             fleet.kill(name, event.pause_s)
                         counts["group_kills"] += 1
+                    elif event.action in NETWORK_FAULTS and faults is not None:
+                        faults.apply(event)
+                if faults is not None:
+                    faults.tend()
                 if nodes is not None:
                     nodes.tend()
                 fleet.tend()
                 time.sleep(0.2)
-            status("chaos over: every node and worker back")
+            status("chaos over: every toxic off, every node and worker back")
+            if faults is not None:
+                faults.settle()
             if nodes is not None:
                 nodes.settle()
             fleet.settle()
@@ -687,6 +895,10 @@ def run_chaos_bench(
         "broker_kills": counts["broker_kills"],
         "qdrant_kills": counts["qdrant_kills"],
         "group_kills": counts["group_kills"],
+        "network_faults": options.network_faults,
+        "proxied": sorted(faults.proxies) if faults is not None else [],
+        # toxics applied, by kind (an API refusal is logged, not counted)
+        "toxics": {kind: (faults.applied[kind] if faults is not None else 0) for kind in NETWORK_FAULTS},
         "crashes": fleet.crashes,
         "turns": delivery.turns,
         "turns_planned": len(turns),
@@ -739,10 +951,16 @@ def plot_timeline(result: dict[str, Any], out: Path) -> Path:
         "broker_kill": ("black", "-."),
         "qdrant_kill": ("tab:brown", "-."),
         "group_kill": ("tab:red", "-"),
+        "latency": ("tab:olive", ":"),
+        "reset_peer": ("tab:pink", ":"),
+        "timeout": ("tab:gray", ":"),
+        "bandwidth": ("tab:cyan", ":"),
     }
     for event in result["events"]:
         color, line = marks[event["action"]]
         ax.axvline(event["at_s"], color=color, linestyle=line, linewidth=0.8, alpha=0.6)
+        if event["action"] in NETWORK_FAULTS:  # a toxic stays on for a while: its span, shaded
+            ax.axvspan(event["at_s"], event["at_s"] + event["pause_s"], color=color, alpha=0.08)
     for action, (color, line) in marks.items():
         if any(e["action"] == action for e in result["events"]):
             ax.plot([], [], color=color, linestyle=line, label=action.replace("_", " "))
@@ -754,6 +972,8 @@ def plot_timeline(result: dict[str, Any], out: Path) -> Path:
         if result.get("cluster")
         else f"{result['broker_restarts']} broker restart(s)"
     )
+    toxics = sum(result.get("toxics", {}).values())
+    nodes += f", {toxics} network toxic(s)" if toxics else ""
     ax.set_title(
         f"chaos: {result['kills']} kills, {result['stops']} stops, {nodes}; lost {result['lost']}, "
         f"duplicated {result['duplicated']}, unanswered {result['unanswered']}"

@@ -728,13 +728,22 @@ def chaos(
         help="A 3-broker Kafka cluster and a 3-node Qdrant cluster (a Qdrant binary: see infra/qdrant/qdrant.sh), "
         "two store workers, kill -9 of brokers and Qdrant nodes, and once of both workers of a group",
     ),
+    network_faults: bool = typer.Option(
+        False,
+        "--network-faults",
+        help="Toxiproxy (infra/toxiproxy, built with Go) in front of the run's Kafka broker, the LLM server "
+        "(--llm) and the Qdrant nodes (--cluster; the embedded store has no network, and a cluster's brokers "
+        "stay direct), and toxics in the schedule: added latency, a reset mid-call, a hang then close, a "
+        "bandwidth limit",
+    ),
     workdir: Path = typer.Option(Path(".data/bench/chaos"), help="Data folder of both deployments"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
 ) -> None:
     """Delivery under failure: workers in two stage groups, a producer and an asker, with kill -9,
     SIGSTOP past the session timeout, a broker restart (and an LLM server restart with --llm; with
-    --cluster, broker and Qdrant node kills instead of the restart), checked point by point against a run
-    without failures: lost, duplicated, extra_points, unanswered."""
+    --cluster, broker and Qdrant node kills instead of the restart; with --network-faults, toxics on the
+    network), checked point by point against a run without failures: lost, duplicated, extra_points,
+    unanswered."""
     from memstream.bench.chaos import ChaosOptions, chaos_turns, run_chaos_bench
 
     options = ChaosOptions(
@@ -746,6 +755,7 @@ def chaos(
         packaged_tenants=packaged_tenants,
         llm=llm,
         cluster=cluster,
+        network_faults=network_faults,
         workdir=workdir,
     )
     total = len(chaos_turns(options)[0])
@@ -770,6 +780,7 @@ def chaos(
             "broker_restarts",
             "llm_restarts",
             *(("broker_kills", "qdrant_kills", "group_kills") if cluster else ()),
+            *(("proxied", "toxics") if network_faults else ()),
             "crashes",
             "turns",
             "lost",

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 if command -v go >/dev/null 2>&1; then
     bash infra/helm/helm.sh >/dev/null
     bash infra/jaeger/jaeger.sh build >/dev/null
+    bash infra/toxiproxy/toxiproxy.sh build >/dev/null
 else
     echo "test tools: go not found: tests/infra/test_helm.py and the tracing tests will fail without Go (they build helm and Jaeger from the module proxy)"
 fi

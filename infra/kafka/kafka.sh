@@ -30,6 +30,11 @@
 #   MEMSTREAM_KAFKA_PORT      client port      (default: 9092; controller = port+1; a cluster: base port, 19092)
 #   MEMSTREAM_KAFKA_HEAP      JVM heap opts    (default: -Xms256m -Xmx512m; per broker of a cluster: -Xms128m -Xmx384m)
 #   MEMSTREAM_KAFKA_TIMEOUT   start readiness timeout, seconds (default: 90)
+#   MEMSTREAM_KAFKA_ADVERTISED_PORT  one PLAINTEXT broker only: advertise 127.0.0.1:THIS instead of its
+#                             own port (default: unset, its own port), for a TCP proxy in front of it
+#                             (bench chaos --network-faults): clients that bootstrap through the proxy
+#                             stay on it. The proxy must forward to the broker's port before `start`:
+#                             the readiness probe (and the broker itself) connect to what it advertises.
 #   MEMSTREAM_KAFKA_SECURITY  PLAINTEXT (default) or SASL_SSL: SCRAM-SHA-512 over TLS, which needs
 #     MEMSTREAM_KAFKA_TLS_KEYSTORE  PEM: the broker's private key (PKCS#8) and certificate chain
 #     MEMSTREAM_KAFKA_TLS_CA        PEM: the CA that signed it (the broker trusts it for itself)
@@ -90,6 +95,7 @@ SECURITY="${MEMSTREAM_KAFKA_SECURITY:-PLAINTEXT}"
 TLS_KEYSTORE="${MEMSTREAM_KAFKA_TLS_KEYSTORE:-}"
 TLS_CA="${MEMSTREAM_KAFKA_TLS_CA:-}"
 SCRAM_USERS="${MEMSTREAM_KAFKA_SCRAM_USERS:-}"
+ADVERTISED_PORT="${MEMSTREAM_KAFKA_ADVERTISED_PORT:-}"
 
 if ((BROKERS == 1)); then
     DATA_DIR="${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka}"
@@ -115,6 +121,11 @@ else
     if ((BROKERS >= 3)); then REPLICATION=3; MIN_ISR=2; else REPLICATION=$BROKERS; MIN_ISR=1; fi
 fi
 [[ "$BASE_PORT" =~ ^[0-9]+$ ]] && ((BASE_PORT + 2 * BROKERS <= 65535)) || die "bad port '$BASE_PORT'"
+if [[ -n "$ADVERTISED_PORT" ]]; then
+    ((BROKERS == 1)) && [[ "$SECURITY" == PLAINTEXT ]] \
+        || die "MEMSTREAM_KAFKA_ADVERTISED_PORT is for one PLAINTEXT broker only"
+    [[ "$ADVERTISED_PORT" =~ ^[0-9]+$ ]] && ((ADVERTISED_PORT <= 65535)) || die "bad port '$ADVERTISED_PORT'"
+fi
 
 CLUSTER_ID_FILE="$DATA_DIR/cluster.id"
 CLIENT_CONF="$DATA_DIR/client.properties"  # what the readiness probe connects with
@@ -263,7 +274,7 @@ scram_jaas() {
 listener_config() {
     if [[ "$SECURITY" == PLAINTEXT ]]; then
         echo "listeners=PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}"
-        echo "advertised.listeners=PLAINTEXT://127.0.0.1:${PORT}"
+        echo "advertised.listeners=PLAINTEXT://127.0.0.1:${ADVERTISED_PORT:-$PORT}"
         echo "inter.broker.listener.name=PLAINTEXT"
         echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
         return

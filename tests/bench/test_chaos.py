@@ -2,7 +2,16 @@
 
 from datetime import datetime, timezone
 
-from memstream.bench.chaos import WORKERS, Asked, ChaosOptions, changed_payloads, plan_events, score_delivery
+from memstream.bench.chaos import (
+    NETWORK_FAULTS,
+    WORKERS,
+    Asked,
+    ChaosOptions,
+    changed_payloads,
+    plan_events,
+    proxied_services,
+    score_delivery,
+)
 from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, SourceTurn, Turn
 
@@ -37,6 +46,47 @@ def test_the_cluster_schedule_kills_a_broker_a_qdrant_node_and_a_whole_group_onc
     assert group.target in {"ingest", "store"} and 0 < group.at_s < 180
     long_run = [e.action for e in plan_events(ChaosOptions(minutes=20, cluster=True), list(options.workers))]
     assert long_run.count("broker_kill") >= 4 and long_run.count("qdrant_kill") >= 4
+
+
+def test_network_faults_add_every_kind_of_toxic_on_a_proxied_service_and_leave_the_rest_as_it_was():
+    options = ChaosOptions(minutes=2, seed=5, llm=True, network_faults=True)
+    events = plan_events(options, list(WORKERS))
+    assert events == plan_events(options, list(WORKERS))
+    toxics = [e for e in events if e.action in NETWORK_FAULTS]
+    assert sorted(e.action for e in toxics) == sorted(NETWORK_FAULTS)  # 2 minutes: 4 slots, one of each kind
+    assert {e.target for e in toxics} == {"kafka", "llm"}  # spread over both services
+    for e in toxics:
+        low, high = NETWORK_FAULTS[e.action]
+        assert low <= e.pause_s <= high and 0 < e.at_s < 120
+    [lat] = [e for e in toxics if e.action == "latency"]
+    assert 200 <= lat.attributes["latency"] <= 1000 and lat.attributes["jitter"] == lat.attributes["latency"] // 5
+    [reset] = [e for e in toxics if e.action == "reset_peer"]
+    assert 0 <= reset.attributes["timeout"] <= 500
+    [hang] = [e for e in toxics if e.action == "timeout"]
+    assert 1000 <= hang.attributes["timeout"] <= 5000
+    [slow] = [e for e in toxics if e.action == "bandwidth"]
+    assert 8 <= slow.attributes["rate"] <= 64
+    # One toxic at a time in a 2-minute run: each is off before the next one starts.
+    assert all(a.at_s + a.pause_s < b.at_s for a, b in zip(toxics, toxics[1:]))
+    # Drawn after the rest: the failures of the same seed are the same with or without toxics.
+    assert [e for e in events if e.action not in NETWORK_FAULTS] == plan_events(
+        ChaosOptions(minutes=2, seed=5, llm=True), list(WORKERS)
+    )
+    # Without the option, no toxic.
+    for plain in (ChaosOptions(minutes=2, seed=5, llm=True), ChaosOptions(minutes=3, cluster=True)):
+        assert not [e for e in plan_events(plain, list(plain.workers)) if e.action in NETWORK_FAULTS]
+
+
+def test_network_faults_target_what_is_proxied():
+    assert proxied_services(ChaosOptions(network_faults=True)) == ["kafka"]
+    assert proxied_services(ChaosOptions(network_faults=True, llm=True, cluster=True)) == ["llm", "qdrant"]
+    # A cluster's brokers stay direct; a Qdrant fault hits one node's proxy.
+    options = ChaosOptions(minutes=3, seed=2, cluster=True, network_faults=True)
+    toxics = [e for e in plan_events(options, list(options.workers)) if e.action in NETWORK_FAULTS]
+    assert {e.action for e in toxics} == set(NETWORK_FAULTS)
+    assert {e.target for e in toxics} <= {"qdrant-1", "qdrant-2", "qdrant-3"}
+    long_run = ChaosOptions(minutes=20, seed=1, network_faults=True)
+    assert len([e for e in plan_events(long_run, list(WORKERS)) if e.action in NETWORK_FAULTS]) == 40
 
 
 def turn(i: int, tenant: str = "t1") -> Turn:
