@@ -713,6 +713,68 @@ def freshness(
     _write_json(result, json_out)
 
 
+@bench.command("llm-throughput")
+def llm_throughput(
+    data: Optional[Path] = typer.Option(None, help="LoCoMo JSON (default: ../shared dev data when present)"),
+    conversations: int = typer.Option(2, min=1, help="Conversations of the data, each under its own tenant"),
+    sessions: Optional[int] = typer.Option(None, help="Sessions of each conversation (default: all)"),
+    questions: int = typer.Option(120, min=8, help="LLM-answered questions, recorded once, asked at each count"),
+    in_flight: list[int] = typer.Option([1, 4, 16, 64], "--in-flight", help="Calls in flight per worker to measure"),
+    copies: int = typer.Option(4, min=1, help="Copies of the flushes handed to the ingest worker (other tenants)"),
+    latency_p50: float = typer.Option(1.2, min=0.0, help="Provider latency median, seconds"),
+    latency_p99: float = typer.Option(4.0, min=0.0, help="Provider latency 99th percentile, seconds"),
+    provider_concurrency: int = typer.Option(48, min=1, help="Calls at once the provider takes (429 past it)"),
+    provider_rpm: float = typer.Option(0.0, min=0.0, help="Calls a minute the provider takes (0 = no limit)"),
+    seed: int = typer.Option(0, help="Seed of the latency draws"),
+    workdir: Path = typer.Option(Path(".data/bench/llm-throughput"), help="Data folder (the recording is kept here)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+) -> None:
+    """LLM mode at a provider's latency: ingest turns/s (the extract stage) and LLM-answered questions/s
+    (the query stage) of one worker at 1, 4, 16 and 64 calls in flight, calls and tokens per 1,000
+    turns and per question, 429s, reply p50/p99, and eight questions asked at once. The LLM is the
+    local model's recorded answers replayed after a drawn latency: a stand-in for a provider's timing."""
+    from memstream.bench.llm_throughput import LlmThroughputOptions, plot, run_llm_throughput_bench
+
+    options = LlmThroughputOptions(
+        data=data,
+        conversations=conversations,
+        sessions=sessions,
+        questions=questions,
+        in_flight=tuple(in_flight),
+        copies=copies,
+        latency_p50_s=latency_p50,
+        latency_p99_s=latency_p99,
+        provider_concurrency=provider_concurrency,
+        provider_rpm=provider_rpm,
+        seed=seed,
+        workdir=workdir,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress() as progress:
+        task = progress.add_task("starting", total=None)
+        result = run_llm_throughput_bench(options, status=lambda text: progress.update(task, description=text))
+    table = Table(title=f"one worker, LLM latency p50 {latency_p50:g} s / p99 {latency_p99:g} s (replayed)")
+    for column in ("in flight", "ingest turns/s", "x in-flight 1", "calls/1k turns", "questions/s", "p50 s", "p99 s"):
+        table.add_column(column, justify="right")
+    for ingest, asked in zip(result["ingest"], result["questions"]):
+        table.add_row(
+            str(ingest["in_flight"]),
+            f"{ingest['per_s']:g}",
+            str(result["ingest_speedup"].get(str(ingest["in_flight"]), "")),
+            f"{ingest['per_1000_turns']['calls']:g}",
+            f"{asked['per_s']:g}",
+            str(asked["p50_s"]),
+            str(asked["p99_s"]),
+        )
+    console.print(table)
+    for n, seconds in result["eight_at_once_s"].items():
+        console.print(f"eight questions at once, {n} in flight, each call 1 s: replies after {seconds} s")
+    _write_json(result, json_out)
+    if json_out:
+        plot(result, json_out.with_suffix(".png"))
+
+
 @bench.command("chaos")
 def chaos(
     minutes: float = typer.Option(2.0, min=0.5, help="Length of the run with failures"),

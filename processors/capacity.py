@@ -264,3 +264,150 @@ def gpu_turns_per_s(embed: Mapping[str, Any], precision: str = "float32") -> flo
         return None
     seconds = 1 / rates[16] + TEXTS_PER_TURN_BATCHED / rates[64]
     return round(1 / seconds, 1)
+
+
+# --- LLM mode ----------------------------------------------------------------------------------------
+# With an LLM, extraction and answers wait on calls: a worker keeps ``in_flight`` of them going at
+# once (MEMSTREAM_LLM_IN_FLIGHT), so by Little's law a stage needs ``calls/s x mean latency`` calls
+# in flight, and the workers that hold them. Calls and tokens per unit do not change with the
+# concurrency (``bench llm-throughput`` measures them at every in-flight count); the provider's
+# limits cap what one account can take, and its prices give the cost.
+
+
+@dataclass(frozen=True)
+class LlmCosts:
+    """What LLM mode spends per unit of work, measured (``bench llm-throughput``)."""
+
+    extract_calls_per_1000_turns: float
+    extract_prompt_tokens_per_1000_turns: float
+    extract_completion_tokens_per_1000_turns: float
+    answer_calls_per_question: float
+    answer_prompt_tokens_per_question: float
+    answer_completion_tokens_per_question: float
+    planner_calls_per_question: float = 0.0  # the LLM planner's, where it is called
+    planner_tokens_per_question: float = 0.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class LlmProvider:
+    """The endpoint, as an operator knows it: its latency, limits and prices."""
+
+    latency_s: float  # mean seconds a call takes (Little's law needs the mean, not the median)
+    in_flight: int = 64  # calls in flight per worker and stage (MEMSTREAM_LLM_IN_FLIGHT)
+    rpm: float = 0.0  # requests per minute the account may send (0 = no limit)
+    tpm: float = 0.0  # tokens per minute (0 = no limit)
+    price_prompt_per_m: float = 0.0  # per million prompt tokens
+    price_completion_per_m: float = 0.0  # per million completion tokens
+    utilisation: float = 0.8  # of the in-flight slots and of the limits (headroom for latency spikes, 429s)
+
+    def __post_init__(self) -> None:
+        if self.latency_s <= 0 or self.in_flight < 1:
+            raise ValueError("a call takes some time, and a worker keeps at least one in flight")
+        if not 0 < self.utilisation <= 1:
+            raise ValueError("utilisation must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class LlmPlan:
+    extract_workers: int  # LLM-bound: the ingest group needs at least this many (and its CPU plan's)
+    query_workers: int  # LLM-bound: the store group's query stage, likewise
+    calls_per_s: float
+    prompt_tokens_per_s: float
+    completion_tokens_per_s: float
+    calls_in_flight: float  # all workers together (Little's law)
+    requests_per_min: float
+    tokens_per_min: float
+    within_limits: bool
+    limit_share: dict[str, float]  # of each provider limit the load takes (0 where unlimited)
+    max_turns_per_s: float | None  # the ingest the limits allow with this many questions (None: no limit)
+    cost_per_hour: float
+    limits: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def llm_plan(costs: LlmCosts, provider: LlmProvider, turns_per_s: float, questions_per_s: float) -> LlmPlan:
+    """Workers, calls, tokens, limit shares and cost of LLM extraction and LLM answers for a load."""
+    extract_calls = turns_per_s * costs.extract_calls_per_1000_turns / 1000
+    question_calls = questions_per_s * (costs.answer_calls_per_question + costs.planner_calls_per_question)
+    calls = extract_calls + question_calls
+    prompt = turns_per_s * costs.extract_prompt_tokens_per_1000_turns / 1000 + questions_per_s * (
+        costs.answer_prompt_tokens_per_question + costs.planner_tokens_per_question
+    )
+    completion = (
+        turns_per_s * costs.extract_completion_tokens_per_1000_turns / 1000
+        + questions_per_s * costs.answer_completion_tokens_per_question
+    )
+    slots = provider.in_flight * provider.utilisation
+    extract_workers = _ceil(extract_calls * provider.latency_s / slots) if extract_calls else 0
+    query_workers = _ceil(question_calls * provider.latency_s / slots) if question_calls else 0
+    rpm, tpm = calls * 60, (prompt + completion) * 60
+    share = {
+        "rpm": round(rpm / provider.rpm, 3) if provider.rpm else 0.0,
+        "tpm": round(tpm / provider.tpm, 3) if provider.tpm else 0.0,
+    }
+    within = all(v <= provider.utilisation for v in share.values())
+    max_turns = _turns_within_limits(costs, provider, questions_per_s)
+    cost = 3600 * (prompt * provider.price_prompt_per_m + completion * provider.price_completion_per_m) / 1e6
+    return LlmPlan(
+        extract_workers=extract_workers,
+        query_workers=query_workers,
+        calls_per_s=round(calls, 2),
+        prompt_tokens_per_s=round(prompt, 1),
+        completion_tokens_per_s=round(completion, 1),
+        calls_in_flight=round(calls * provider.latency_s, 1),
+        requests_per_min=round(rpm, 1),
+        tokens_per_min=round(tpm),
+        within_limits=within,
+        limit_share=share,
+        max_turns_per_s=max_turns,
+        cost_per_hour=round(cost, 2),
+        limits={
+            "workers": f"calls/s x {provider.latency_s:g} s mean latency / ({provider.in_flight} in flight x "
+            f"{provider.utilisation:g})",
+            "limits": f"the load within {provider.utilisation:g} of the provider's rpm and tpm",
+        },
+    )
+
+
+def _turns_within_limits(costs: LlmCosts, provider: LlmProvider, questions_per_s: float) -> float | None:
+    """The ingest (turns/s) the provider's limits leave room for beside ``questions_per_s``."""
+    bounds = []
+    per_turn_calls = costs.extract_calls_per_1000_turns / 1000
+    per_turn_tokens = (
+        costs.extract_prompt_tokens_per_1000_turns + costs.extract_completion_tokens_per_1000_turns
+    ) / 1000
+    q_calls = questions_per_s * (costs.answer_calls_per_question + costs.planner_calls_per_question)
+    q_tokens = questions_per_s * (
+        costs.answer_prompt_tokens_per_question
+        + costs.answer_completion_tokens_per_question
+        + costs.planner_tokens_per_question
+    )
+    if provider.rpm and per_turn_calls:
+        bounds.append((provider.rpm * provider.utilisation / 60 - q_calls) / per_turn_calls)
+    if provider.tpm and per_turn_tokens:
+        bounds.append((provider.tpm * provider.utilisation / 60 - q_tokens) / per_turn_tokens)
+    return round(max(0.0, min(bounds)), 1) if bounds else None
+
+
+def llm_costs(result: Mapping[str, Any], source: str = "") -> LlmCosts:
+    """The calls and tokens a ``bench llm-throughput`` result measured: per 1,000 turns from its
+    ingest runs, per question from its question runs (averaged over the in-flight counts, which do
+    not change them)."""
+
+    def mean(runs: Sequence[Mapping[str, Any]], key: str, what: str) -> float:
+        values = [r[what][key] for r in runs if r.get(what)]
+        return sum(values) / len(values) if values else 0.0
+
+    ingest, questions = result["ingest"], result["questions"]
+    return LlmCosts(
+        extract_calls_per_1000_turns=mean(ingest, "calls", "per_1000_turns"),
+        extract_prompt_tokens_per_1000_turns=mean(ingest, "prompt_tokens", "per_1000_turns"),
+        extract_completion_tokens_per_1000_turns=mean(ingest, "completion_tokens", "per_1000_turns"),
+        answer_calls_per_question=mean(questions, "calls", "per_question"),
+        answer_prompt_tokens_per_question=mean(questions, "prompt_tokens", "per_question"),
+        answer_completion_tokens_per_question=mean(questions, "completion_tokens", "per_question"),
+        source=source,
+    )

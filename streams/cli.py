@@ -694,6 +694,7 @@ def gateway_mcp(tenant: str = typer.Option(..., help="The tenant this stdio serv
 
 
 CAPACITY_RESULTS = runtime.REPO_ROOT / "docs" / "results" / "capacity"
+LLM_RESULTS = runtime.REPO_ROOT / "docs" / "results" / "llm-throughput" / "llm-throughput.json"
 
 
 def _bytes(n: float) -> str:
@@ -723,10 +724,28 @@ def capacity(
     broker_cores: int = typer.Option(8, min=1, help="Cores of one Kafka broker"),
     broker_disk_tib: float = typer.Option(4.0, min=0.01, help="Disk of one Kafka broker"),
     shards_per_node: int = typer.Option(2, min=1, help="Qdrant shards per node (room to add nodes)"),
+    llm_results: Path = typer.Option(
+        LLM_RESULTS,
+        "--llm-results",
+        help="LLM mode's measured calls and tokens (`memstream bench llm-throughput --json`); the LLM plan is "
+        "left out when the default file is missing",
+    ),
+    llm_latency_s: Optional[float] = typer.Option(
+        None, min=0.001, help="Mean seconds an LLM call takes (default: the mean of the bench's latency)"
+    ),
+    llm_in_flight: int = typer.Option(64, min=1, help="LLM calls in flight per worker (MEMSTREAM_LLM_IN_FLIGHT)"),
+    llm_rpm: float = typer.Option(0.0, min=0, help="The provider's requests per minute for the deployment (0 = none)"),
+    llm_tpm: float = typer.Option(0.0, min=0, help="The provider's tokens per minute (0 = none)"),
+    llm_questions_per_s: Optional[float] = typer.Option(
+        None, min=0, help="LLM-answered questions per second (default: --queries-per-s)"
+    ),
+    price_prompt: float = typer.Option(0.0, min=0, help="Price per million prompt tokens"),
+    price_completion: float = typer.Option(0.0, min=0, help="Price per million completion tokens"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the plan, costs and assumptions here"),
 ) -> None:
     """Partitions, workers, cores, Kafka brokers and disk, Qdrant nodes, shards and RAM for a load,
-    from measured costs (docs/capacity.md); needs no running service."""
+    from measured costs (docs/capacity.md); with an LLM, the workers its waits need, calls, tokens,
+    the provider's limits and the cost. Needs no running service."""
     import json
     from dataclasses import asdict
 
@@ -827,11 +846,100 @@ def capacity(
             f"{row['measured_turns_per_s']} turns/s, the model {row['predicted_turns_per_s']}",
             highlight=False,
         )
+    out = {"load": asdict(load), "assumptions": asdict(assume), "costs": asdict(costs), "plan": result.as_dict()}
+    if llm_results.exists() or llm_results != LLM_RESULTS:
+        out["llm"] = _llm_capacity(
+            llm_results,
+            turns_per_s,
+            queries_per_s if llm_questions_per_s is None else llm_questions_per_s,
+            latency_s=llm_latency_s,
+            in_flight=llm_in_flight,
+            rpm=llm_rpm,
+            tpm=llm_tpm,
+            prices=(price_prompt, price_completion),
+        )
     if json_out:
-        out = {"load": asdict(load), "assumptions": asdict(assume), "costs": asdict(costs), "plan": result.as_dict()}
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(out, indent=2) + "\n")
         console.print(f"JSON written to {json_out}")
+
+
+def _llm_capacity(
+    results: Path,
+    turns_per_s: float,
+    questions_per_s: float,
+    *,
+    latency_s: float | None,
+    in_flight: int,
+    rpm: float,
+    tpm: float,
+    prices: tuple[float, float],
+) -> dict:
+    """Print and return the LLM mode's plan (``processors.capacity.llm_plan``) from a bench result."""
+    import json
+    import math
+
+    from memstream.processors.capacity import LlmProvider, llm_costs, llm_plan
+
+    if not results.exists():
+        console.print(f"[red]{results} not found: run `memstream bench llm-throughput --json {results}` first[/]")
+        raise typer.Exit(2)
+    measured = json.loads(results.read_text())
+    costs = llm_costs(measured, source=str(results))
+    if latency_s is None:  # the mean of the bench's lognormal latency, from its median and 99th percentile
+        o = measured["options"]
+        sigma = math.log(o["latency_p99_s"] / o["latency_p50_s"]) / 2.3263 if o["latency_p50_s"] else 0.0
+        latency_s = o["latency_p50_s"] * math.exp(sigma**2 / 2)
+    provider = LlmProvider(
+        latency_s=latency_s,
+        in_flight=in_flight,
+        rpm=rpm,
+        tpm=tpm,
+        price_prompt_per_m=prices[0],
+        price_completion_per_m=prices[1],
+    )
+    result = llm_plan(costs, provider, turns_per_s, questions_per_s)
+    table = Table(
+        title=f"LLM mode: {turns_per_s:,.0f} turns/s extracted, {questions_per_s:,.0f} questions/s answered, "
+        f"{latency_s:.2f} s a call, {in_flight} in flight per worker"
+    )
+    table.add_column("what")
+    table.add_column("needed", justify="right")
+    table.add_column("from")
+    per_k = costs.extract_calls_per_1000_turns
+    rows = [
+        ("extract workers (LLM-bound)", str(result.extract_workers), result.limits["workers"]),
+        ("query workers (LLM-bound)", str(result.query_workers), result.limits["workers"]),
+        (
+            "LLM calls/s",
+            f"{result.calls_per_s:,.1f}",
+            f"{per_k:.1f} calls/1,000 turns, {costs.answer_calls_per_question:.2f}/question",
+        ),
+        ("calls in flight, all workers", f"{result.calls_in_flight:,.0f}", "calls/s x latency"),
+        ("prompt tokens/s", f"{result.prompt_tokens_per_s:,.0f}", ""),
+        ("completion tokens/s", f"{result.completion_tokens_per_s:,.0f}", ""),
+        ("requests/min, tokens/min", f"{result.requests_per_min:,.0f}, {result.tokens_per_min:,.0f}", ""),
+        (
+            "share of the provider's rpm, tpm",
+            f"{result.limit_share['rpm']:.0%}, {result.limit_share['tpm']:.0%}",
+            "within the limits" if result.within_limits else "OVER the limits",
+        ),
+        (
+            "turns/s the limits allow",
+            "no limit" if result.max_turns_per_s is None else f"{result.max_turns_per_s:,.0f}",
+            "beside the questions",
+        ),
+        ("cost per hour", f"{result.cost_per_hour:,.2f}", f"at {prices[0]:g} / {prices[1]:g} per million tokens"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        f"the workers are the LLM waits' alone: each group needs the larger of these and its CPU plan above; "
+        f"calls and tokens from {costs.source}",
+        highlight=False,
+    )
+    return {"provider": provider.__dict__, "costs": costs.__dict__, "plan": result.as_dict()}
 
 
 @cli.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -5,14 +5,23 @@ kill -9 with calls in flight loses and doubles nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, Sequence
+from urllib.request import urlopen
 
 import pytest
 
+from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.infra.llm import replay_server as replay
 from memstream.processors.index import CARDS, TURNS
 from memstream.schemas import Forget, MemoryWrite, StmFlush, Turn
 from memstream.schemas.topics import Topic, decode_cards_message
+from memstream.streams.deployment import free_port
 
 from .conftest import first_sessions, metric_total
 
@@ -154,3 +163,64 @@ def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, lo
         for tenant, turns in convs.items():
             ids = [h.payload["turn_id"] for h in store.scroll(TURNS, tenant, limit=10_000)]
             assert sorted(ids) == sorted(t.turn_id for t in turns), f"{tenant}: turns lost or doubled"
+
+
+@contextlib.contextmanager
+def replay_server(args: list[str], folder: Path) -> Iterator[str]:
+    """The replay server (infra/llm/replay_server.py) as benches start it; yields its base URL."""
+    port = free_port()
+    process = replay.start_replay(args, port, folder / f"replay-{port}.log")
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        replay.wait_ready(url, timeout=60, process=process)
+        yield url
+    finally:
+        replay.stop_replay(process)
+
+
+def stats(url: str) -> dict:
+    with urlopen(url.removesuffix("/v1") + "/stats", timeout=10) as response:
+        return json.load(response)
+
+
+def ask_together(pipe, questions: Sequence[str], conversation: str) -> list:  # Pipeline
+    """Every question at once (LLM-answered); the replies."""
+    with ThreadPoolExecutor(len(questions)) as pool:
+        return list(pool.map(lambda q: pipe.ask(q, tenant="acme", conversation=conversation, timeout_s=120), questions))
+
+
+def test_429s_slow_the_stage_instead_of_failing_its_questions(make_pipeline, local_llm, tmp_path):
+    """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
+    calls at once and answers 429 + Retry-After past that: every question still gets its LLM answer."""
+    [sample] = load_locomo(demo_conversation_path())
+    turns = list(locomo_turns(sample, tenant_id="acme"))
+    conversation, questions = turns[0].conversation_id, [qa.question for qa in sample.qa[:6]]
+    recordings = tmp_path / "answers.jsonl"
+    pipe = make_pipeline(**(local_llm | {"MEMSTREAM_EXTRACT_MODE": "extractive"}))
+    with replay_server(
+        ["record", "--upstream", local_llm["MEMSTREAM_LLM_BASE_URL"], "--recordings", str(recordings)], tmp_path
+    ) as url:
+        pipe.start_worker("recording", env={"MEMSTREAM_LLM_BASE_URL": url})
+        pipe.produce(turns)
+        pipe.drain()
+        recorded = [pipe.ask(q, tenant="acme", conversation=conversation, timeout_s=120) for q in questions]
+        pipe.stop_workers()
+    assert all(r.ok and r.answer_mode == "llm" for r in recorded), [r.answer_error for r in recorded]
+
+    provider = ["replay", "--recordings", str(recordings), "--latency-fixed", "0.5", "--max-concurrency", "2"]
+    with replay_server(provider, tmp_path) as url:
+        worker = pipe.start_worker(
+            "limited",
+            stages="query",
+            env={"MEMSTREAM_LLM_BASE_URL": url, "MEMSTREAM_LLM_IN_FLIGHT": "8", "MEMSTREAM_LLM_MAX_CONCURRENCY": "8"},
+        )
+        replies = ask_together(pipe, questions, conversation)
+        seen = stats(url)
+        limited = metric_total(worker.metrics_port, "memstream_llm_rate_limited_total")
+        limit = metric_total(worker.metrics_port, "memstream_llm_concurrency_limit")
+        pipe.stop_workers()
+    assert seen["rate_limited"] > 0 and limited > 0, "the endpoint refused calls past its limit"
+    assert seen["max_concurrent"] <= 2
+    assert limit < 8, "the worker sends fewer calls at once after 429s"
+    assert all(r.ok and r.answer_mode == "llm" for r in replies), [(r.answer_error, r.error) for r in replies]
+    assert [r.answer for r in replies] == [r.answer for r in recorded], "the recorded answers, each to its question"

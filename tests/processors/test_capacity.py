@@ -164,3 +164,61 @@ def test_net_costs_and_idle_come_from_the_result():
     assert costs.broker_cpu_ms_per_turn == 1.0
     assert costs.broker_idle_cores_per_worker == pytest.approx(0.1)  # two worker processes
     assert costs.qdrant_idle_cores_per_node == pytest.approx(0.05)  # two nodes
+
+
+# --- LLM mode ------------------------------------------------------------------------------------
+
+
+def llm_measured() -> dict:
+    """A ``bench llm-throughput`` result's shape, with round figures."""
+    run = {"per_1000_turns": {"calls": 25.0, "prompt_tokens": 40_000.0, "completion_tokens": 10_000.0}}
+    question = {"per_question": {"calls": 1.0, "prompt_tokens": 900.0, "completion_tokens": 60.0}}
+    return {"ingest": [run, run], "questions": [question, question]}
+
+
+def test_llm_costs_read_calls_and_tokens_per_unit():
+    from memstream.processors.capacity import llm_costs
+
+    costs = llm_costs(llm_measured(), source="x.json")
+    assert costs.extract_calls_per_1000_turns == 25.0
+    assert costs.extract_prompt_tokens_per_1000_turns == 40_000.0
+    assert costs.answer_calls_per_question == 1.0 and costs.answer_completion_tokens_per_question == 60.0
+
+
+def test_llm_plan_sizes_workers_by_littles_law_and_counts_calls_tokens_and_cost():
+    from memstream.processors.capacity import LlmProvider, llm_costs, llm_plan
+
+    costs = llm_costs(llm_measured())
+    provider = LlmProvider(latency_s=2.0, in_flight=64, utilisation=0.5, price_prompt_per_m=1.0)
+    plan = llm_plan(costs, provider, turns_per_s=10_000, questions_per_s=1_000)
+    # 250 extraction calls/s x 2 s = 500 in flight, 32 usable slots a worker: 16 workers
+    assert plan.extract_workers == 16
+    # 1,000 answer calls/s x 2 s = 2,000 in flight / 32: 63 workers (62.5 rounded up)
+    assert plan.query_workers == 63
+    assert plan.calls_per_s == 1250 and plan.calls_in_flight == 2500
+    assert plan.prompt_tokens_per_s == 10_000 * 40 + 1_000 * 900
+    assert plan.cost_per_hour == round(3600 * plan.prompt_tokens_per_s / 1e6, 2)
+    assert plan.within_limits and plan.max_turns_per_s is None  # no limits given
+
+
+def test_llm_plan_says_when_a_load_is_over_the_providers_limits_and_what_fits():
+    from memstream.processors.capacity import LlmProvider, llm_costs, llm_plan
+
+    costs = llm_costs(llm_measured())
+    provider = LlmProvider(latency_s=1.0, rpm=60_000, utilisation=1.0)  # 1,000 calls/s
+    over = llm_plan(costs, provider, turns_per_s=40_000, questions_per_s=100)  # 1,000 + 100 calls/s
+    assert not over.within_limits and over.limit_share["rpm"] == 1.1
+    # 1,000 calls/s less the questions' 100, at 0.025 calls a turn
+    assert over.max_turns_per_s == 36_000
+    assert llm_plan(costs, provider, turns_per_s=36_000, questions_per_s=100).within_limits
+
+
+def test_a_provider_needs_a_latency_and_a_slot():
+    import pytest
+
+    from memstream.processors.capacity import LlmProvider
+
+    with pytest.raises(ValueError):
+        LlmProvider(latency_s=0)
+    with pytest.raises(ValueError):
+        LlmProvider(latency_s=1, in_flight=0)
