@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +34,10 @@ IN_FLIGHT_ENV = {
     "MEMSTREAM_LLM_IN_FLIGHT": "8",
     "MEMSTREAM_LLM_MAX_CONCURRENCY": "4",  # calls really in flight at the server, which runs one at a time
     "MEMSTREAM_STM_TOKENS": "96",
-    "MEMSTREAM_SEGMENT_WINDOW_TURNS": "6",
-    "MEMSTREAM_SEGMENT_CARRY_TURNS": "2",
-    "MEMSTREAM_EXTRACT_MAX_CARDS": "2",
-    "MEMSTREAM_EXTRACT_MAX_TOKENS": "384",
+    "MEMSTREAM_SEGMENT_WINDOW_TURNS": "4",
+    "MEMSTREAM_SEGMENT_CARRY_TURNS": "1",
+    "MEMSTREAM_EXTRACT_MAX_CARDS": "1",  # short calls: a few seconds each on the local model
+    "MEMSTREAM_EXTRACT_MAX_TOKENS": "192",
     "MEMSTREAM_STM_IDLE_S": "600",  # nothing flushes on its own while the test looks
     "MEMSTREAM_SLEEP_IDLE_S": "3600",
 }
@@ -45,7 +46,7 @@ IN_FLIGHT_ENV = {
 def conversations() -> dict[str, list[Turn]]:
     out = {}
     for tenant in TENANTS:
-        _, turns, _ = first_sessions(2, tenant=tenant)
+        _, turns, _ = first_sessions(1, tenant=tenant)
         out[tenant] = turns
     return out
 
@@ -68,24 +69,29 @@ def flushes_on_topic(pipe) -> dict[str, list[str]]:  # Pipeline
     return out
 
 
-def wait_for(condition, timeout_s: float, what: str, watch=None) -> None:
-    """Poll ``condition``; ``watch`` is called at each poll too (to sample a gauge meanwhile)."""
+def wait_for(condition, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        if watch:
-            watch()
         time.sleep(0.5)
 
 
-class Peak:
-    """The highest value a worker's gauge showed while sampled."""
+class Peak(threading.Thread):
+    """The highest value a worker's gauge shows, sampled every 0.2 s until ``stop``."""
 
     def __init__(self, port: int | None, name: str, **labels: str):
+        super().__init__(daemon=True)
         self.port, self.name, self.labels, self.value = port, name, labels, 0.0
+        self.done = threading.Event()
 
-    def __call__(self) -> None:
-        self.value = max(self.value, metric_total(self.port, self.name, **self.labels))
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            self.value = max(self.value, metric_total(self.port, self.name, **self.labels))
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return self.value
 
 
 def in_flush_order(writes: list[MemoryWrite], flush_ids: list[str]) -> bool:
@@ -99,18 +105,20 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
     convs = conversations()
     pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV))
     worker = pipe.start_worker("in-flight")
+    peak = Peak(worker.metrics_port, "memstream_stage_in_flight", stage="extract")
+    peak.start()
     for turns in convs.values():
         pipe.produce(turns[: len(turns) - 2])  # the last turns wait in the window: the forget scrubs them
     forgotten = f"t3/{convs['t3'][0].conversation_id}"
-    peak = Peak(worker.metrics_port, "memstream_stage_in_flight", stage="extract")
     # Send the forget while t3's flushes are on the flush topic and extraction still has them.
-    wait_for(lambda: len(flushes_on_topic(pipe).get(forgotten, [])) >= 2, 240, "two flushes of t3", peak)
+    wait_for(lambda: len(flushes_on_topic(pipe).get(forgotten, [])) >= 2, 240, "two flushes of t3")
     assert len([m for m in cards_messages(pipe).get(forgotten, []) if isinstance(m, MemoryWrite)]) < len(
         flushes_on_topic(pipe)[forgotten]
     ), "the forget must be sent while t3's flushes are still being extracted"
     outcome = pipe.forget(tenant="t3", conversation=convs["t3"][0].conversation_id)
     assert outcome.done
-    pipe.drain(flush=False)
+    pipe.drain(timeout_s=900, flush=False)
+    peak.stop()
     pipe.stop_workers()
 
     flushes, cards = flushes_on_topic(pipe), cards_messages(pipe)
@@ -145,7 +153,7 @@ def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, lo
     worker.kill()
     pipe.workers = []
     pipe.start_worker("after-kill")
-    pipe.drain()  # and flush what the windows and buffers still hold
+    pipe.drain(timeout_s=900)  # and flush what the windows and buffers still hold
     pipe.stop_workers()
 
     flushes, cards = flushes_on_topic(pipe), cards_messages(pipe)
