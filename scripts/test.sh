@@ -19,4 +19,4 @@ for svc in kafka/kafka.sh llm/llm_server.sh; do
 done
 
 # The cluster tests start a 3-broker cluster of their own: `make test-cluster` runs them.
-.venv/bin/python -m pytest tests -m "not cluster" "$@"
+.venv/bin/python -m pytest tests -m "not cluster" --durations=30 "$@"

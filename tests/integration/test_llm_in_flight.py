@@ -10,25 +10,29 @@ import json
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator
 from urllib.request import urlopen
 
 import pytest
 
+from memstream.adapters.openai_llm import OpenAICompatibleLLM
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.infra.llm import replay_server as replay
+from memstream.processors.extract import LlmExtractor
 from memstream.processors.index import CARDS, TURNS
-from memstream.schemas import Forget, MemoryWrite, StmFlush, Turn
+from memstream.schemas import Forget, MemoryWrite, StmFlush, Turn, memory_writes
+from memstream.schemas.memory import FlushSegment
 from memstream.schemas.topics import Topic, decode_cards_message
 from memstream.streams.deployment import free_port
+from tests.factories import compressed
 
 from .conftest import first_sessions, metric_total
 
 pytestmark = pytest.mark.integration
 
-TENANTS = ("t1", "t2", "t3")
+TENANTS = ("t1", "t2")
 # Small buffers: several flushes per conversation, each a short call for the local model.
 IN_FLIGHT_ENV = {
     "MEMSTREAM_LLM_IN_FLIGHT": "8",
@@ -109,13 +113,13 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
     peak.start()
     for turns in convs.values():
         pipe.produce(turns[: len(turns) - 2])  # the last turns wait in the window: the forget scrubs them
-    forgotten = f"t3/{convs['t3'][0].conversation_id}"
-    # Send the forget while t3's flushes are on the flush topic and extraction still has them.
-    wait_for(lambda: len(flushes_on_topic(pipe).get(forgotten, [])) >= 2, 240, "two flushes of t3")
+    forgotten = f"t2/{convs['t2'][0].conversation_id}"
+    # Send the forget while t2's flushes are on the flush topic and extraction still has them.
+    wait_for(lambda: len(flushes_on_topic(pipe).get(forgotten, [])) >= 2, 240, "two flushes of t2")
     assert len([m for m in cards_messages(pipe).get(forgotten, []) if isinstance(m, MemoryWrite)]) < len(
         flushes_on_topic(pipe)[forgotten]
-    ), "the forget must be sent while t3's flushes are still being extracted"
-    outcome = pipe.forget(tenant="t3", conversation=convs["t3"][0].conversation_id)
+    ), "the forget must be sent while t2's flushes are still being extracted"
+    outcome = pipe.forget(tenant="t2", conversation=convs["t2"][0].conversation_id)
     assert outcome.done
     pipe.drain(timeout_s=900, flush=False)
     peak.stop()
@@ -132,8 +136,8 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
         f"{forgotten}: a write came after the forget behind it: {kinds}"
     )
     with pipe.store() as store:
-        assert store.count(CARDS, "t3") == 0 and store.count(TURNS, "t3") == 0, "the forgotten conversation is gone"
-        assert store.count(CARDS, "t1") > 0 and store.count(CARDS, "t2") > 0
+        assert store.count(CARDS, "t2") == 0 and store.count(TURNS, "t2") == 0, "the forgotten conversation is gone"
+        assert store.count(CARDS, "t1") > 0
 
 
 def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, local_llm):
@@ -191,44 +195,64 @@ def stats(url: str) -> dict:
         return json.load(response)
 
 
-def ask_together(pipe, questions: Sequence[str], conversation: str) -> list:  # Pipeline
-    """Every question at once (LLM-answered); the replies."""
-    with ThreadPoolExecutor(len(questions)) as pool:
-        return list(pool.map(lambda q: pipe.ask(q, tenant="acme", conversation=conversation, timeout_s=120), questions))
+EXTRACT_ENV = {"MEMSTREAM_EXTRACT_MAX_CARDS": "2", "MEMSTREAM_EXTRACT_MAX_TOKENS": "256"}
 
 
-def test_429s_slow_the_stage_instead_of_failing_its_questions(make_pipeline, local_llm, tmp_path):
-    """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
-    calls at once and answers 429 + Retry-After past that: every question still gets its LLM answer."""
+def demo_flushes(n: int) -> list[StmFlush]:
+    """``n`` flushes of the packaged conversation's turns, four turns each, each of its own tenant."""
     [sample] = load_locomo(demo_conversation_path())
-    turns = list(locomo_turns(sample, tenant_id="acme"))
-    conversation, questions = turns[0].conversation_id, [qa.question for qa in sample.qa[:6]]
+    turns = list(locomo_turns(sample, tenant_id="x"))
+    flushes = []
+    for i in range(n):
+        tenant = f"acme-{i}"
+        chunk = [t.model_copy(update={"tenant_id": tenant}) for t in turns[4 * i : 4 * i + 4]]
+        flushes.append(
+            StmFlush(
+                tenant_id=tenant,
+                conversation_id=chunk[0].conversation_id,
+                flush_id=f"flush-{i}",
+                reason="budget",
+                segments=[FlushSegment(segment_id=f"s{i}", topic_label="talk", turns=[compressed(t) for t in chunk])],
+                tokens=sum(len(t.text.split()) for t in chunk),
+                flushed_at=datetime.now(timezone.utc),
+            )
+        )
+    return flushes
+
+
+def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local_llm, tmp_path):
+    """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
+    calls at once and answers 429 + Retry-After past that, eight flushes in flight are all extracted
+    by the LLM, as they were when the calls were recorded, none falling back to the extractive mode."""
+    flushes = demo_flushes(6)
     recordings = tmp_path / "answers.jsonl"
-    pipe = make_pipeline(**(local_llm | {"MEMSTREAM_EXTRACT_MODE": "extractive"}))
+    # Record the real model's answers to exactly the calls the worker will make: the same extractor,
+    # with the worker's settings, through the replay server in record mode.
     with replay_server(
         ["record", "--upstream", local_llm["MEMSTREAM_LLM_BASE_URL"], "--recordings", str(recordings)], tmp_path
     ) as url:
-        pipe.start_worker("recording", env={"MEMSTREAM_LLM_BASE_URL": url})
-        pipe.produce(turns)
-        pipe.drain()
-        recorded = [pipe.ask(q, tenant="acme", conversation=conversation, timeout_s=120) for q in questions]
-        pipe.stop_workers()
-    assert all(r.ok and r.answer_mode == "llm" for r in recorded), [r.answer_error for r in recorded]
+        llm = OpenAICompatibleLLM(url, "smollm2", "none")
+        extractor = LlmExtractor(llm, max_tokens=256, max_cards=2)
+        expected = {f.flush_id: extractor.extract(f) for f in flushes}
+    assert any(w.mode == "llm" for w in expected.values()), "the local model extracted some flushes itself"
 
+    pipe = make_pipeline(**(local_llm | EXTRACT_ENV))
     provider = ["replay", "--recordings", str(recordings), "--latency-fixed", "0.5", "--max-concurrency", "2"]
     with replay_server(provider, tmp_path) as url:
-        worker = pipe.start_worker(
-            "limited",
-            stages="query",
-            env={"MEMSTREAM_LLM_BASE_URL": url, "MEMSTREAM_LLM_IN_FLIGHT": "8", "MEMSTREAM_LLM_MAX_CONCURRENCY": "8"},
-        )
-        replies = ask_together(pipe, questions, conversation)
+        env = {"MEMSTREAM_LLM_BASE_URL": url, "MEMSTREAM_LLM_IN_FLIGHT": "8", "MEMSTREAM_LLM_MAX_CONCURRENCY": "8"}
+        worker = pipe.start_worker("limited", stages="extract", env=env)
+        for flush in flushes:
+            pipe.produce_raw(Topic.STM_FLUSH, flush.key.encode(), flush.to_bytes())
+        pipe.drain(timeout_s=300, topics=[Topic.STM_FLUSH], flush=False)
         seen = stats(url)
         limited = metric_total(worker.metrics_port, "memstream_llm_rate_limited_total")
         limit = metric_total(worker.metrics_port, "memstream_llm_concurrency_limit")
         pipe.stop_workers()
     assert seen["rate_limited"] > 0 and limited > 0, "the endpoint refused calls past its limit"
-    assert seen["max_concurrent"] <= 2
+    assert seen["max_concurrent"] <= 2 and seen["misses"] == 0
     assert limit < 8, "the worker sends fewer calls at once after 429s"
-    assert all(r.ok and r.answer_mode == "llm" for r in replies), [(r.answer_error, r.error) for r in replies]
-    assert [r.answer for r in replies] == [r.answer for r in recorded], "the recorded answers, each to its question"
+    writes = {w.flush_id: w for w in memory_writes(v for _, v in pipe.read_topic(Topic.CARDS))}
+    assert set(writes) == set(expected)
+    for flush_id, write in writes.items():
+        assert write.mode == expected[flush_id].mode, f"{flush_id}: {write.mode}, recorded {expected[flush_id].mode}"
+        assert [c.content for c in write.cards] == [c.content for c in expected[flush_id].cards]
