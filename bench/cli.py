@@ -720,7 +720,8 @@ def llm_throughput(
     sessions: Optional[int] = typer.Option(None, help="Sessions of each conversation (default: all)"),
     questions: int = typer.Option(120, min=8, help="LLM-answered questions, recorded once, asked at each count"),
     in_flight: list[int] = typer.Option([1, 4, 16, 64], "--in-flight", help="Calls in flight per worker to measure"),
-    copies: int = typer.Option(4, min=1, help="Copies of the flushes handed to the ingest worker (other tenants)"),
+    copies: int = typer.Option(32, min=1, help="Copies of each conversation handed to the ingest worker (tenants)"),
+    flushes_per_conversation: int = typer.Option(3, min=1, help="Flushes of each conversation (its first)"),
     latency_p50: float = typer.Option(1.2, min=0.0, help="Provider latency median, seconds"),
     latency_p99: float = typer.Option(4.0, min=0.0, help="Provider latency 99th percentile, seconds"),
     provider_concurrency: int = typer.Option(48, min=1, help="Calls at once the provider takes (429 past it)"),
@@ -742,6 +743,7 @@ def llm_throughput(
         questions=questions,
         in_flight=tuple(in_flight),
         copies=copies,
+        flushes_per_conversation=flushes_per_conversation,
         latency_p50_s=latency_p50,
         latency_p99_s=latency_p99,
         provider_concurrency=provider_concurrency,
@@ -1120,8 +1122,8 @@ def _e2e_options(
 
     if extract not in ("extractive", "llm"):
         raise typer.BadParameter("--extract is 'extractive' or 'llm'")
-    if planner not in (None, "auto", "llm", "rules"):
-        raise typer.BadParameter("--planner is 'auto', 'llm' or 'rules'")
+    if planner not in (None, "auto", "llm", "rules", "hybrid"):
+        raise typer.BadParameter("--planner is 'auto', 'llm', 'rules' or 'hybrid'")
     budgets = tuple(int(x) for x in sweep_tokens.split(",") if x.strip())
     if any(not 1 <= b <= 32_000 for b in budgets):
         raise typer.BadParameter("--sweep-tokens takes budgets of 1 to 32,000 evidence tokens")
@@ -1238,7 +1240,8 @@ _JUDGE_BASE_URL = typer.Option(
 )
 _JUDGE_MODEL = typer.Option(None, help="Judge model (default: the answer model)")
 _PLANNER = typer.Option(
-    None, help="Query planner for the questions: auto, llm or rules (default: configured; rules with the local server)"
+    None,
+    help="Query planner for the questions: auto, llm, rules or hybrid (default: configured; rules with the local LLM)",
 )
 _K = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)")
 _SWEEP_K = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)")
@@ -1345,3 +1348,48 @@ def longmemeval(
         _e2e_options_from(given),
         fresh,
     )
+
+
+@bench.command("planner")
+def planner(
+    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    run: Optional[Path] = typer.Option(
+        None, help="A finished `memstream bench locomo --out` folder holding the conversations (none: plans only)"
+    ),
+    conversations: str = typer.Option("conv-26,conv-41", help="Comma-separated sample ids: one tune, one report"),
+    longmemeval: Optional[Path] = typer.Option(None, help="LongMemEval JSON: its questions' plans too (no recall)"),
+    k: int = typer.Option(10, min=1, help="Evidence items per question"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+) -> None:
+    """LLM calls per question for each query planner mode (rules, llm, hybrid): how often the LLM plan
+    differs from the rule plan, evidence recall, planner calls and latency, tune and report splits."""
+    from memstream.bench.planner import MODES, TUNED, PlannerBenchOptions, plot, run_planner_bench
+
+    ids = tuple(c.strip() for c in conversations.split(",") if c.strip())
+    options = PlannerBenchOptions(data=data, run=run, conversations=ids, longmemeval=longmemeval, k=k)
+    with _progress() as progress:
+        task = progress.add_task("questions × modes", total=None)
+        result = run_planner_bench(options, on_question=lambda: progress.advance(task))
+    for part in ("locomo", "longmemeval"):
+        if part not in result:
+            continue
+        counts = ", ".join(f"{n} {split}" for split, n in result[part]["questions"].items())
+        table = Table(title=f"{part}: planner modes ({counts} questions)")
+        for column in ("mode", "split", "recall", "LLM calls / question", "plan p50 ms", "plan p99 ms", "differs"):
+            table.add_column(column, justify="right")
+        for mode in (*MODES, TUNED):
+            for split, row in result[part]["modes"][mode].items():
+                table.add_row(
+                    mode,
+                    split,
+                    str(row.get("evidence_recall", "–")),
+                    str(row["llm_calls_per_question"]),
+                    str(row["plan_ms"]["p50"]),
+                    str(row["plan_ms"]["p99"]),
+                    str(row["differs_from_rules"]),
+                )
+        console.print(table)
+        console.print(f"{part}: doubts worth a call on tune: {result[part]['triggers'][TUNED] or 'none'}")
+    _write_json(result, json_out)
+    if json_out and result.get("run"):
+        console.print(f"plot: {plot(result, json_out.with_suffix('.png'))}")

@@ -2,8 +2,11 @@
 hosted provider's latency, at 1, 4, 16 and 64 calls in flight.
 
 - **ingest**: one worker running the extract stage (the LLM-bound one; the CPU-bound stages before
-  and after it scale apart, see ``memstream capacity``) is handed the STM flushes of the conversations
-  at once; turns/s = the turns those flushes hold / the time until every one is extracted.
+  and after it scale apart, see ``memstream capacity``) is handed the STM flushes of 64 conversations
+  at once (copies of the recorded ones under other tenants, three flushes each); turns/s = the turns
+  those flushes hold / the time until every one is extracted. One conversation's flushes are
+  extracted in order, one at a time: its calls in flight are one, and a worker's are at most the
+  conversations it has flushes of.
 - **questions**: one worker running the query stage over the memories of those conversations is
   asked LLM-answered questions, twice as many outstanding as it keeps in flight; questions/s and the
   reply p50/p99 as the asker saw them.
@@ -58,7 +61,11 @@ class LlmThroughputOptions:
     sessions: int | None = None  # of each conversation (None: all)
     questions: int = 120  # LLM-answered questions recorded, and asked at each in-flight count
     in_flight: tuple[int, ...] = (1, 4, 16, 64)
-    copies: int = 4  # the flushes handed to the ingest worker, each copy under tenants of its own
+    # The ingest worker is handed ``copies`` of each conversation (each under a tenant of its own), the
+    # first ``flushes_per_conversation`` flushes of each: one conversation's flushes are extracted one
+    # after another (in order), so the calls in flight are at most the conversations in flight.
+    copies: int = 32
+    flushes_per_conversation: int = 3
     latency_p50_s: float = 1.2
     latency_p99_s: float = 4.0
     provider_concurrency: int = 48  # calls at once the stand-in provider takes before answering 429
@@ -267,6 +274,17 @@ def rate_limited(port: int | None) -> int:
 # --- ingest ----------------------------------------------------------------------------------------
 
 
+def first_flushes(flushes: Sequence[dict[str, str]], options: LlmThroughputOptions) -> list[dict[str, str]]:
+    """The first ``flushes_per_conversation`` recorded flushes of each conversation, in order."""
+    taken: dict[str, int] = {}
+    out = []
+    for flush in flushes:
+        if taken.get(flush["key"], 0) < options.flushes_per_conversation:
+            taken[flush["key"]] = taken.get(flush["key"], 0) + 1
+            out.append(flush)
+    return out
+
+
 def retenanted(flush: dict[str, str], copy: int) -> tuple[str, bytes]:
     """A recorded flush as if another tenant had said it (the prompt, which names no tenant, is the same)."""
     tenant = flush["key"].split("/", 1)[0]
@@ -286,7 +304,7 @@ def retenanted(flush: dict[str, str], copy: int) -> tuple[str, bytes]:
 
 def measure_ingest(options: LlmThroughputOptions, rec: Recording, in_flight: int, status: Callable[[str], None]) -> Run:
     base = Settings()
-    flushes = [json.loads(line) for line in rec.flushes.read_text().splitlines()]
+    flushes = first_flushes([json.loads(line) for line in rec.flushes.read_text().splitlines()], options)
     messages = [retenanted(f, c) for c in range(options.copies) for f in flushes]
     turns = options.copies * sum(len(StmFlush.from_bytes(f["value"].encode()).turns()) for f in flushes)
     folder = options.workdir / f"ingest-{in_flight}"

@@ -336,8 +336,11 @@ class Settings(BaseSettings):
     fresh_turns_k: int = Field(
         3, ge=0, description="Fresh turns (not yet in any card) a reply adds after its evidence (0 = none)"
     )
-    query_planner: Literal["auto", "llm", "rules"] = Field(
-        "auto", description="auto = one LLM planner call when an LLM is configured, else the rule planner"
+    query_planner: Literal["auto", "llm", "rules", "hybrid"] = Field(
+        "auto",
+        description="auto = one LLM planner call when an LLM is configured, else the rule planner; "
+        "hybrid = the rule planner, and an LLM planner call only for a question the rules doubt "
+        "(processors/plan.py: rule_doubts), for the doubted fields",
     )
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
     evidence_policy: Literal["fixed", "adaptive"] = Field(
@@ -499,11 +502,11 @@ class Settings(BaseSettings):
         return self.extract_mode
 
     @property
-    def effective_query_planner(self) -> Literal["llm", "rules"]:
+    def effective_query_planner(self) -> Literal["llm", "rules", "hybrid"]:
         if self.query_planner == "auto":
             return "llm" if self.llm_enabled else "rules"
-        if self.query_planner == "llm" and not self.llm_enabled:
-            raise ValueError("MEMSTREAM_QUERY_PLANNER=llm needs MEMSTREAM_LLM_BASE_URL")
+        if self.query_planner in ("llm", "hybrid") and not self.llm_enabled:
+            raise ValueError(f"MEMSTREAM_QUERY_PLANNER={self.query_planner} needs MEMSTREAM_LLM_BASE_URL")
         return self.query_planner
 
     @property

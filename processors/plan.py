@@ -6,6 +6,9 @@ Two planners return the same ``Plan``:
 - ``LlmPlanner``: one JSON-schema call; one repair retry on invalid output, then the rule planner.
   The model copies time phrases; code resolves them against the question's date (models are bad at
   date arithmetic), and code derives the access profile from the two booleans.
+- ``HybridPlanner``: the rules first; the LLM planner only for a question the rules doubt
+  (``rule_doubts``: a decision they took by default where the question shows they may be wrong),
+  and only the doubted fields are taken from its plan.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import calendar
 import logging
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Literal, Protocol
+from typing import Iterable, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -381,6 +384,73 @@ def rule_plan(question: str, now: datetime) -> Plan:
     )
 
 
+# --- how sure the rules are ---------------------------------------------------------------------
+#
+# Every field of a rule plan is either matched by a pattern or a default. Most defaults are right
+# (no time phrase: no period; no aggregate word: a lookup). A doubt is a default, or a pick between
+# patterns, where the question itself shows the rules may be wrong; each names the plan fields it
+# puts in doubt, and the hybrid planner asks the LLM for those fields only.
+
+Doubt = Literal["time_unresolved", "time_several", "operation_conflict", "no_subject", "unsplit_coordination"]
+DOUBTS: tuple[Doubt, ...] = get_args(Doubt)
+DOUBTED_FIELDS: dict[Doubt, tuple[str, ...]] = {
+    "time_unresolved": ("time",),
+    "time_several": ("time",),
+    "operation_conflict": ("operation",),
+    "no_subject": ("entities", "participants"),
+    "unsplit_coordination": ("distributed",),
+}
+
+# Words that name a period or a point in time. One of them with no period resolved means the
+# question names a period the rules could not read ("summer 2021", "recently", "the month of
+# February"). Month and weekday names count capitalised only ("may" is a verb); a year glued to a
+# prefix ("pre-1920") is an attribute, not a period.
+_TIME_CUE = re.compile(
+    r"\b(ago|yesterday|today|tonight|tomorrow|recent(ly)?|lately|weekends?|summer|winter|spring|autumn"
+    r"|(last|past|previous|this|next|coming)\s+(week|month|year|night|season)s?|\d+\s+(day|week|month|year)s?"
+    rf"|(?-i:{'|'.join(w.capitalize() for w in (*WEEKDAYS, *MONTHS))}))\b"
+    r"|(?<![\w-])(19|20)\d{2}\b",
+    re.I,
+)
+# What may stand between two time mentions that are one list ("in March and April").
+_LIST_GAP = re.compile(r"^(\s|,|&|\band\b|\bor\b|\bto\b|\bthrough\b)*$", re.I)
+_OPERATION_PATTERNS = (_AGGREGATE, _COMPARE, _SORT, _TEMPORAL)
+
+
+def rule_doubts(question: str, now: datetime, plan: Plan | None = None) -> tuple[Doubt, ...]:
+    """Where the rule plan of ``question`` (``plan``, or made here) rests on a default or a guess:
+    - ``time_unresolved``: a time word, no period resolved, and the time itself is not what is asked;
+    - ``time_several``: two periods that are not one list ("last week, as mentioned on 6 November"):
+      the rules take their hull, which is rarely what is meant;
+    - ``operation_conflict``: the patterns of two operations match; the rules take the first;
+    - ``no_subject``: no entity and no person (I, you, we): the rules know neither who nor what;
+    - ``unsplit_coordination``: an "X and Y" the rules would split, in a question they did not find
+      distributed: a set asked for, or one shared thing, the patterns cannot tell.
+    Pure; a tuple in ``DOUBTS`` order, empty when the rules are sure."""
+    now = _utc(now)
+    plan = plan or rule_plan(question, now)
+    spans = _spans(question, now)
+    masked = _mask(question, spans)
+    found: set[Doubt] = set()
+    asks_time = bool(_ASKS_TIME.search(question))
+    if not asks_time and plan.time_from is None and plan.time_to is None and _TIME_CUE.search(question):
+        found.add("time_unresolved")
+    if not asks_time and any(not _LIST_GAP.match(question[a[1] : b[0]]) for a, b in zip(spans, spans[1:])):
+        found.add("time_several")
+    if sum(bool(p.search(masked)) for p in _OPERATION_PATTERNS) > 1:
+        found.add("operation_conflict")
+    if not plan.entities and plan.participants == "ambiguous":
+        found.add("no_subject")
+    if not plan.distributed and split_rewrites(question, plan.entities):
+        found.add("unsplit_coordination")
+    return tuple(d for d in DOUBTS if d in found)
+
+
+def rules_unsure(doubts: Iterable[Doubt], triggers: Iterable[Doubt] = DOUBTS) -> bool:
+    """Whether the doubts include one that is worth an LLM call (``triggers``)."""
+    return not set(doubts).isdisjoint(triggers)
+
+
 class Planner(Protocol):
     def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
         """The plan; ``timeout_s`` bounds what the planner may spend on LLM calls."""
@@ -492,9 +562,83 @@ class LlmPlanner:
         )
 
 
+# --- hybrid planner -----------------------------------------------------------------------------
+
+
+def merge_plans(question: str, rules: Plan, llm: Plan, doubts: Iterable[Doubt]) -> Plan:
+    """The rule plan with the fields ``doubts`` put in doubt taken from the LLM's plan: what a pattern
+    matched stays the rules' (an LLM plan that fell back to the rules changes nothing). The derived
+    fields follow: the profile from the rules' fidelity and the merged ``distributed``, the history
+    from the merged period."""
+    if llm.planner != "llm":
+        return rules
+    fields = {f for d in doubts for f in DOUBTED_FIELDS[d]}
+    if not fields:
+        return rules
+    merged = rules.model_dump()
+    if "time" in fields:
+        merged.update(time_from=llm.time_from, time_to=llm.time_to)
+    if "operation" in fields:
+        merged.update(operation=llm.operation)
+    if "entities" in fields:
+        merged.update(entities=llm.entities, participants=llm.participants)
+    if "distributed" in fields:
+        # The model's answer-free rewrites, or the rules' own split (built from the question's words).
+        rewrites = (llm.rewrites or split_rewrites(question, merged["entities"])) if llm.distributed else []
+        merged.update(distributed=llm.distributed, rewrites=rewrites)
+    merged.update(
+        planner="llm",
+        history=about_the_past(question, merged["time_from"], merged["time_to"]),
+        profile=choose_profile(fidelity=rules.fidelity, distributed=merged["distributed"]),
+    )
+    return Plan.model_validate(merged)
+
+
+class HybridPlanner:
+    """The rules first; the LLM planner only when the rules doubt the question (``rule_doubts``, those
+    in ``triggers``), and then only for the doubted fields. A question the rules are sure of costs no
+    call, so its cost has no calls."""
+
+    def __init__(self, llm_planner: Planner, *, triggers: Iterable[Doubt] = DOUBTS):
+        self.llm_planner = llm_planner
+        self.triggers = frozenset(triggers)
+        self.asked = 0  # questions sent to the LLM planner
+
+    def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
+        rules = rule_plan(question, now)
+        doubts = [d for d in rule_doubts(question, now, rules) if d in self.triggers]
+        if not doubts:
+            return rules, StageCost(stage="plan")
+        self.asked += 1
+        llm, cost = self.llm_planner.plan(question, now, timeout_s=timeout_s)
+        return merge_plans(question, rules, llm, doubts), cost
+
+
+PLANNER_MODES = ("rules", "llm", "hybrid")
+
+
+def planner_for(mode: str, llm: LLM | None) -> Planner:
+    """The planner of a mode (``PLANNER_MODES``): without an LLM, the rules whatever the mode."""
+    if mode not in PLANNER_MODES:
+        raise ValueError(f"unknown planner mode {mode!r}: expected one of {', '.join(PLANNER_MODES)}")
+    if llm is None or mode == "rules":
+        return RulePlanner()
+    if mode == "llm":
+        return LlmPlanner(llm)
+    return HybridPlanner(LlmPlanner(llm))
+
+
 __all__ = [
     "about_the_past",
+    "DOUBTS",
+    "Doubt",
+    "HybridPlanner",
     "LlmPlanner",
+    "PLANNER_MODES",
+    "merge_plans",
+    "planner_for",
+    "rule_doubts",
+    "rules_unsure",
     "PlanInvalid",
     "Planner",
     "RulePlanner",

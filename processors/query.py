@@ -24,7 +24,7 @@ from memstream.schemas import Evidence, Plan, Query, Reply, StageCost
 
 from . import prompts
 from .index import CARDS, PROFILES, TURNS
-from .plan import LlmPlanner, Planner, RulePlanner
+from .plan import Planner, planner_for
 from .research import LlmReflector, follow_ups, needs_research, turns_of
 from .retrieve import (
     Candidate,
@@ -144,7 +144,7 @@ class QueryOptions:
     replay_window: int = 1
     replay_max_tokens: int = 1200
     max_answer_tokens: int = 256
-    planner: str = "rules"  # or "llm" (needs the engine's LLM)
+    planner: str = "rules"  # or "llm", "hybrid" (plan.PLANNER_MODES; both need the engine's LLM)
     fresh_k: int = 3  # fresh turns (said, in no card yet) added after the evidence; 0 = none
 
 
@@ -173,9 +173,10 @@ class QueryEngine:
         self._speakers: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
         self._speakers_lock = threading.Lock()  # questions are answered in several threads at once
         planner_llm = planner_llm or llm
+        self.planner: Planner = planner_for(options.planner, planner_llm)
+        # The research loop reflects with the LLM planner's LLM; by rules otherwise, the hybrid
+        # planner's included (it is there to save calls).
         use_llm = planner_llm is not None and options.planner == "llm"
-        self.planner: Planner = LlmPlanner(planner_llm) if use_llm else RulePlanner()  # type: ignore[arg-type]
-        # The research loop reflects with the planner's LLM; without one, by rules.
         self.reflector = LlmReflector(research_llm or planner_llm) if use_llm else None  # type: ignore[arg-type]
 
     def plan(self, query: Query, now: datetime, timeout_s: float | None = None) -> tuple[Plan, StageCost]:

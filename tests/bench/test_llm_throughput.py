@@ -65,3 +65,12 @@ def test_figures_per_unit():
     run = Run(in_flight=4, items=500, seconds=10.0, per_s=50.0, calls=12, prompt_tokens=20_000, completion_tokens=5_000)
     assert per_item(run, 1000) == {"calls": 24.0, "prompt_tokens": 40_000.0, "completion_tokens": 10_000.0}
     assert per_item(run)["calls"] == 0.02
+
+
+def test_the_first_flushes_of_each_conversation_in_order():
+    from memstream.bench.llm_throughput import LlmThroughputOptions, first_flushes
+
+    pairs = [("a/1", "1"), ("b/1", "2"), ("a/1", "3"), ("a/1", "4"), ("b/1", "5")]
+    flushes = [{"key": k, "value": v} for k, v in pairs]
+    kept = first_flushes(flushes, LlmThroughputOptions(flushes_per_conversation=2))
+    assert [f["value"] for f in kept] == ["1", "2", "3", "5"]

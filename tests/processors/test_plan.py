@@ -4,17 +4,25 @@ from typing import get_args
 import orjson
 import pytest
 
+from memstream.config import Settings
 from memstream.ports import LLMError, LlmResult
 from memstream.processors import prompts
 from memstream.processors.plan import (
+    DOUBTS,
+    HybridPlanner,
     LlmPlanner,
     RulePlanner,
     choose_profile,
+    merge_plans,
+    planner_for,
     resolve_time,
+    rule_doubts,
     rule_plan,
+    rules_unsure,
     time_range,
 )
-from memstream.schemas import Plan
+from memstream.processors.query import QueryEngine, QueryOptions
+from memstream.schemas import Plan, Query, Reply
 from memstream.schemas.query import Operation
 
 NOW = datetime(2023, 8, 1, 15, 30, tzinfo=timezone.utc)  # a Tuesday
@@ -403,3 +411,179 @@ def test_schema_is_valid_json_schema_and_accepts_a_plan():
     assert not validator.is_valid(doc(participants="everyone"))
     assert not validator.is_valid(doc(rewrites=["a", "b", "c"]))
     assert not validator.is_valid({**doc(), "profile": "replay"})
+
+
+# --- how sure the rules are ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question, doubts",
+    [
+        # Sure: every decision matched a pattern, or its default is what the question says.
+        ("What is Caroline's identity?", ()),
+        ("What did I buy last week?", ()),  # the period is resolved
+        ("When did Melanie go camping in 2022?", ()),  # the time is asked: no period, on purpose
+        ("Which airline did I fly with the most in March and April?", ()),  # one list of months
+        ("What did I eat yesterday?", ()),  # no entity, but the asker is the subject
+        ("What activities do both Melanie and Caroline enjoy?", ()),  # "X and Y", found distributed
+        ("What did Jon and Gina do together?", ()),  # one shared event: the rules do not split it
+        ("What may Caroline do next?", ()),  # "may" the verb is no month
+        ("How many pre-1920 coins do I have?", ()),  # a year glued to a prefix is no period
+        # A time word and no period resolved.
+        ("What did Melanie paint recently?", ("time_unresolved",)),
+        ("What state did Joanna visit in summer 2021?", ("time_unresolved",)),
+        ("What did May say about the trip?", ("time_unresolved",)),  # May the person, or the month
+        # Two periods that are not one list: the rules take their hull.
+        ("What was Tim's writing issue last week, as mentioned on November 6, 2023?", ("time_several",)),
+        # Aggregate and temporal patterns both match; the rules take the first.
+        ("How many times did I go running before the marathon?", ("operation_conflict",)),
+        # Neither an entity nor a person.
+        ("What did the charity race raise awareness for?", ("no_subject",)),
+        # "X and Y" the rules would split, in a question they did not find distributed.
+        ("When did Jon and Gina decide to collaborate?", ("unsplit_coordination",)),
+    ],
+)
+def test_rule_doubts(question, doubts):
+    assert rule_doubts(question, NOW) == doubts
+    assert rule_doubts(question, NOW, rule_plan(question, NOW)) == doubts  # the plan given or made
+
+
+def test_doubts_come_in_a_fixed_order():
+    question = "How many times did the team win before the final, recently?"
+    assert rule_doubts(question, NOW) == ("time_unresolved", "operation_conflict", "no_subject")
+    assert list(rule_doubts(question, NOW)) == [d for d in DOUBTS if d in rule_doubts(question, NOW)]
+
+
+def test_rules_unsure_only_for_a_trigger():
+    assert rules_unsure(("time_unresolved",))
+    assert not rules_unsure(())
+    assert not rules_unsure(("time_unresolved",), triggers=("no_subject",))
+    assert rules_unsure(("time_unresolved", "no_subject"), triggers=("no_subject",))
+
+
+# --- hybrid planner -----------------------------------------------------------------------------
+
+
+def llm_plan(**fields) -> Plan:
+    base = {"planner": "llm", "profile": "lookup", "participants": "user", "operation": "aggregate"}
+    return Plan(**{**base, **fields})
+
+
+def test_merge_takes_only_the_doubted_fields():
+    question = "What did Melanie paint recently?"
+    rules = rule_plan(question, NOW)
+    llm = llm_plan(entities=["paint"], time_from=utc(2023, 7, 1), time_to=end_of(2023, 7, 31))
+    merged = merge_plans(question, rules, llm, ["time_unresolved"])
+    assert merged.planner == "llm"
+    assert (merged.time_from, merged.time_to) == (utc(2023, 7, 1), end_of(2023, 7, 31))
+    assert merged.history  # a period: superseded versions are evidence too
+    # What the rules matched stays theirs.
+    assert (merged.entities, merged.participants, merged.operation) == (["Melanie"], "ambiguous", "lookup")
+
+
+def test_merge_of_a_subject_and_of_a_split():
+    question = "When did Jon and Gina decide to collaborate?"
+    rules = rule_plan(question, NOW)
+    merged = merge_plans(question, rules, llm_plan(entities=["Jon"], distributed=True), ["unsplit_coordination"])
+    # Distributed by the model: Compose, with the rules' own answer-free split as the model gave none.
+    assert merged.distributed and merged.profile == "compose"
+    assert merged.rewrites == ["When did Jon decide to collaborate?", "When did Gina decide to collaborate?"]
+    assert merged.entities == ["Jon", "Gina"] and merged.operation == "temporal_select"
+    question = "What did the charity race raise awareness for?"
+    merged = merge_plans(question, rule_plan(question, NOW), llm_plan(entities=["charity race"]), ["no_subject"])
+    assert (merged.entities, merged.participants, merged.profile) == (["charity race"], "user", "lookup")
+
+
+def test_merge_keeps_the_rules_when_the_llm_planner_fell_back_or_nothing_is_doubted():
+    question = "What did Melanie paint recently?"
+    rules = rule_plan(question, NOW)
+    assert merge_plans(question, rules, rules, ["time_unresolved"]) == rules  # the fallback is the rules' plan
+    assert merge_plans(question, rules, llm_plan(), []) == rules
+
+
+def test_hybrid_asks_the_llm_only_when_the_rules_doubt():
+    llm = ScriptedLLM(ok(doc(time="July 2023", entities=["Melanie"])))
+    planner = HybridPlanner(LlmPlanner(llm))
+    plan, cost = planner.plan("What did Melanie paint a sunrise on?", NOW)  # sure: no call
+    assert plan.planner == "rules" and cost.calls == 0 and llm.calls == []
+    plan, cost = planner.plan("What did Melanie paint recently?", NOW)  # a time word, no period
+    assert (plan.planner, cost.stage, cost.calls, cost.prompt_tokens) == ("llm", "plan", 1, 100)
+    assert (plan.time_from, plan.time_to) == (utc(2023, 7, 1), end_of(2023, 7, 31))
+    assert len(llm.calls) == 1 and planner.asked == 1
+
+
+def test_hybrid_counts_a_repair_and_falls_back_to_the_rules():
+    planner = HybridPlanner(LlmPlanner(ScriptedLLM(bad(), bad())))
+    plan, cost = planner.plan("What did Melanie paint recently?", NOW)
+    assert plan == rule_plan("What did Melanie paint recently?", NOW)
+    assert cost.calls == 2  # both calls were made: both count
+
+
+def test_hybrid_asks_only_for_its_triggers():
+    llm = ScriptedLLM()
+    plan, cost = HybridPlanner(LlmPlanner(llm), triggers=("no_subject",)).plan("What did Melanie paint recently?", NOW)
+    assert plan.planner == "rules" and cost.calls == 0 and llm.calls == []
+
+
+# --- the planner of each mode -------------------------------------------------------------------
+
+
+def test_planner_for_each_mode():
+    llm = ScriptedLLM()
+    assert isinstance(planner_for("rules", llm), RulePlanner)
+    assert isinstance(planner_for("llm", llm), LlmPlanner)
+    assert isinstance(planner_for("hybrid", llm), HybridPlanner)
+    for mode in ("rules", "llm", "hybrid"):  # no LLM: the rules, whatever the mode
+        assert isinstance(planner_for(mode, None), RulePlanner)
+    with pytest.raises(ValueError, match="unknown planner mode"):
+        planner_for("auto", llm)  # settings resolve auto before it reaches the engine
+
+
+def test_settings_resolve_the_planner_mode():
+    llm = {"llm_base_url": "http://llm/v1"}
+    assert Settings(query_planner="hybrid", **llm).effective_query_planner == "hybrid"
+    assert Settings(query_planner="auto", **llm).effective_query_planner == "llm"  # auto is unchanged
+    assert Settings(query_planner="auto", llm_base_url=None).effective_query_planner == "rules"
+    with pytest.raises(ValueError, match="hybrid needs MEMSTREAM_LLM_BASE_URL"):
+        _ = Settings(query_planner="hybrid", llm_base_url=None).effective_query_planner
+
+
+class EmptyStore:
+    """A store that holds nothing: every read comes back empty."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0 if name == "count" else []
+
+
+class ZeroEmbedder:
+    dim = 8
+
+    def embed(self, texts):
+        import numpy as np
+
+        return np.zeros((len(texts), self.dim), dtype=np.float32)
+
+
+def ask(engine: QueryEngine, question: str) -> Reply:
+    query = Query(
+        tenant_id="acme",
+        conversation_id="c1",
+        correlation_id="q1",
+        reply_topic="replies",
+        question=question,
+        question_time=NOW,
+        answer=False,
+        sent_at=NOW,
+    )
+    return engine.run(query, clock=lambda: NOW)
+
+
+def test_the_engine_counts_only_the_planner_calls_made():
+    llm = ScriptedLLM(ok(doc(time="July 2023")))
+    engine = QueryEngine(EmptyStore(), ZeroEmbedder(), None, QueryOptions(planner="hybrid"), planner_llm=llm)
+    assert isinstance(engine.planner, HybridPlanner) and engine.reflector is None  # reflection stays by rules
+    sure = ask(engine, "What is Caroline's identity?")
+    assert sure.plan.planner == "rules" and sure.costs == []
+    unsure = ask(engine, "What did Melanie paint recently?")
+    assert unsure.plan.planner == "llm"
+    assert [(c.stage, c.calls) for c in unsure.costs] == [("plan", 1)]
