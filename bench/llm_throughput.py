@@ -8,8 +8,8 @@ hosted provider's latency, at 1, 4, 16 and 64 calls in flight.
   extracted in order, one at a time: its calls in flight are one, and a worker's are at most the
   conversations it has flushes of.
 - **questions**: one worker running the query stage over the memories of those conversations is
-  asked LLM-answered questions, twice as many outstanding as it keeps in flight; questions/s and the
-  reply p50/p99 as the asker saw them.
+  asked LLM-answered questions (the recorded ones, again until about 16 per slot), twice as many
+  outstanding as it keeps in flight; questions/s and the reply p50/p99 as the asker saw them.
 - **eight at once**: eight LLM-answered questions asked together of an endpoint that answers every
   call after exactly ``check_latency_s``, one at a time in flight and at the default: the simple
   check anyone can repeat.
@@ -383,7 +383,10 @@ def query_deployment(rec: Recording, folder: Path, env: dict[str, str]) -> Deplo
 def measure_questions(
     options: LlmThroughputOptions, rec: Recording, in_flight: int, status: Callable[[str], None]
 ) -> Run:
-    questions = [json.loads(line) for line in rec.questions.read_text().splitlines()]
+    recorded = [json.loads(line) for line in rec.questions.read_text().splitlines()]
+    # Long enough at every count to be more than its ramp: the recorded questions, asked again (the
+    # same evidence, the same recorded answer) until about 16 a slot.
+    questions = recorded * max(1, round(16 * in_flight / len(recorded)))
     with replay(provider_args(options, rec), options.workdir) as url:
         dep = query_deployment(rec, options.workdir / f"query-{in_flight}", worker_env(url, in_flight))
         try:
