@@ -91,24 +91,23 @@ class Lanes:
         task.add_done_callback(partial(self._done, lane=slot.lane))
 
     async def _run(self, entry: _Entry, ahead: asyncio.Task[None] | None, kind: str, work: Work) -> None:
-        try:
-            if ahead is not None:
-                await asyncio.wait({ahead})  # its outcome is its own: only its end matters here
-            async with self._slots[kind]:
-                self.waiting -= 1
-                entry.started = True
-                self.running += 1
-                try:
-                    await work()
-                finally:
-                    self.running -= 1
-        finally:
-            if not entry.started:
-                self.waiting -= 1
-            self._admitted.release()
+        if ahead is not None:
+            await asyncio.wait({ahead})  # its outcome is its own: only its end matters here
+        async with self._slots[kind]:
+            self.waiting -= 1
+            entry.started = True
+            self.running += 1
+            try:
+                await work()
+            finally:
+                self.running -= 1
 
     def _done(self, task: asyncio.Task[None], *, lane: Hashable) -> None:
-        self._tasks.pop(task, None)
+        # Here, not in _run: a task cancelled before its first step never runs its body.
+        entry = self._tasks.pop(task)
+        if not entry.started:
+            self.waiting -= 1
+        self._admitted.release()
         if self._tails.get(lane) is task:
             del self._tails[lane]
         if not task.cancelled() and task.exception() is not None:

@@ -175,3 +175,13 @@ async def test_revoked_partitions_lose_their_waiting_work_and_keep_what_runs() -
 def test_every_class_needs_a_slot() -> None:
     with pytest.raises(ValueError):
         Lanes({"llm": 0})
+
+
+@run_async
+async def test_work_cancelled_before_it_ever_ran_gives_its_place_back() -> None:
+    log, lanes = Log(), Lanes({"llm": 1}, backlog=1)
+    await lanes.submit(Slot("a"), log.work("a"), partition=("t", 0))
+    assert lanes.cancel_waiting([("t", 0)]) == 1  # before the loop ever ran it
+    await asyncio.wait_for(lanes.submit(Slot("b"), log.work("b", hold=False), partition=("t", 1)), 1)
+    assert await lanes.drain(timeout_s=1)
+    assert log.started() == ["b"] and lanes.waiting == 0 and lanes.running == 0 and len(lanes) == 0
