@@ -2,7 +2,8 @@
 
 A process's CPU is its ``utime + stime`` plus ``cutime + cstime`` (the children it has waited for),
 and a role's is the sum over its live process tree: the ``memstream worker`` supervisor and the worker
-it runs, a restarted child included (a dead child's time moves into its parent's ``cutime``). A
+it runs, a restarted child included (a dead child's time moves into its parent's ``cutime``); the tree
+stops at another role's process (the bench starts the workers it measures). A
 process gone between the two samples counts what it had at the first (its later time is lost).
 Linux only."""
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -47,26 +48,32 @@ def children_of(proc: Path = PROC) -> dict[int, list[int]]:
     return out
 
 
-def process_tree(pid: int, children: Mapping[int, list[int]]) -> list[int]:
-    """``pid`` and its live descendants."""
+def process_tree(pid: int, children: Mapping[int, list[int]], stop: Collection[int] = ()) -> list[int]:
+    """``pid`` and its live descendants, but none at or below a pid in ``stop``."""
     tree, todo = [], [pid]
     while todo:
         p = todo.pop()
         tree.append(p)
-        todo += children.get(p, [])
+        todo += [c for c in children.get(p, []) if c not in stop]
     return tree
 
 
-def tree_seconds(pid: int, *, children: Mapping[int, list[int]] | None = None, proc: Path = PROC) -> float:
-    """CPU-seconds of ``pid`` and its descendants so far (their own and their waited-for children's)."""
+def tree_seconds(
+    pid: int, *, children: Mapping[int, list[int]] | None = None, proc: Path = PROC, stop: Collection[int] = ()
+) -> float:
+    """CPU-seconds of ``pid`` and its descendants so far (their own and their waited-for children's),
+    those at or below a pid in ``stop`` left out."""
     children = children_of(proc) if children is None else children
-    return sum(own_ticks(p, proc) for p in process_tree(pid, children)) / CLOCK_TICKS
+    return sum(own_ticks(p, proc) for p in process_tree(pid, children, stop)) / CLOCK_TICKS
 
 
 def sample(pids: Mapping[str, int], proc: Path = PROC) -> dict[str, float]:
-    """Role -> CPU-seconds so far of the process tree of its pid (one scan of /proc for all)."""
+    """Role -> CPU-seconds so far of the process tree of its pid (one scan of /proc for all). A role's
+    tree stops at another role's pid: the bench client starts the workers it measures, and their CPU
+    is theirs, not the client's too."""
     children = children_of(proc)
-    return {role: tree_seconds(pid, children=children, proc=proc) for role, pid in pids.items()}
+    roots = set(pids.values())
+    return {role: tree_seconds(pid, children=children, proc=proc, stop=roots - {pid}) for role, pid in pids.items()}
 
 
 @dataclass

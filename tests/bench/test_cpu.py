@@ -103,3 +103,21 @@ def test_idle_cpu_is_taken_off_the_window_never_below_zero():
     from memstream.bench.cpu import net_of_idle
 
     assert net_of_idle({"broker-1": 3.0, "w": 0.1}, {"broker-1": 0.1, "w": 0.5}, 10.0) == {"broker-1": 2.0, "w": 0.0}
+
+
+def test_a_roles_tree_stops_at_another_roles_process(tmp_path: Path):
+    """The bench client starts the workers it measures: their CPU is theirs, not the client's too."""
+    proc = tmp_path / "proc"
+
+    def process(pid: int, ppid: int, utime: int) -> None:
+        (proc / str(pid)).mkdir(parents=True)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(utime), "0", "0", "0"] + ["0"] * 30
+        (proc / str(pid) / "stat").write_text(f"{pid} (p{pid}) " + " ".join(fields))
+
+    process(10, 1, 10)  # the bench
+    process(20, 10, 500)  # a worker's supervisor, the bench's child
+    process(21, 20, 300)  # the worker it runs
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = sample({"client": 10, "ingest-1": 20}, proc)
+    assert seconds == {"client": pytest.approx(10 / ticks), "ingest-1": pytest.approx(800 / ticks)}
+    assert sum(seconds.values()) == pytest.approx(tree_seconds(10, proc=proc))

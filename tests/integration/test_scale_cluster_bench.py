@@ -38,6 +38,9 @@ def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
         roles = {f"ingest-{i + 1}" for i in range(run["workers"])} | {"store-1", "client"}
         roles |= {f"broker-{i}" for i in (1, 2, 3)} | {f"qdrant-{i}" for i in (1, 2, 3)}
         assert set(run["cpu_s"]) == roles
+        # the workers are the bench's children: their CPU is theirs, not the client's too (bench/cpu.py)
+        workers = sum(v for k, v in run["cpu_s"].items() if k.startswith(("ingest-", "store-")))
+        assert run["cpu_s"]["client"] < workers
         for figures in (run["cpu_ms_per_turn"], run["cpu_ms_per_turn_net"]):
             assert set(figures) >= {*IDLE_GROUPS, "client", "total", "ingest_per_worker"}
             assert figures["ingest"] > 0 and figures["brokers"] > 0 and figures["qdrant"] > 0
