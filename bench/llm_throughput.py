@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 
@@ -48,7 +48,7 @@ from memstream.infra.llm import replay_server
 from memstream.schemas import StmFlush
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment, free_port
+from memstream.streams.deployment import Deployment
 
 LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 RECORDING = "recording"  # the work folder's recording run: deployment, store, flushes, questions, answers
@@ -102,7 +102,7 @@ class Recording:
         return self.folder / "deployment"
 
     def store_path(self) -> Path:
-        return Deployment.reopen(Settings(), self.deployment).settings.store_path
+        return Settings(data_dir=self.deployment).store_path  # no broker needed to know where it is
 
 
 @dataclass
@@ -218,17 +218,9 @@ def record(options: LlmThroughputOptions, status: Callable[[str], None]) -> Reco
 # --- the stand-in provider -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def replay(args: Sequence[str], folder: Path) -> Iterator[str]:
-    """The replay server with ``args`` on a free port, for the block; yields its base URL."""
-    port = free_port()
-    process = replay_server.start_replay(list(args), port, folder / f"replay-{port}.log")
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        replay_server.wait_ready(url, timeout=60, process=process)
-        yield url
-    finally:
-        replay_server.stop_replay(process)
+def replay(args: Sequence[str], folder: Path) -> contextlib.AbstractContextManager[str]:
+    """The replay server with ``args`` for a block, its log in ``folder``; yields its base URL."""
+    return replay_server.running(args, folder / f"replay-{time.monotonic_ns()}.log")
 
 
 def provider_args(options: LlmThroughputOptions, rec: Recording, *, fixed_s: float | None = None) -> list[str]:
@@ -240,14 +232,6 @@ def provider_args(options: LlmThroughputOptions, rec: Recording, *, fixed_s: flo
     if options.provider_rpm:
         args += ["--rpm", str(options.provider_rpm)]
     return args
-
-
-def provider_stats(url: str) -> dict[str, Any]:
-    from urllib.request import urlopen
-
-    with urlopen(url.removesuffix("/v1") + "/stats", timeout=10) as response:
-        stats: dict[str, Any] = json.load(response)
-    return stats
 
 
 def worker_env(url: str, in_flight: int) -> dict[str, str]:
@@ -319,7 +303,7 @@ def measure_ingest(options: LlmThroughputOptions, rec: Recording, in_flight: int
             ended = dep.drain(timeout_s=3600, topics=[Topic.STM_FLUSH], flush=False)
             cost = stage_cost(worker.metrics_port, "extract")
             limited = rate_limited(worker.metrics_port)
-            stats = provider_stats(url)
+            stats = replay_server.fetch_stats(url)
         finally:
             dep.stop_workers()
     seconds = ended - started
@@ -397,7 +381,7 @@ def measure_questions(
             elapsed = time.monotonic() - started
             cost = stage_cost(worker.metrics_port, "answer")
             limited = rate_limited(worker.metrics_port)
-            stats = provider_stats(url)
+            stats = replay_server.fetch_stats(url)
         finally:
             dep.stop_workers()
     return Run(

@@ -38,6 +38,7 @@ import logging
 import math
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Literal, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Literal, Mapping, Sequence
 
 import httpx
 import uvicorn
@@ -874,13 +875,36 @@ def start_replay(
     output in ``log_path``; in its own session, so a Ctrl-C meant for the caller does not reach it.
     Pair with :func:`wait_ready` and :func:`stop_replay`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # By file path, not -m: the same in a checkout and an installed wheel (an editable install
-    # cannot import memstream.infra while infra/ has no __init__.py).
+    # By file path, not -m: the same in a checkout and in an installed wheel.
     command = [python, str(Path(__file__).resolve()), *args, "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("ab") as out:
         return subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True
         )
+
+
+@contextlib.contextmanager
+def running(args: Sequence[str], log_path: Path) -> Iterator[str]:
+    """The server with CLI ``args`` on a free loopback port for the block (start_replay, wait_ready,
+    stop_replay); yields its base URL. A server that does not exit 0 on SIGTERM is an error."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = start_replay(args, port, log_path)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_ready(url, 60, process)
+        yield url
+    finally:
+        code = stop_replay(process)
+    if code != 0:
+        raise RuntimeError(f"the replay server exited {code} on SIGTERM: {log_path}")
+
+
+def fetch_stats(url: str) -> dict[str, Any]:
+    """``GET /stats`` of the server at ``url`` (its base URL ending in /v1)."""
+    stats: dict[str, Any] = httpx.get(url.removesuffix("/v1") + "/stats", timeout=10).json()
+    return stats
 
 
 def wait_ready(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:

@@ -5,15 +5,10 @@ kill -9 with calls in flight loses and doubles nothing."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import threading
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Iterator
-from urllib.request import urlopen
 
 import pytest
 
@@ -25,7 +20,6 @@ from memstream.processors.index import CARDS, TURNS
 from memstream.schemas import Forget, MemoryWrite, StmFlush, Turn, memory_writes
 from memstream.schemas.memory import FlushSegment
 from memstream.schemas.topics import Topic, decode_cards_message
-from memstream.streams.deployment import free_port
 from tests.factories import compressed
 
 from .conftest import first_sessions, metric_total
@@ -177,24 +171,6 @@ def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, lo
             assert sorted(ids) == sorted(t.turn_id for t in turns), f"{tenant}: turns lost or doubled"
 
 
-@contextlib.contextmanager
-def replay_server(args: list[str], folder: Path) -> Iterator[str]:
-    """The replay server (infra/llm/replay_server.py) as benches start it; yields its base URL."""
-    port = free_port()
-    process = replay.start_replay(args, port, folder / f"replay-{port}.log")
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        replay.wait_ready(url, timeout=60, process=process)
-        yield url
-    finally:
-        replay.stop_replay(process)
-
-
-def stats(url: str) -> dict:
-    with urlopen(url.removesuffix("/v1") + "/stats", timeout=10) as response:
-        return json.load(response)
-
-
 EXTRACT_ENV = {"MEMSTREAM_EXTRACT_MAX_CARDS": "2", "MEMSTREAM_EXTRACT_MAX_TOKENS": "256"}
 
 
@@ -228,9 +204,8 @@ def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local
     recordings = tmp_path / "answers.jsonl"
     # Record the real model's answers to exactly the calls the worker will make: the same extractor,
     # with the worker's settings, through the replay server in record mode.
-    with replay_server(
-        ["record", "--upstream", local_llm["MEMSTREAM_LLM_BASE_URL"], "--recordings", str(recordings)], tmp_path
-    ) as url:
+    record = ["record", "--upstream", local_llm["MEMSTREAM_LLM_BASE_URL"], "--recordings", str(recordings)]
+    with replay.running(record, tmp_path / "record.log") as url:
         llm = OpenAICompatibleLLM(url, "smollm2", "none")
         extractor = LlmExtractor(llm, max_tokens=256, max_cards=2)
         expected = {f.flush_id: extractor.extract(f) for f in flushes}
@@ -238,13 +213,13 @@ def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local
 
     pipe = make_pipeline(**(local_llm | EXTRACT_ENV))
     provider = ["replay", "--recordings", str(recordings), "--latency-fixed", "0.5", "--max-concurrency", "2"]
-    with replay_server(provider, tmp_path) as url:
+    with replay.running(provider, tmp_path / "replay.log") as url:
         env = {"MEMSTREAM_LLM_BASE_URL": url, "MEMSTREAM_LLM_IN_FLIGHT": "8", "MEMSTREAM_LLM_MAX_CONCURRENCY": "8"}
         worker = pipe.start_worker("limited", stages="extract", env=env)
         for flush in flushes:
             pipe.produce_raw(Topic.STM_FLUSH, flush.key.encode(), flush.to_bytes())
         pipe.drain(timeout_s=300, topics=[Topic.STM_FLUSH], flush=False)
-        seen = stats(url)
+        seen = replay.fetch_stats(url)
         limited = metric_total(worker.metrics_port, "memstream_llm_rate_limited_total")
         limit = metric_total(worker.metrics_port, "memstream_llm_concurrency_limit")
         pipe.stop_workers()

@@ -68,23 +68,13 @@ def client_for(url: str) -> openai.OpenAI:
 
 @contextlib.contextmanager
 def replay_server(args: list[str], log: Path) -> Iterator[str]:
-    """A replay server subprocess on a free port; its base URL. It must exit 0 on SIGTERM."""
-    port = free_port()
-    process = rs.start_replay(args, port, log)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        rs.wait_ready(url, 60, process)
+    """A replay server subprocess (``rs.running``); it must stop cleanly on SIGTERM."""
+    with rs.running(args, log) as url:
         yield url
-    finally:
-        code = rs.stop_replay(process)
-    assert code == 0, log.read_text()[-3000:]
-    assert "replay_server: stopped" in log.read_text()
+    assert "replay_server: stopped" in log.read_text(), log.read_text()[-3000:]
 
 
-def stats(url: str) -> dict[str, Any]:
-    import httpx
-
-    return httpx.get(url.removesuffix("/v1") + "/stats", timeout=5).json()
+stats = rs.fetch_stats
 
 
 def reset_stats(url: str) -> None:
