@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
+
 from memstream.processors.compress import compress_turn
 from memstream.schemas import CompressedTurn, SegmentedTurn, Turn
 
@@ -49,3 +51,19 @@ def segmented(t: Turn, segment_id: str = "seg1", boundary: bool = False) -> Segm
         topic_label="topic",
         boundary=boundary,
     )
+
+
+class EmptyStore:
+    """A store that holds nothing: every read comes back empty."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0 if name == "count" else []
+
+
+class ZeroEmbedder:
+    """Every text embeds to zeros."""
+
+    dim = 8
+
+    def embed(self, texts):
+        return np.zeros((len(texts), self.dim), dtype=np.float32)

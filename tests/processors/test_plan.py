@@ -24,6 +24,7 @@ from memstream.processors.plan import (
 from memstream.processors.query import QueryEngine, QueryOptions
 from memstream.schemas import Plan, Query, Reply
 from memstream.schemas.query import Operation
+from tests.factories import EmptyStore, ZeroEmbedder
 
 NOW = datetime(2023, 8, 1, 15, 30, tzinfo=timezone.utc)  # a Tuesday
 
@@ -546,22 +547,6 @@ def test_settings_resolve_the_planner_mode():
     assert Settings(query_planner="auto", llm_base_url=None).effective_query_planner == "rules"
     with pytest.raises(ValueError, match="hybrid needs MEMSTREAM_LLM_BASE_URL"):
         _ = Settings(query_planner="hybrid", llm_base_url=None).effective_query_planner
-
-
-class EmptyStore:
-    """A store that holds nothing: every read comes back empty."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: 0 if name == "count" else []
-
-
-class ZeroEmbedder:
-    dim = 8
-
-    def embed(self, texts):
-        import numpy as np
-
-        return np.zeros((len(texts), self.dim), dtype=np.float32)
 
 
 def ask(engine: QueryEngine, question: str) -> Reply:

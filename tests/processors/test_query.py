@@ -1,6 +1,5 @@
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 import pytest
 
 from memstream.ports import LLMError, LlmResult
@@ -16,6 +15,7 @@ from memstream.processors.query import (
 )
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Query
+from tests.factories import EmptyStore, ZeroEmbedder
 
 
 def test_budget_capping_keeps_order_and_at_least_one():
@@ -41,20 +41,6 @@ def test_search_roles_split_only_over_the_sides_the_conversation_has():
 # --- deadlines: a slow model costs the answer, never the reply ----------------------------------
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
-
-
-class EmptyStore:
-    """A store that holds nothing: every read comes back empty."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: 0 if name == "count" else []
-
-
-class ZeroEmbedder:
-    dim = 8
-
-    def embed(self, texts):
-        return np.zeros((len(texts), self.dim), dtype=np.float32)
 
 
 class SlowLLM:
