@@ -153,17 +153,17 @@ def pick_questions(samples: Sequence[LocomoSample], n: int) -> list[dict[str, An
     """Answerable questions (not LoCoMo's adversarial category 5), taken in turn from each conversation,
     each asked at the time of its conversation's last session (relative dates then read the same)."""
     per = [[qa for qa in s.qa if qa.category != 5] for s in samples]
+    last = [list(locomo_turns(s, tenant_id="x"))[-1].event_time.isoformat() for s in samples]
     out: list[dict[str, Any]] = []
     for i in range(max((len(p) for p in per), default=0)):
         for index, (sample, qas) in enumerate(zip(samples, per)):
             if i < len(qas) and len(out) < n:
-                last = [t for t in locomo_turns(sample, tenant_id="x")][-1].event_time
                 out.append(
                     {
                         "tenant": tenant_of(index),
                         "conversation": sample.sample_id,
                         "question": qas[i].question,
-                        "question_time": last.isoformat(),
+                        "question_time": last[index],
                     }
                 )
     return out

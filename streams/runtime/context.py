@@ -120,20 +120,19 @@ class StageContext:
         )
         self.commits.subscribe(stage, self.s.topic(topic_name))
         self.metrics.init_stage(stage)
-        concurrent = slots is not None and slot_of is not None and sum(slots.values()) > 1
-        if concurrent:
-            assert slots is not None and slot_of is not None
+        if slots is None or slot_of is None or sum(slots.values()) <= 1:
+            slots = slot_of = None  # one message at a time
+        else:
             self.threads += sum(slots.values())
 
         async def run(stream: faust.StreamT) -> None:
             # faust's acks do not decide commits (it acks events no handler finished): ``handle``
             # tells the commit tracker what finished.
-            if not concurrent:
+            if slots is None or slot_of is None:
                 async for event in stream.events():
                     if await self.admit(stage, event):
                         await self.handle(stage, event, handler)
                 return
-            assert slots is not None and slot_of is not None
             self._size_thread_pool()
             lanes = self.lanes[stage] = Lanes(slots)
             async for event in stream.events():
