@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from memstream.datasets import demo_conversation_path
-from memstream.streams.deployment import free_port
+from memstream.streams import runtime
 
 from .test_any_directory import CHECKOUT, run, stop_pid_file, user_env
 
@@ -130,9 +130,8 @@ def test_a_worker_from_the_wheel_turns_turns_into_memories(kafka, wheel_venv, el
 
 def test_up_and_down_from_the_wheel_run_its_own_broker_with_data_in_the_users_folder(kafka, wheel_venv, elsewhere):
     memstream = str(wheel_venv / "bin" / "memstream")
-    port = free_port()
-    while not 20000 <= port <= 65000:  # clear of the ports the other brokers here use (and of port + 1 = 65536)
-        port = free_port()
+    # Below the kernel's ephemeral range (controller port + 1 free too), clear of the other brokers here.
+    port = runtime.free_base_port(25092, [0, 1], step=10)
     env = user_env(kafka, MEMSTREAM_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}")  # the default data folder: ./.data
     try:
         up = run([memstream, "up"], elsewhere, env, timeout_s=420)
