@@ -282,13 +282,17 @@ def scale(
     idle_s: float = typer.Option(
         10.0, min=0.5, help="--cluster: seconds of idle CPU measured before each ingest (the processes' fixed CPU)"
     ),
+    rounds: int = typer.Option(
+        3, min=1, help="--cluster: part A this many times (the model's check, and its spread, over repeated runs)"
+    ),
 ) -> None:
     """Ingest throughput of the CPU-bound stages (compress, segment, stm, extract) with 1 and 2 worker
     processes in one consumer group, on the same turns: turns_per_s_1, turns_per_s_2, speedup.
     With --cluster: turns/s with 1, 2, 4 ingest workers on a 3-broker cluster and a 3-node Qdrant
-    cluster, then replies/s, p50 and p99 at --cards cards with 1 and 2 store workers against the
-    server and 1 on the embedded store, each with the CPU-seconds per turn and per question of every
-    process (workers, brokers, Qdrant nodes, this client); the costs `memstream capacity` reads."""
+    cluster (--rounds times, each checked against the capacity model), then replies/s, p50 and p99 at
+    --cards cards with 1 and 2 store workers against the server and 1 on the embedded store, each
+    with the CPU-seconds per turn and per question of every process (workers, brokers, Qdrant nodes,
+    this client); the costs `memstream capacity` reads."""
     from memstream.bench.scale import ScaleOptions, run_scale_bench
     from memstream.bench.scale import load_turns as scale_turns
 
@@ -311,6 +315,7 @@ def scale(
             qdrant_port=qdrant_port,
             keep_services=keep_services,
             idle_s=idle_s,
+            rounds=rounds,
         )
         return
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
@@ -367,14 +372,18 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
         f"{result['kafka']['brokers']} brokers x{result['kafka']['replication_factor']} replicas, "
         f"{result['qdrant']['nodes']} Qdrant nodes; CPU-ms per turn"
     )
-    for column in ("ingest workers", "seconds", "turns/s", "cards", "Kafka B/turn", *roles):
+    columns = ("round", "ingest workers", "seconds", "turns/s", "to stored", "index ms/turn", "cards", "Kafka B/turn")
+    for column in (*columns, *roles):
         table.add_column(column, justify="right")
     for run in result["ingest"]:
         per = run["cpu_ms_per_turn"]
         table.add_row(
+            str(run.get("round", 1)),
             str(run["workers"]),
             str(run["seconds"]),
             str(run["turns_per_s"]),
+            str(run.get("stored_turns_per_s", "")),
+            str(run.get("store_lane_ms_per_turn", "")),
             str(run["cards"]),
             str(run["kafka_bytes_per_turn"]),
             *(_ms(per, r) for r in roles),
@@ -410,8 +419,18 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
         console.print(f"{store} store growth: {growth}")
     for row in result.get("check", []):
         console.print(
-            f"model check, {row['workers']} ingest worker(s): measured {row['measured_turns_per_s']} turns/s, "
-            f"predicted {row['predicted_turns_per_s']} ({result['machine']})"
+            f"model check, round {row.get('round', 1)}, {row['workers']} ingest worker(s): measured "
+            f"{row['measured_turns_per_s']} turns/s to stored, predicted {row['predicted_turns_per_s']} "
+            f"(bound: {row.get('bound', '?')}; ratio {row.get('ratio', '?')}; {result['machine']})",
+            highlight=False,
+        )
+    if "check_summary" in result:
+        summary = result["check_summary"]
+        console.print(
+            "model check over the rounds (measured / predicted, median [min, max]): "
+            + "; ".join(f"{n} worker(s) {r['median']} [{r['min']}, {r['max']}]" for n, r in summary["ratios"].items())
+            + f"; every run within {summary['tolerance']:.0%}: {'yes' if summary['within'] else 'no'}",
+            highlight=False,
         )
     _write_json(result, json_out)
     if json_out:

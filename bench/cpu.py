@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable, Mapping
+from typing import Collection, Iterable, Mapping, Sequence
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -158,6 +158,20 @@ def file_bytes(path: Path, *, prefix: str = "", suffix: str = "") -> int:
                 except OSError:
                     pass
     return total
+
+
+def lowest_rates(samples: Sequence[tuple[float, Mapping[str, float]]]) -> dict[str, float]:
+    """From successive ``(time, role -> CPU-seconds so far)`` samples, each role's lowest CPU-seconds
+    per second over one interval: the idle cost without a start-up's tail (a new cluster's brokers
+    warming up, a rebalance settling), which lands in one interval and not in all."""
+    rates: dict[str, float] = {}
+    for (t0, a), (t1, b) in zip(samples, samples[1:]):
+        if t1 <= t0:
+            continue
+        for role, seconds in b.items():
+            rate = max(0.0, seconds - a.get(role, 0.0)) / (t1 - t0)
+            rates[role] = min(rates.get(role, rate), rate)
+    return rates
 
 
 def net_of_idle(seconds: Mapping[str, float], idle_cores: Mapping[str, float], window_s: float) -> dict[str, float]:

@@ -13,12 +13,22 @@ import contextlib
 import dataclasses
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from memstream.bench.cpu import CpuMeter, disk_bytes, file_bytes, net_of_idle, per_unit_ms, rss_bytes
+from memstream.bench.cpu import (
+    CpuMeter,
+    disk_bytes,
+    file_bytes,
+    lowest_rates,
+    net_of_idle,
+    per_unit_ms,
+    rss_bytes,
+)
+from memstream.bench.cpu import sample as cpu_sample
 from memstream.config import Settings, absolute_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import Turn
@@ -143,6 +153,7 @@ class ClusterScaleOptions(ScaleOptions):
     qdrant_nodes: int = 3
     keep_services: bool = False  # leave the cluster the bench started running
     idle_s: float = 10.0  # part A: CPU of every process measured this long with the workers ready and idle
+    rounds: int = 3  # part A this many times: the model's check over repeated runs, with its spread
 
 
 @dataclass
@@ -430,6 +441,106 @@ def _cpu_figures(meter: CpuMeter, pids: dict[str, int], units: int) -> tuple[dic
     return {k: round(v, 3) for k, v in seconds.items()}, per_unit
 
 
+def _start_part_a_workers(
+    deployment: Deployment, n: int, status: Callable[[str], None]
+) -> dict[str, runtime.WorkerProcess]:
+    workers: dict[str, runtime.WorkerProcess] = {}
+    for i in range(n):
+        status(f"starting ingest worker {i + 1}")
+        workers[f"ingest-{i + 1}"] = deployment.start_worker(f"ingest-{i + 1}")
+    status("starting the store worker")
+    workers["store-1"] = deployment.start_worker("store-1", stages=STORE_STAGES)
+    return workers
+
+
+def stage_busy_s(worker: runtime.WorkerProcess) -> dict[str, float]:
+    """Seconds each of a worker's stages has spent handling messages (its own Prometheus endpoint)."""
+    from memstream.bench.deploy import worker_samples
+
+    assert worker.metrics_port is not None, "a worker started with a metrics port"
+    return {
+        sample.labels["stage"]: sample.value
+        for sample in worker_samples(worker.metrics_port)
+        if sample.name == "memstream_stage_latency_seconds_sum"
+    }
+
+
+def idle_cores(pids: dict[str, int], seconds: float, parts: int = 2) -> dict[str, float]:
+    """Each role's CPU-seconds per second with the workers ready and nothing asked of them, its
+    quietest of ``parts`` stretches of ``seconds`` (a new cluster's warm-up lands in the first)."""
+    samples = [(time.monotonic(), cpu_sample(pids))]
+    for _ in range(parts):
+        time.sleep(seconds / parts)
+        samples.append((time.monotonic(), cpu_sample(pids)))
+    return lowest_rates(samples)
+
+
+def _ingest_run(
+    options: ClusterScaleOptions,
+    deployment: Deployment,
+    workers: dict[str, runtime.WorkerProcess],
+    roles: _Roles,
+    turns: Sequence[Turn],
+    kafka: ScriptCluster | None,
+    label: str,
+    status: Callable[[str], None],
+    on_lag: Callable[[int, int], None],
+) -> dict[str, Any]:
+    """One part-A run: idle CPU, then every turn produced, to the front topics drained and to stored."""
+    from memstream.adapters import open_store
+    from memstream.processors.index import CARDS
+    from memstream.schemas.topics import DRAIN_TOPICS
+
+    n = sum(1 for name in workers if name.startswith("ingest-"))
+    pids = roles.of(workers)
+    produced = 0
+
+    def progress(lag: dict[str, int]) -> None:
+        on_lag(max(0, produced - lag.get(deployment.settings.topic("turns"), 0)), len(turns))
+
+    status(f"{label}: {options.idle_s:g} s idle (the processes' fixed CPU)")
+    idle = idle_cores(pids, options.idle_s)
+    status(f"{label}: ingesting {len(turns)} turns")
+    busy_before = stage_busy_s(workers["store-1"])
+    meter = CpuMeter(pids).start()
+    started = time.monotonic()
+    produced = deployment.produce(turns)
+    front = deployment.drain(timeout_s=3600, topics=FRONT_TOPICS, progress=progress)
+    status(f"{label}: waiting for the store worker")
+    stored = deployment.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
+    window = time.monotonic() - started
+    meter.stop()
+    busy = {k: v - busy_before.get(k, 0.0) for k, v in stage_busy_s(workers["store-1"]).items()}
+    cpu_s, per_turn = _cpu_figures(meter, pids, len(turns))
+    groups = _Roles.groups(pids)
+    per_turn_net = per_unit_ms(net_of_idle(meter.seconds(), idle, window), len(turns), groups)
+    per_turn_net["ingest_per_worker"] = round(per_turn_net["ingest"] / n, 3)
+    kafka_bytes = _kafka_bytes(kafka, deployment.settings.topic_prefix)
+    with contextlib.closing(open_store(deployment.settings)) as store:
+        cards = store.count(CARDS, TENANT)
+    return {
+        "workers": n,
+        "prefix": deployment.settings.topic_prefix,
+        "seconds": round(front - started, 2),
+        "turns_per_s": round(len(turns) / (front - started), 2),
+        "stored_s": round(stored - started, 2),
+        "stored_turns_per_s": round(len(turns) / (stored - started), 2),
+        "cards": cards,
+        "cpu_s": cpu_s,
+        "cpu_ms_per_turn": per_turn,
+        "idle_cpu_cores": {
+            **{r: round(c, 4) for r, c in idle.items()},
+            **{g: round(sum(idle.get(r, 0.0) for r in rs), 4) for g, rs in groups.items()},
+        },
+        "cpu_ms_per_turn_net": per_turn_net,
+        # wall time the store worker's stages spent per turn; each takes one message at a time
+        "store_busy_ms_per_turn": {k: round(1000 * v / len(turns), 3) for k, v in sorted(busy.items())},
+        "store_lane_ms_per_turn": round(1000 * max(busy.values(), default=0.0) / len(turns), 3),
+        "kafka_bytes": kafka_bytes,
+        "kafka_bytes_per_turn": round(kafka_bytes / len(turns), 1) if kafka_bytes is not None else None,
+    }
+
+
 def run_cluster_bench(
     options: ClusterScaleOptions,
     *,
@@ -442,7 +553,7 @@ def run_cluster_bench(
     import asyncio
 
     from memstream.adapters import open_store
-    from memstream.processors.capacity import measured_costs, predicted_turns_per_s
+    from memstream.processors.capacity import measured_costs
     from memstream.processors.index import CARDS
     from memstream.schemas.topics import DRAIN_TOPICS
 
@@ -495,71 +606,26 @@ def run_cluster_bench(
             "shards": base.qdrant_shards or (options.qdrant_nodes if qdrant else None),
         }
 
-        # Part A: ingest with 1, 2, 4 ingest workers, one store worker on the Qdrant cluster.
+        # Part A: ingest with 1, 2, 4 ingest workers, one store worker on the Qdrant cluster; each round again.
         deployment: Deployment | None = None
-        for n in options.workers:
-            if deployment is not None:
-                deployment.stop_workers()
-            prefix = f"s{stamp.replace('-', '')}i{n}"
-            deployment = Deployment(
-                base,
-                options.workdir / f"{stamp}-ingest-{n}w",
-                _deployment_env(options, qdrant_url, prefix),
-                prefix=prefix,
-            )
-            running.callback(deployment.stop_workers)
-            workers: dict[str, runtime.WorkerProcess] = {}
-            for i in range(n):
-                status(f"A, {n} ingest worker(s): starting ingest worker {i + 1}")
-                workers[f"ingest-{i + 1}"] = deployment.start_worker(f"ingest-{i + 1}")
-            status(f"A, {n} ingest worker(s): starting the store worker")
-            workers["store-1"] = deployment.start_worker("store-1", stages=STORE_STAGES)
-            pids = roles.of(workers)
-            produced = 0
-            current = deployment
-
-            def progress(lag: dict[str, int]) -> None:
-                on_lag(max(0, produced - lag.get(current.settings.topic("turns"), 0)), len(turns))
-
-            status(f"A, {n} ingest worker(s): {options.idle_s:g} s idle (the processes' fixed CPU)")
-            idle = CpuMeter(pids).start()
-            t_idle = time.monotonic()
-            time.sleep(options.idle_s)
-            idle_cores = {r: s / (time.monotonic() - t_idle) for r, s in idle.stop().items()}
-            status(f"A, {n} ingest worker(s): ingesting {len(turns)} turns")
-            meter = CpuMeter(pids).start()
-            started = time.monotonic()
-            produced = deployment.produce(turns)
-            front = deployment.drain(timeout_s=3600, topics=FRONT_TOPICS, progress=progress)
-            status(f"A, {n} ingest worker(s): waiting for the store worker")
-            stored = deployment.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
-            window = time.monotonic() - started
-            cpu_s, per_turn = _cpu_figures(meter, pids, len(turns))
-            groups = _Roles.groups(pids)
-            per_turn_net = per_unit_ms(net_of_idle(meter.seconds(), idle_cores, window), len(turns), groups)
-            per_turn_net["ingest_per_worker"] = round(per_turn_net["ingest"] / n, 3)
-            kafka_bytes = _kafka_bytes(kafka, prefix)
-            with contextlib.closing(open_store(deployment.settings)) as store:
-                cards = store.count(CARDS, TENANT)
-            result["ingest"].append(
-                {
-                    "workers": n,
-                    "prefix": prefix,
-                    "seconds": round(front - started, 2),
-                    "turns_per_s": round(len(turns) / (front - started), 2),
-                    "stored_s": round(stored - started, 2),
-                    "cards": cards,
-                    "cpu_s": cpu_s,
-                    "cpu_ms_per_turn": per_turn,
-                    "idle_cpu_cores": {
-                        **{r: round(c, 4) for r, c in idle_cores.items()},
-                        **{g: round(sum(idle_cores[r] for r in rs), 4) for g, rs in groups.items()},
-                    },
-                    "cpu_ms_per_turn_net": per_turn_net,
-                    "kafka_bytes": kafka_bytes,
-                    "kafka_bytes_per_turn": round(kafka_bytes / len(turns), 1) if kafka_bytes is not None else None,
-                }
-            )
+        for round_ in range(1, options.rounds + 1):
+            for n in options.workers:
+                if deployment is not None:
+                    deployment.stop_workers()
+                prefix = f"s{stamp.replace('-', '')}r{round_}i{n}"
+                deployment = Deployment(
+                    base,
+                    options.workdir / f"{stamp}-round-{round_}-ingest-{n}w",
+                    _deployment_env(options, qdrant_url, prefix),
+                    prefix=prefix,
+                )
+                running.callback(deployment.stop_workers)
+                label = f"A{round_}/{options.rounds}, {n} ingest worker(s)"
+                workers = _start_part_a_workers(deployment, n, lambda text: status(f"{label}: {text}"))
+                result["ingest"].append(
+                    _ingest_run(options, deployment, workers, roles, turns, kafka, label, status, on_lag)
+                    | {"round": round_}
+                )
         assert deployment is not None
         # The ingest workers go; the store worker stays for part B (a server store has no lock).
         kept = workers["store-1"]
@@ -704,26 +770,54 @@ def run_cluster_bench(
 
     try:
         costs = measured_costs(result)
-        result["costs"] = dataclasses.asdict(costs)
-        result["check"] = [
-            {
-                "workers": run["workers"],
-                "measured_turns_per_s": run["turns_per_s"],
-                "predicted_turns_per_s": round(
-                    predicted_turns_per_s(
-                        costs,
-                        run["workers"],
-                        float(os.cpu_count() or 1) - sum(run["idle_cpu_cores"].get(g, 0.0) for g in IDLE_GROUPS),
-                        run["cpu_ms_per_turn_net"].get("client", 0.0),
-                    ),
-                    2,
-                ),
-            }
-            for run in result["ingest"]
-        ]
     except (KeyError, ZeroDivisionError) as e:  # an external cluster: its brokers' or nodes' figures unknown
         result["costs_missing"] = str(e)
+        return result
+    result["costs"] = dataclasses.asdict(costs)
+    result["check"] = model_check(result, costs, float(os.cpu_count() or 1))
+    result["check_summary"] = check_summary(result["check"])
     return result
+
+
+def model_check(result: Mapping[str, Any], costs: Any, cores: float) -> list[dict[str, Any]]:
+    """For every part-A run, its turns/s to stored (every stage done) against the model's prediction
+    from ``costs`` (the first round's one-worker run) for that many workers on ``cores``, less the
+    idle CPU and with the bench client's CPU that run measured; the resource that binds; the ratio."""
+    from memstream.processors.capacity import turn_bounds
+
+    rows = []
+    for run in result["ingest"]:
+        free = cores - sum(run["idle_cpu_cores"].get(g, 0.0) for g in IDLE_GROUPS)
+        bounds = turn_bounds(costs, run["workers"], free, run["cpu_ms_per_turn_net"].get("client", 0.0))
+        binding = min(bounds, key=lambda k: bounds[k])
+        measured = run.get("stored_turns_per_s") or round(result["turns"] / run["stored_s"], 2)
+        rows.append(
+            {
+                "round": run.get("round", 1),
+                "workers": run["workers"],
+                "measured_turns_per_s": measured,
+                "predicted_turns_per_s": round(bounds[binding], 2),
+                "bound": binding,
+                "ratio": round(measured / bounds[binding], 3),
+            }
+        )
+    return rows
+
+
+def check_summary(rows: Sequence[Mapping[str, Any]], tolerance: float = 0.15) -> dict[str, Any]:
+    """Per worker count over the rounds: the median, lowest and highest measured / predicted ratio;
+    ``within`` says whether every run is within ``tolerance`` of the model."""
+    by_workers: dict[int, list[float]] = {}
+    for row in rows:
+        by_workers.setdefault(row["workers"], []).append(row["ratio"])
+    return {
+        "tolerance": tolerance,
+        "within": all(abs(row["ratio"] - 1) <= tolerance for row in rows),
+        "ratios": {
+            str(n): {"median": round(statistics.median(r), 3), "min": min(r), "max": max(r), "runs": len(r)}
+            for n, r in sorted(by_workers.items())
+        },
+    }
 
 
 def plot_cluster(result: dict[str, Any], out: Path) -> Path:

@@ -37,6 +37,10 @@ class MeasuredCosts:
     broker_idle_cores_per_worker: float = 0.0
     qdrant_idle_cores_per_node: float = 0.0
     embed_gpu_turns_per_s: float | None = None  # one GPU embedding for this many turns/s (docs/capacity.md)
+    # Wall time a store worker's busiest stage (index) spends per turn: it takes one message at a time
+    # and waits for each replicated upsert, so a store worker indexes at most 1000 / this turns/s
+    # whatever its CPU. Measured on the bench's shared cores, it includes waiting for a core.
+    store_lane_ms_per_turn: float = 0.0
     source: str = ""  # where the figures come from
 
     def __post_init__(self) -> None:
@@ -120,7 +124,10 @@ def plan(costs: MeasuredCosts, load: Load, assume: Assumptions = Assumptions()) 
     ingest_cores = load.turns_per_s * costs.ingest_cpu_ms_per_turn / 1000 / u
     store_cores = (load.turns_per_s * costs.store_cpu_ms_per_turn + load.queries_per_s * costs.query_cpu_ms) / 1000 / u
     ingest_workers = max(1, _ceil(ingest_cores / assume.worker_cores))
-    store_workers = max(1, _ceil(store_cores / assume.worker_cores))
+    store_by_cpu = max(1, _ceil(store_cores / assume.worker_cores))
+    # each store worker's index stage is busy store_lane_ms per turn, one message at a time
+    store_by_lane = _ceil(load.turns_per_s * costs.store_lane_ms_per_turn / 1000 / u)
+    store_workers = max(store_by_cpu, store_by_lane)
     partitions = max(
         ingest_workers, store_workers, _ceil(max(ingest_workers, store_workers) * assume.partition_headroom)
     )
@@ -162,6 +169,7 @@ def plan(costs: MeasuredCosts, load: Load, assume: Assumptions = Assumptions()) 
             key=lambda kv: kv[1],
         )[0],
         "partitions": f"{assume.partition_headroom:g} x the larger group's workers",
+        "store_workers": "index lane" if store_by_lane > store_by_cpu else "cpu",
     }
     return CapacityPlan(
         ingest_workers=ingest_workers,
@@ -193,14 +201,28 @@ def turn_cpu_ms(costs: MeasuredCosts) -> float:
     )
 
 
-def predicted_turns_per_s(costs: MeasuredCosts, ingest_workers: int, cores: float, client_ms: float = 0.0) -> float:
-    """The model's ingest throughput with ``ingest_workers`` single-core workers on a machine of
-    ``cores`` shared by every process (brokers, Qdrant, the producing client's ``client_ms`` per turn;
-    give ``cores`` less what the processes spend idle): the lower of the workers' bound and the machine's."""
-    by_workers = ingest_workers * 1000 / costs.ingest_cpu_ms_per_turn if costs.ingest_cpu_ms_per_turn else math.inf
+def turn_bounds(
+    costs: MeasuredCosts, ingest_workers: int, cores: float, client_ms: float = 0.0, store_workers: int = 1
+) -> dict[str, float]:
+    """Turns/s to stored that each resource allows with ``ingest_workers`` single-core ingest workers and
+    ``store_workers`` store workers on a machine of ``cores`` shared by every process (brokers, Qdrant,
+    the producing client's ``client_ms`` per turn; give ``cores`` less what the processes spend idle):
+    the ingest workers' CPU, the store workers' one-message-at-a-time index stage, the machine's CPU."""
     total = turn_cpu_ms(costs) + client_ms
-    by_machine = cores * 1000 / total if total else math.inf
-    return min(by_workers, by_machine)
+    return {
+        "ingest_cpu": ingest_workers * 1000 / costs.ingest_cpu_ms_per_turn
+        if costs.ingest_cpu_ms_per_turn
+        else math.inf,
+        "store_lane": store_workers * 1000 / costs.store_lane_ms_per_turn if costs.store_lane_ms_per_turn else math.inf,
+        "machine_cpu": cores * 1000 / total if total else math.inf,
+    }
+
+
+def predicted_turns_per_s(
+    costs: MeasuredCosts, ingest_workers: int, cores: float, client_ms: float = 0.0, store_workers: int = 1
+) -> float:
+    """The model's throughput to stored: the lowest of :func:`turn_bounds`."""
+    return min(turn_bounds(costs, ingest_workers, cores, client_ms, store_workers).values())
 
 
 def _first(runs: Sequence[Mapping[str, Any]], key: str, value: Any) -> Mapping[str, Any]:
@@ -247,6 +269,7 @@ def measured_costs(
         broker_idle_cores_per_worker=idle.get("brokers", 0.0) / max(worker_processes, 1),
         qdrant_idle_cores_per_node=idle.get("qdrant", 0.0) / max(nodes, 1),
         embed_gpu_turns_per_s=gpu_turns,
+        store_lane_ms_per_turn=run.get("store_lane_ms_per_turn", 0.0),
         source=source,
     )
 

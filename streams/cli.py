@@ -842,8 +842,8 @@ def capacity(
     )
     for row in scale_result.get("check", []):
         console.print(
-            f"check, {row['workers']} ingest worker(s) on the measuring machine: measured "
-            f"{row['measured_turns_per_s']} turns/s, the model {row['predicted_turns_per_s']}",
+            f"check, round {row.get('round', 1)}, {row['workers']} ingest worker(s) on the measuring machine: "
+            f"measured {row['measured_turns_per_s']} turns/s, the model {row['predicted_turns_per_s']}",
             highlight=False,
         )
     out = {"load": asdict(load), "assumptions": asdict(assume), "costs": asdict(costs), "plan": result.as_dict()}

@@ -13,6 +13,7 @@ from memstream.bench.cpu import (
     children_of,
     disk_bytes,
     file_bytes,
+    lowest_rates,
     own_ticks,
     per_unit_ms,
     process_tree,
@@ -121,3 +122,12 @@ def test_a_roles_tree_stops_at_another_roles_process(tmp_path: Path):
     seconds = sample({"client": 10, "ingest-1": 20}, proc)
     assert seconds == {"client": pytest.approx(10 / ticks), "ingest-1": pytest.approx(800 / ticks)}
     assert sum(seconds.values()) == pytest.approx(tree_seconds(10, proc=proc))
+
+
+def test_idle_is_each_roles_quietest_interval_so_a_warm_up_in_one_is_left_out():
+    samples = [(0.0, {"broker": 0.0, "worker": 0.0}), (5.0, {"broker": 1.0, "worker": 0.1}), (10.0, {"broker": 1.3})]
+    rates = lowest_rates(samples)
+    # the broker's first 5 s (0.2 cores: warming up) are not its idle cost, its next 5 s (0.06) are
+    assert rates["broker"] == pytest.approx(0.06) and rates["worker"] == pytest.approx(0.02)
+    # a role missing from a sample (gone) has no rate for that interval; a clock that did not move is skipped
+    assert lowest_rates([(1.0, {"a": 1.0}), (1.0, {"a": 2.0})]) == {}

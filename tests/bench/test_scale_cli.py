@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from memstream.bench import cli as bench_cli
 from memstream.bench.cli import bench, parse_counts
-from memstream.bench.scale import ClusterScaleOptions, spread
+from memstream.bench.scale import ClusterScaleOptions, check_summary, model_check, spread
+from memstream.processors.capacity import measured_costs
 from memstream.streams import runtime
 from memstream.streams.cli import cli
 from tests.processors.test_capacity import bench_result
@@ -58,7 +59,7 @@ def test_without_cluster_the_old_bench_runs(monkeypatch):
 def test_cluster_defaults_and_helpers():
     options = ClusterScaleOptions(data=Path("x"))
     assert tuple(options.workers) == (1, 2, 4) and tuple(options.store_workers) == (1, 2)
-    assert (options.cards, options.questions, options.askers) == (100_000, 200, 4)
+    assert (options.cards, options.questions, options.askers, options.rounds) == (100_000, 200, 4, 3)
     assert spread(list(range(10)), 3) == [0, 3, 6] and spread([1, 2], 5) == [1, 2]
     base = runtime.free_base_port(31333, [0, 1])
     assert base >= 31333 and (base - 31333) % 100 == 0
@@ -82,3 +83,31 @@ def test_capacity_reads_a_result_and_prints_a_plan(tmp_path: Path):
     assert plan["costs"]["kafka_bytes_per_turn"] == 3000.0
     missing = runner.invoke(cli, [*args, "--results", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "bench scale --cluster" in missing.output
+
+
+def test_the_check_compares_the_rate_to_stored_with_the_binding_bound_and_sums_up_the_rounds():
+    result = bench_result()  # costs: ingest 50, store 10, brokers 2, Qdrant 1 CPU-ms per turn
+    one = result["ingest"][1]
+    one |= {
+        "round": 1,
+        "stored_s": 10.0,
+        "idle_cpu_cores": {"brokers": 0.1},
+        "cpu_ms_per_turn_net": {**one["cpu_ms_per_turn"], "client": 2.0},
+    }
+    one["store_lane_ms_per_turn"] = 40.0
+    costs = measured_costs(result)
+    # round 1, 1 worker: 100 turns stored in 10 s = 10 turns/s; its core allows 20, the store lane 25
+    # and 1.9 free cores 1900 / 65 = 29.2: the worker binds
+    # round 2, 4 workers: 100 turns in 5 s = 20/s against the store lane's 25
+    four = {**one, "round": 2, "workers": 4, "stored_s": 5.0, "stored_turns_per_s": 20.0}
+    result["ingest"] = [one, four]
+    rows = model_check(result, costs, cores=2.0)
+    assert [(r["round"], r["workers"], r["bound"]) for r in rows] == [(1, 1, "ingest_cpu"), (2, 4, "store_lane")]
+    assert [(r["measured_turns_per_s"], r["predicted_turns_per_s"], r["ratio"]) for r in rows] == [
+        (10.0, 20.0, 0.5),
+        (20.0, 25.0, 0.8),
+    ]
+    summary = check_summary(rows + [{**rows[1], "ratio": 1.1}])
+    assert summary["within"] is False  # 0.5 and 0.8 are over 15 % off
+    assert summary["ratios"]["4"] == {"median": 0.95, "min": 0.8, "max": 1.1, "runs": 2}
+    assert check_summary([{**rows[0], "ratio": 0.9}, {**rows[1], "ratio": 1.12}])["within"] is True

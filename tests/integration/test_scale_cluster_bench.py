@@ -1,6 +1,7 @@
 """`memstream bench scale --cluster` end to end at a tiny size: it starts its own 3 brokers and 3
 Qdrant nodes (ports from 21092 and 31333), ingests with 1 and 2 ingest workers, grows the store,
-asks with 1 and 2 store workers and on the embedded store, and writes every figure (about 3 minutes)."""
+asks with 1 and 2 store workers and on the embedded store, and writes every figure; part A twice
+(about 4 minutes)."""
 
 import json
 import subprocess
@@ -18,7 +19,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     out = tmp_path / "scale.json"
-    args = ["--workers", "1,2", "--max-turns", "60", "--cards", "2000", "--questions", "20", "--idle-s", "2"]
+    args = [
+        "--workers",
+        "1,2",
+        "--max-turns",
+        "60",
+        "--cards",
+        "2000",
+        "--questions",
+        "20",
+        "--idle-s",
+        "2",
+        "--rounds",
+        "2",
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "memstream.streams.cli", "bench", "scale", "--cluster", *args]
         + ["--workdir", str(tmp_path / "work"), "--json", str(out)],
@@ -32,9 +46,12 @@ def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert result["kafka"]["brokers"] == 3 and result["kafka"]["replication_factor"] == 3
     assert result["qdrant"]["nodes"] == 3
-    assert [r["workers"] for r in result["ingest"]] == [1, 2]
+    assert [(r["round"], r["workers"]) for r in result["ingest"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     for run in result["ingest"]:
         assert run["turns_per_s"] > 0 and run["cards"] > 0 and run["kafka_bytes_per_turn"] > 0
+        # every stage done comes after the front topics are drained; the index stage was busy
+        assert run["stored_s"] >= run["seconds"] and run["stored_turns_per_s"] <= run["turns_per_s"]
+        assert run["store_lane_ms_per_turn"] == max(run["store_busy_ms_per_turn"].values()) > 0
         roles = {f"ingest-{i + 1}" for i in range(run["workers"])} | {"store-1", "client"}
         roles |= {f"broker-{i}" for i in (1, 2, 3)} | {f"qdrant-{i}" for i in (1, 2, 3)}
         assert set(run["cpu_s"]) == roles
@@ -56,9 +73,12 @@ def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     assert server["cards"] == 2000 and server["disk_bytes_per_card_per_copy"] > 0
     assert "ram_bytes_per_card_per_copy" in server
     assert result["store_growth"]["embedded"]["disk_bytes_per_card"] > 0
-    assert [c["workers"] for c in result["check"]] == [1, 2] and all(
-        c["predicted_turns_per_s"] > 0 for c in result["check"]
-    )
+    assert [(c["round"], c["workers"]) for c in result["check"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for c, run in zip(result["check"], result["ingest"]):
+        assert c["measured_turns_per_s"] == run["stored_turns_per_s"] and c["predicted_turns_per_s"] > 0
+        assert c["bound"] in {"ingest_cpu", "store_lane", "machine_cpu"}
+    assert set(result["check_summary"]["ratios"]) == {"1", "2"}
+    assert all(r["runs"] == 2 for r in result["check_summary"]["ratios"].values())
     # what `memstream capacity` reads
     costs = measured_costs(result)
     assert plan(costs, Load(turns_per_s=10_000, cards=10**9, retention_days=7)).ingest_workers > 1

@@ -15,6 +15,7 @@ from memstream.processors.capacity import (
     measured_costs,
     plan,
     predicted_turns_per_s,
+    turn_bounds,
 )
 from memstream.streams.runtime import REPO_ROOT
 
@@ -112,6 +113,21 @@ def test_the_model_predicts_the_throughput_of_a_shared_machine():
     # 2000 ms / (50 + 10 + 2 + 1 + 2 ms of the client) turns
     assert predicted_turns_per_s(COSTS, 1, 2.0) == pytest.approx(20.0)
     assert predicted_turns_per_s(COSTS, 4, 2.0, client_ms=2.0) == pytest.approx(2000 / 65)
+    # a store worker whose index stage is busy 40 ms a turn stores at most 25 turns/s, two at 50
+    lane = replace(COSTS, store_lane_ms_per_turn=40.0)
+    assert predicted_turns_per_s(lane, 4, 8.0) == pytest.approx(25.0)
+    assert turn_bounds(lane, 4, 8.0, store_workers=2) == pytest.approx(
+        {"ingest_cpu": 80.0, "store_lane": 50.0, "machine_cpu": 8000 / 63}
+    )
+    assert predicted_turns_per_s(lane, 1, 2.0) == pytest.approx(20.0)  # the ingest worker's core binds first
+
+
+def test_store_workers_cover_the_index_lane_when_it_binds_before_their_cpu():
+    load = Load(turns_per_s=100, cards=0, retention_days=0)
+    assert plan(COSTS, load, HALF).limits["store_workers"] == "cpu"
+    # 100 turns/s x 40 ms = 4 lanes busy, at 50 %: 8 store workers (their CPU needs 2)
+    p = plan(replace(COSTS, store_lane_ms_per_turn=40.0), load, HALF)
+    assert p.store_workers == 8 and p.limits["store_workers"] == "index lane"
 
 
 def bench_result() -> dict:
@@ -160,7 +176,9 @@ def test_net_costs_and_idle_come_from_the_result():
     run["cpu_ms_per_turn"] |= {"ingest-1": 50.0, "store-1": 10.0, "qdrant-1": 1.0, "qdrant-2": 0.0}
     run["cpu_ms_per_turn_net"] = {**run["cpu_ms_per_turn"], "brokers": 1.0}
     run["idle_cpu_cores"] = {"brokers": 0.2, "qdrant": 0.1}
+    run["store_lane_ms_per_turn"] = 30.0
     costs = measured_costs(result)
+    assert costs.store_lane_ms_per_turn == 30.0
     assert costs.broker_cpu_ms_per_turn == 1.0
     assert costs.broker_idle_cores_per_worker == pytest.approx(0.1)  # two worker processes
     assert costs.qdrant_idle_cores_per_node == pytest.approx(0.05)  # two nodes
