@@ -228,6 +228,12 @@ class Settings(BaseSettings):
         description="Most calls in flight to the LLM endpoint per worker: after a 429 fewer (halved), after a run "
         "of successes one more, up to this",
     )
+    llm_stable_schemas: bool = Field(
+        True,
+        description="Extraction and consolidation send the same output schema on every call (a provider caches "
+        "it with the prompt's prefix: OpenAI puts it before the system message); false: enums of each flush's "
+        "turn ids and each queue's candidates, which a constrained decoder (the local server) keeps to",
+    )
     llm_rate_limit_wait_s: float = Field(
         300.0,
         ge=0,

@@ -134,17 +134,19 @@ class DecisionsInvalid(ValueError):
 class LlmDecider:
     """One JSON-schema call per queue; invalid output gets one repair, then the rules decide."""
 
-    def __init__(self, llm: LLM, params: ConsolidateParams, *, max_tokens: int = 512):
+    def __init__(self, llm: LLM, params: ConsolidateParams, *, max_tokens: int = 512, stable_schema: bool = True):
         self.llm = llm
         self.rules = RuleDecider(params)
         self.max_tokens = max_tokens
+        # the schema's labels: always C1..C{top_n} (the same schema every call, for prompt caches), or this queue's
+        self.schema_labels_up_to = params.top_n if stable_schema else None
 
     def decide(
         self, card: CardView, queue: Sequence[Candidate]
     ) -> tuple[list[PairDecision], dict[str, str], StageCost | None]:
         if not queue:
             return [], {}, None
-        labels = [f"C{i + 1}" for i in range(len(queue))]
+        labels = prompts.consolidate_labels(len(queue))
         messages: list[dict[str, str]] = [
             {"role": "system", "content": prompts.CONSOLIDATE_SYSTEM},
             {
@@ -152,7 +154,9 @@ class LlmDecider:
                 "content": prompts.consolidate_user(card, [(lab, c.card) for lab, c in zip(labels, queue)]),
             },
         ]
-        schema = prompts.consolidate_schema(labels, list(ACTIONS))
+        schema = prompts.consolidate_schema(
+            prompts.consolidate_labels(len(queue), self.schema_labels_up_to), list(ACTIONS)
+        )
         attempt = call_with_repair(
             self.llm,
             messages,

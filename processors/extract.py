@@ -283,8 +283,10 @@ class LlmExtractor:
         max_cards: int = 24,
         max_card_turns: int = 4,
         fallback: ExtractiveExtractor | None = None,
+        stable_schema: bool = True,
     ):
         self.llm = llm
+        self.stable_schema = stable_schema  # the same schema every call (prompt caches); else enums of the flush's ids
         self.max_tokens = max_tokens
         self.max_cards = max_cards
         self.max_card_turns = max_card_turns
@@ -300,9 +302,8 @@ class LlmExtractor:
             {"role": "system", "content": prompts.EXTRACT_SYSTEM},
             {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
         ]
-        schema = prompts.extract_schema(
-            [t.turn.turn_id for t in flush.turns()], len(flush.segments), max_cards=self.max_cards
-        )
+        turn_ids = None if self.stable_schema else [t.turn.turn_id for t in flush.turns()]
+        schema = prompts.extract_schema(turn_ids, len(flush.segments), max_cards=self.max_cards)
         attempt = call_with_repair(
             self.llm,
             messages,

@@ -64,23 +64,38 @@ def _text(max_length: int, min_length: int = 0) -> dict:
     return {"type": "string", "maxLength": max_length, **({"minLength": min_length} if min_length else {})}
 
 
-def extract_schema(turn_ids: Sequence[str], topics: int, max_cards: int = 24) -> dict:
-    """The extraction output schema for one flush. Its bounds keep a constrained decoder's output
-    finite, so a small model cannot run past its token limit (truncated JSON) listing ever more
-    items; provenance and topics are enums of this flush's turn ids and topic keys, so a constrained
-    decoder cannot cite a turn that is not there."""
-    topic_keys = [topic_key(i) for i in range(topics)]
+STABLE_MAX_SCENES = 16  # a stable schema's bound on scenes (a flush's topics; more are left unused)
+
+
+def extract_schema(turn_ids: Sequence[str] | None, topics: int, max_cards: int = 24) -> dict:
+    """The extraction output schema. Its bounds keep a constrained decoder's output finite, so a
+    small model cannot run past its token limit (truncated JSON) listing ever more items.
+
+    With ``turn_ids``, provenance and topics are enums of this flush's turn ids and topic keys: a
+    constrained decoder cannot cite a turn that is not there, but the schema differs per flush.
+    Without (``None``), the schema is the same for every call: a provider that caches the schema with
+    the prompt's prefix (OpenAI puts it before the system message) reuses the fixed part of every
+    extraction; ids not in the flush are dropped when the output is read."""
+    if turn_ids is None:
+        topic: dict = _text(8, 1)
+        scenes_max = STABLE_MAX_SCENES
+        cited: dict = {**_strings(4, 64), "minItems": 1}
+    else:
+        topic_keys = [topic_key(i) for i in range(topics)]
+        topic = {"type": "string", "enum": topic_keys}
+        scenes_max = len(topic_keys)
+        cited = _one_of(turn_ids, 4)
     return {
         "type": "object",
         "properties": {
             "scenes": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": len(topic_keys),
+                "maxItems": scenes_max,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "topic": {"type": "string", "enum": topic_keys},
+                        "topic": topic,
                         "summary": _text(240, 12),
                         "participants": _strings(6, 60),
                         "scene_triggers": _strings(5, 60),
@@ -100,7 +115,7 @@ def extract_schema(turn_ids: Sequence[str], topics: int, max_cards: int = 24) ->
                         "type": {"type": "string", "enum": CARD_TYPES},
                         "content": _text(240, 8),
                         "time_phrase": _text(40),
-                        "turn_ids": _one_of(turn_ids, 4),
+                        "turn_ids": cited,
                         "atomic": {"type": "boolean"},
                         "entity_triggers": _strings(5, 60),
                         "bridge_triggers": _strings(3, 80),
@@ -233,8 +248,16 @@ def consolidate_user(card: CardView, candidates: Sequence[tuple[str, CardView]])
     )
 
 
+def consolidate_labels(queue: int, stable_up_to: int | None = None) -> list[str]:
+    """The candidates' labels in a consolidation prompt (C1, C2, ...) and, with ``stable_up_to``, the
+    labels its schema allows: always C1..C{stable_up_to} (or more for a longer queue), so the schema is
+    the same for every call and a provider's prompt cache keeps it."""
+    return [f"C{i + 1}" for i in range(max(queue, stable_up_to or 0))]
+
+
 def consolidate_schema(labels: Sequence[str], actions: Sequence[str]) -> dict:
-    """Bounded, enum-constrained: a constrained decoder can only name the candidates that exist."""
+    """Bounded, enum-constrained: a constrained decoder can only name the labels given (this queue's,
+    or a fixed set from :func:`consolidate_labels`; labels with no candidate are ignored)."""
     return {
         "type": "object",
         "additionalProperties": False,

@@ -94,8 +94,16 @@ def message_text(message: Mapping[str, Any]) -> str:
 
 
 def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The messages concatenated with their roles: what a provider's prompt cache sees as the prefix."""
+    """The messages concatenated with their roles."""
     return "".join(message_text(m) for m in messages)
+
+
+def cached_text(messages: Sequence[Mapping[str, Any]], response_format: Mapping[str, Any] | None) -> str:
+    """What a provider's prompt cache sees as the prompt: a structured output's schema first, as a
+    prefix to the system message (OpenAI's prompt-caching guide), then the messages. A schema that
+    differs from call to call leaves nothing after it cached."""
+    schema = (response_format or {}).get("json_schema") if isinstance(response_format, Mapping) else None
+    return (f"schema\n{canonical_json(schema)}\n" if schema else "") + prompt_text(messages)
 
 
 @dataclass(frozen=True)
@@ -566,7 +574,8 @@ class ReplayService:
         if reply.status != 200:
             self.stats.errors += 1
             return reply
-        response = self._as_served(reply.body, text) if self.config.mode == "replay" else reply.body
+        served = cached_text(messages, response_format)
+        response = self._as_served(reply.body, served) if self.config.mode == "replay" else reply.body
         self.stats.answered += 1
         self.stats.by_source[source] = self.stats.by_source.get(source, 0) + 1
         self.stats.latencies.append(time.monotonic() - arrived)

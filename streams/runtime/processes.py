@@ -230,6 +230,9 @@ def local_llm_env(settings: Settings) -> dict[str, str]:
         "MEMSTREAM_QUERY_PLANNER": "rules",
         "MEMSTREAM_ANSWER_MAX_TOKENS": "128",
         "MEMSTREAM_LLM_MAX_CONCURRENCY": "1",
+        # a grammar-constrained decoder gains from enums of the real ids; one local process has no
+        # provider prompt cache to keep a schema for
+        "MEMSTREAM_LLM_STABLE_SCHEMAS": "false",
     }
 
 

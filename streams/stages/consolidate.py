@@ -71,7 +71,11 @@ class Consolidation:
         self.control, self.updates = self.s.topic(Topic.CONTROL), self.s.topic(Topic.UPDATES)
         self.params = ConsolidateParams(tau=self.s.consolidate_tau, top_n=self.s.consolidate_top_n)
         llm = self.services.llm_for("consolidate")
-        self.decider: Decider = LlmDecider(llm, self.params) if llm is not None else RuleDecider(self.params)
+        self.decider: Decider = (
+            LlmDecider(llm, self.params, stable_schema=self.s.llm_stable_schemas)
+            if llm is not None
+            else RuleDecider(self.params)
+        )
         # With an LLM, runs of several conversations go on at once (``in_flight``), each deciding
         # CONSOLIDATE_PARALLEL queues at a time.
         self.in_flight = self.s.in_flight(STAGE) if llm is not None else 1

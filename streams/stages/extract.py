@@ -28,7 +28,11 @@ def register(ctx: StageContext) -> None:
     mode = s.effective_extract_mode
     extractor = (
         LlmExtractor(
-            llm, max_tokens=s.extract_max_tokens, max_cards=s.extract_max_cards, max_card_turns=s.extract_max_card_turns
+            llm,
+            max_tokens=s.extract_max_tokens,
+            max_cards=s.extract_max_cards,
+            max_card_turns=s.extract_max_card_turns,
+            stable_schema=s.llm_stable_schemas,
         )
         if mode == "llm" and llm
         else ExtractiveExtractor()

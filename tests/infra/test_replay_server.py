@@ -359,3 +359,16 @@ def test_a_stop_answers_the_requests_still_waiting_at_once_with_503(tmp_path: Pa
     reply, took = asyncio.run(run())
     assert reply.status == 503 and reply.body["error"]["code"] == "shutting_down"
     assert took < 5 and service.limiter.in_flight == 0
+
+
+def test_the_cache_sees_a_structured_outputs_schema_before_the_messages() -> None:
+    messages = [{"role": "system", "content": "s" * 5000}, {"role": "user", "content": "u"}]
+    one = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": ["D1:1"]}}}
+    other = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": ["D7:1"]}}}
+    assert rs.cached_text(messages, None) == rs.prompt_text(messages)
+    assert rs.cached_text(messages, one).startswith("schema\n") and rs.cached_text(messages, one).endswith("u\n")
+    cache = rs.PromptCache()
+    cache.cached_tokens(rs.cached_text(messages, one))
+    # the same system prompt behind another schema: a miss, as at a provider that puts the schema first
+    assert cache.cached_tokens(rs.cached_text(messages, other)) == 0
+    assert cache.cached_tokens(rs.cached_text(messages, one)) >= 1024

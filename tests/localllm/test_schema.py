@@ -162,6 +162,7 @@ def test_every_project_schema_converts() -> None:
 
     schemas = [
         prompts.extract_schema(["t1", "t2", "t3"], 2, max_cards=6),
+        prompts.extract_schema(None, 2, max_cards=6),  # the stable one (MEMSTREAM_LLM_STABLE_SCHEMAS)
         prompts.plan_schema(),
         prompts.consolidate_schema(["A", "B"], list(consolidate.ACTIONS)),
         judge._schema("label", ["CORRECT", "WRONG"]),

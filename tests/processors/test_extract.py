@@ -2,6 +2,7 @@ import orjson
 import pytest
 
 from memstream.ports import LLMError, LlmResult
+from memstream.processors import prompts
 from memstream.processors.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
 from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import MemoryWrite
@@ -182,7 +183,8 @@ def test_one_scene_per_topic_segment_and_cards_anchor_to_their_turns_scene():
 
 def test_the_schema_of_a_call_allows_only_this_flushs_turn_ids_and_topics_and_bounds_the_output():
     llm = ScriptedLLM(GOOD)
-    LlmExtractor(llm, max_cards=5).extract(flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"]))
+    extractor = LlmExtractor(llm, max_cards=5, stable_schema=False)  # the local server's constrained decoder
+    extractor.extract(flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"]))
     [schema] = llm.schemas
     card = schema["properties"]["cards"]
     assert card["maxItems"] == 5 and card["minItems"] == 1
@@ -190,6 +192,19 @@ def test_the_schema_of_a_call_allows_only_this_flushs_turn_ids_and_topics_and_bo
     scenes = schema["properties"]["scenes"]
     assert scenes["items"]["properties"]["topic"]["enum"] == ["T1", "T2"] and scenes["maxItems"] == 2
     assert "Topic T2" in llm.calls[0][1]["content"]
+
+
+def test_a_stable_schema_is_the_same_for_every_flush_and_still_bounds_the_output():
+    llm = ScriptedLLM(GOOD, GOOD)
+    extractor = LlmExtractor(llm, max_cards=5)  # the default: a provider's prompt cache keeps the schema
+    extractor.extract(flush_of(*FLUSH_TURNS, segment_ids=["seg1", "seg2"]))
+    extractor.extract(flush_of(*FLUSH_TURNS[:1]))  # one topic and one turn: enums would differ
+    first, second = llm.schemas
+    assert first == second
+    card = first["properties"]["cards"]
+    assert card["maxItems"] == 5 and "enum" not in card["items"]["properties"]["turn_ids"]["items"]
+    assert card["items"]["properties"]["turn_ids"]["maxItems"] == 4
+    assert first["properties"]["scenes"]["maxItems"] == prompts.STABLE_MAX_SCENES
 
 
 def test_an_unreachable_llm_is_waited_for_when_asked_and_falls_back_otherwise():

@@ -1,8 +1,10 @@
 """Prompts are cache-friendly: providers' prompt caches reuse the longest identical prefix of a
-call's messages, so each call's fixed part (instructions, output rules) comes first and is the same
+call, which begins with its structured-output schema (OpenAI serves it as a prefix to the system
+message), so each call's fixed part (schema, instructions, output rules) comes first and is the same
 byte for byte from call to call, and what varies (the flush, the question, the evidence) comes last.
 The calls are captured from the processors themselves, as they assemble them."""
 
+import json
 from datetime import datetime, timezone
 
 from memstream.ports import LLMError
@@ -29,12 +31,14 @@ class Recording:
         self.sent: list[list[dict[str, str]]] = []
 
     def complete(self, messages, **kwargs):
-        self.sent.append([dict(m) for m in messages])
+        schema = kwargs.get("json_schema")
+        head = [{"role": "schema", "content": json.dumps(schema, sort_keys=True)}] if schema is not None else []
+        self.sent.append(head + [dict(m) for m in messages])
         raise LLMError("bad request", "client")
 
 
 def wire(messages) -> str:
-    """The messages in the order a provider reads (and caches) them."""
+    """The call in the order a provider reads (and caches) it: the schema, then the messages."""
     return "".join(f"<{m['role']}>{m['content']}" for m in messages)
 
 
@@ -45,10 +49,16 @@ def common_prefix(a: str, b: str) -> int:
     return n
 
 
+def fixed_part(call, instructions: str) -> str:
+    """The schema (when the call has one) and the instructions: what must come first, unchanged."""
+    head = wire(call[:1]) if call[0]["role"] == "schema" else ""
+    return head + f"<system>{instructions}"
+
+
 def assert_fixed_part_first(first, second, instructions: str) -> None:
     a, b = wire(first), wire(second)
     assert a != b
-    assert common_prefix(a, b) >= len(f"<system>{instructions}")
+    assert common_prefix(a, b) >= len(fixed_part(first, instructions))
 
 
 def test_two_flushes_share_the_extraction_instructions_as_their_prefix():
@@ -62,6 +72,16 @@ def test_two_flushes_share_the_extraction_instructions_as_their_prefix():
         )
     )
     assert_fixed_part_first(*llm.sent, prompts.EXTRACT_SYSTEM)
+    assert all(call[0]["role"] == "schema" for call in llm.sent)
+
+
+def test_with_enums_of_each_flushs_ids_the_schema_differs_and_no_cache_reaches_the_instructions():
+    llm = Recording()
+    extractor = LlmExtractor(llm, stable_schema=False)  # the local server's constrained decoder
+    extractor.extract(flush_of(turn("D1:1", "I adopted a dog named Pepper.", speaker="Nora")))
+    extractor.extract(flush_of(turn("D7:1", "We moved to Lisbon last May.", speaker="Tomas")))
+    first, second = llm.sent
+    assert '"D1:1"' in first[0]["content"] and common_prefix(wire(first), wire(second)) < len(wire(first[:1]))
 
 
 def test_two_questions_share_the_planner_and_research_instructions():
@@ -93,4 +113,12 @@ def test_two_consolidations_share_the_instructions():
     decider = LlmDecider(llm, ConsolidateParams())
     decider.decide(card("a", "Tomas lives in Lisbon."), [Candidate(card("b", "Tomas lives in Porto."), {}, 0.9)])
     decider.decide(card("c", "Tomas has a dog."), [Candidate(card("d", "Tomas has a cat."), {}, 0.85)])
-    assert_fixed_part_first(*llm.sent, prompts.CONSOLIDATE_SYSTEM)
+    decider.decide(
+        card("e", "Tomas runs."),
+        [Candidate(card("f", "Tomas jogs."), {}, 0.9), Candidate(card("g", "Tomas swims."), {}, 0.8)],
+    )
+    # queues of one and of two candidates: the same schema (labels C1..C{top_n}), so all three share it
+    assert_fixed_part_first(*llm.sent[:2], prompts.CONSOLIDATE_SYSTEM)
+    assert_fixed_part_first(llm.sent[0], llm.sent[2], prompts.CONSOLIDATE_SYSTEM)
+    labels = json.loads(llm.sent[2][0]["content"])["properties"]["decisions"]["items"]["properties"]["candidate"]
+    assert labels["enum"] == [f"C{i + 1}" for i in range(ConsolidateParams().top_n)]
