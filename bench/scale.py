@@ -202,9 +202,25 @@ class ScriptCluster:
         return [self.node_dir(i) / sub for i in range(self.nodes)]
 
 
+def recorded_base_port(data: Path) -> int | None:
+    """The base port the cluster in ``data`` was first started on (kafka.sh's ``cluster.layout``): it
+    keeps it, so a later run, or one after an interrupted run, starts it there again."""
+    try:
+        lines = (data / "cluster.layout").read_text().splitlines()
+    except OSError:
+        return None
+    ports = [line.partition("=")[2] for line in lines if line.startswith("base_port=")]
+    return int(ports[0]) if ports and ports[0].isdigit() else None
+
+
 def kafka_cluster(options: ClusterScaleOptions) -> ScriptCluster:
-    port = options.kafka_port or runtime.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
-    return ScriptCluster("kafka", absolute_path(options.workdir / "kafka"), port, options.brokers)
+    data = absolute_path(options.workdir / "kafka")
+    port = (
+        options.kafka_port
+        or recorded_base_port(data)
+        or runtime.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
+    )
+    return ScriptCluster("kafka", data, port, options.brokers)
 
 
 def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:

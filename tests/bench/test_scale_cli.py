@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from memstream.bench import cli as bench_cli
 from memstream.bench.cli import bench, parse_counts
-from memstream.bench.scale import ClusterScaleOptions, check_summary, model_check, spread
+from memstream.bench.scale import ClusterScaleOptions, check_summary, kafka_cluster, model_check, spread
 from memstream.processors.capacity import measured_costs
 from memstream.streams import runtime
 from memstream.streams.cli import cli
@@ -111,3 +111,14 @@ def test_the_check_compares_the_rate_to_stored_with_the_binding_bound_and_sums_u
     assert summary["within"] is False  # 0.5 and 0.8 are over 15 % off
     assert summary["ratios"]["4"] == {"median": 0.95, "min": 0.8, "max": 1.1, "runs": 2}
     assert check_summary([{**rows[0], "ratio": 0.9}, {**rows[1], "ratio": 1.12}])["within"] is True
+
+
+def test_the_bench_starts_its_kafka_cluster_again_on_the_base_port_its_data_was_made_with(tmp_path: Path):
+    options = ClusterScaleOptions(data=Path("x"), workdir=tmp_path)
+    fresh = kafka_cluster(options)
+    assert fresh.base_port >= 21092 and fresh.data == tmp_path / "kafka"
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "cluster.layout").write_text("brokers=3\nbase_port=21102\n")  # kafka.sh writes it
+    assert kafka_cluster(options).base_port == 21102  # kafka.sh refuses any other port for this folder
+    options.kafka_port = 23000
+    assert kafka_cluster(options).base_port == 23000

@@ -1,7 +1,7 @@
 """`memstream bench scale --cluster` end to end at a tiny size: it starts its own 3 brokers and 3
-Qdrant nodes (ports from 21092 and 31333), ingests with 1 and 2 ingest workers, grows the store,
-asks with 1 and 2 store workers and on the embedded store, and writes every figure; part A twice
-(about 4 minutes)."""
+Qdrant nodes (ports from 21092 and 31333), ingests with 1 ingest worker, grows the store,
+asks with 1 and 2 store workers and on the embedded store, and writes every figure; part A (one
+ingest worker) twice, for the check over rounds (about 3 minutes)."""
 
 import json
 import subprocess
@@ -46,7 +46,7 @@ def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert result["kafka"]["brokers"] == 3 and result["kafka"]["replication_factor"] == 3
     assert result["qdrant"]["nodes"] == 3
-    assert [(r["round"], r["workers"]) for r in result["ingest"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert [(r["round"], r["workers"]) for r in result["ingest"]] == [(1, 1), (2, 1)]
     for run in result["ingest"]:
         assert run["turns_per_s"] > 0 and run["cards"] > 0 and run["kafka_bytes_per_turn"] > 0
         # every stage done comes after the front topics are drained; the index stage was busy
@@ -73,12 +73,11 @@ def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     assert server["cards"] == 2000 and server["disk_bytes_per_card_per_copy"] > 0
     assert "ram_bytes_per_card_per_copy" in server
     assert result["store_growth"]["embedded"]["disk_bytes_per_card"] > 0
-    assert [(c["round"], c["workers"]) for c in result["check"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert [(c["round"], c["workers"]) for c in result["check"]] == [(1, 1), (2, 1)]
     for c, run in zip(result["check"], result["ingest"]):
         assert c["measured_turns_per_s"] == run["stored_turns_per_s"] and c["predicted_turns_per_s"] > 0
         assert c["bound"] in {"ingest_cpu", "store_lane", "machine_cpu"}
-    assert set(result["check_summary"]["ratios"]) == {"1", "2"}
-    assert all(r["runs"] == 2 for r in result["check_summary"]["ratios"].values())
+    assert result["check_summary"]["ratios"]["1"]["runs"] == 2
     # what `memstream capacity` reads
     costs = measured_costs(result)
     assert plan(costs, Load(turns_per_s=10_000, cards=10**9, retention_days=7)).ingest_workers > 1
