@@ -836,6 +836,27 @@ def check_summary(rows: Sequence[Mapping[str, Any]], tolerance: float = 0.15) ->
     }
 
 
+def _plot_ingest(ax: Any, result: Mapping[str, Any]) -> None:
+    """Turns/s to stored by ingest workers, one bar per round, with the model's prediction dashed."""
+    runs = result["ingest"]
+    counts = sorted({r["workers"] for r in runs})
+    rounds = sorted({r.get("round", 1) for r in runs})
+    width = 0.8 / len(rounds)
+    for k, round_ in enumerate(rounds):
+        mine = [r for r in runs if r.get("round", 1) == round_]
+        xs = [counts.index(r["workers"]) - 0.4 + width * (k + 0.5) for r in mine]
+        rates = [r.get("stored_turns_per_s") or result["turns"] / r["stored_s"] for r in mine]
+        ax.bar(xs, rates, width * 0.9, label=f"round {round_}", color=f"C{k}")
+    for row in result.get("check", []):
+        x = counts.index(row["workers"])
+        ax.hlines(row["predicted_turns_per_s"], x - 0.45, x + 0.45, colors="black", linestyles="dashed")
+    ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+    ax.set_xlabel("ingest workers")
+    ax.set_ylabel("turns/s to stored (dashed: the model)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"ingest, {result['turns']} turns, {result['kafka']['replication_factor']} replicas", fontsize=10)
+
+
 def plot_cluster(result: dict[str, Any], out: Path) -> Path:
     """Turns/s by ingest workers, and replies/s (p50 and p99 on the bars) by store setup."""
     import matplotlib
@@ -844,19 +865,7 @@ def plot_cluster(result: dict[str, Any], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    runs = result["ingest"]
-    left.bar([str(r["workers"]) for r in runs], [r["turns_per_s"] for r in runs], color="tab:blue")
-    for r in runs:
-        left.annotate(
-            f"{r['cpu_ms_per_turn']['total']:.0f} CPU-ms/turn",
-            (str(r["workers"]), r["turns_per_s"]),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
-    left.set_xlabel("ingest workers")
-    left.set_ylabel("turns/s")
-    left.set_title(f"ingest, {result['turns']} turns, {result['kafka']['replication_factor']} replicas", fontsize=10)
+    _plot_ingest(left, result)
     queries = result["queries"]
     right.bar([q["setup"] for q in queries], [q["replies_per_s"] for q in queries], color="tab:green")
     for q in queries:

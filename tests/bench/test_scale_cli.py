@@ -122,3 +122,29 @@ def test_the_bench_starts_its_kafka_cluster_again_on_the_base_port_its_data_was_
     assert kafka_cluster(options).base_port == 21102  # kafka.sh refuses any other port for this folder
     options.kafka_port = 23000
     assert kafka_cluster(options).base_port == 23000
+
+
+def test_the_committed_cluster_results_hold_what_docs_capacity_says():
+    """docs/capacity.md quotes these: the bench client is a small share (its CPU no longer includes the
+    workers it started), the check is the rate to stored against the model from round 1's costs over
+    three rounds, and the committed plan is the one those costs give."""
+    from memstream.processors.capacity import Load, plan
+
+    folder = runtime.REPO_ROOT / "docs" / "results" / "capacity"
+    result = json.loads((folder / "scale-cluster.json").read_text())
+    for run in result["ingest"]:
+        workers = sum(v for k, v in run["cpu_s"].items() if k.startswith(("ingest-", "store-")))
+        assert run["cpu_s"]["client"] < 0.1 * workers
+    assert sorted({(r["round"], r["workers"]) for r in result["ingest"]}) == [
+        (r, n) for r in (1, 2, 3) for n in (1, 2, 4)
+    ]
+    costs = measured_costs(result)
+    assert model_check(result, costs, float(result["cores"])) == result["check"]
+    ratios = [row["ratio"] for row in result["check"]]
+    assert 0.83 <= min(ratios) and max(ratios) <= 1.01  # the spread the docs report and the plan carries
+    assert check_summary(result["check"]) == result["check_summary"]
+    committed = json.loads((folder / "plan-10k-1b.json").read_text())
+    load = Load(turns_per_s=10_000, cards=10**9, retention_days=7, queries_per_s=1000)
+    embed = json.loads((folder / "embed-h200-cuda.json").read_text())  # `memstream capacity` reads it by default
+    assert plan(measured_costs(result, embed=embed), load).as_dict() == committed["plan"]
+    assert committed["plan"]["limits"]["store_workers"] == "index lane"
