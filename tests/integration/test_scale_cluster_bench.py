@@ -19,20 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 def test_the_cluster_bench_writes_every_figure(tmp_path: Path):
     out = tmp_path / "scale.json"
-    args = [
-        "--workers",
-        "1,2",
-        "--max-turns",
-        "60",
-        "--cards",
-        "2000",
-        "--questions",
-        "20",
-        "--idle-s",
-        "2",
-        "--rounds",
-        "2",
-    ]
+    args = ["--workers", "1", "--max-turns", "60", "--cards", "2000", "--questions", "20"]
+    args += ["--idle-s", "2", "--rounds", "2"]
     done = subprocess.run(
         [sys.executable, "-m", "memstream.streams.cli", "bench", "scale", "--cluster", *args]
         + ["--workdir", str(tmp_path / "work"), "--json", str(out)],
