@@ -525,9 +525,8 @@ def _ingest_run(
     status(f"{label}: waiting for the store worker")
     stored = deployment.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
     window = time.monotonic() - started
-    meter.stop()
+    cpu_s, per_turn = _cpu_figures(meter, pids, len(turns))  # stops the meter before the scrape below
     busy = {k: v - busy_before.get(k, 0.0) for k, v in stage_busy_s(workers["store-1"]).items()}
-    cpu_s, per_turn = _cpu_figures(meter, pids, len(turns))
     groups = _Roles.groups(pids)
     per_turn_net = per_unit_ms(net_of_idle(meter.seconds(), idle, window), len(turns), groups)
     per_turn_net["ingest_per_worker"] = round(per_turn_net["ingest"] / n, 3)

@@ -208,13 +208,14 @@ def turn_bounds(
     ``store_workers`` store workers on a machine of ``cores`` shared by every process (brokers, Qdrant,
     the producing client's ``client_ms`` per turn; give ``cores`` less what the processes spend idle):
     the ingest workers' CPU, the store workers' one-message-at-a-time index stage, the machine's CPU."""
-    total = turn_cpu_ms(costs) + client_ms
+
+    def rate(units: float, ms_per_turn: float) -> float:
+        return units * 1000 / ms_per_turn if ms_per_turn else math.inf
+
     return {
-        "ingest_cpu": ingest_workers * 1000 / costs.ingest_cpu_ms_per_turn
-        if costs.ingest_cpu_ms_per_turn
-        else math.inf,
-        "store_lane": store_workers * 1000 / costs.store_lane_ms_per_turn if costs.store_lane_ms_per_turn else math.inf,
-        "machine_cpu": cores * 1000 / total if total else math.inf,
+        "ingest_cpu": rate(ingest_workers, costs.ingest_cpu_ms_per_turn),
+        "store_lane": rate(store_workers, costs.store_lane_ms_per_turn),
+        "machine_cpu": rate(cores, turn_cpu_ms(costs) + client_ms),
     }
 
 

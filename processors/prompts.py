@@ -79,7 +79,7 @@ def extract_schema(turn_ids: Sequence[str] | None, topics: int, max_cards: int =
     if turn_ids is None:
         topic: dict = _text(8, 1)
         scenes_max = STABLE_MAX_SCENES
-        cited: dict = {**_strings(4, 64), "minItems": 1}
+        cited: dict = {**_strings(4, 128), "minItems": 1}  # ids are at most 128 characters (schemas/base.py)
     else:
         topic_keys = [topic_key(i) for i in range(topics)]
         topic = {"type": "string", "enum": topic_keys}
