@@ -22,6 +22,7 @@ CACHE="${MEMSTREAM_CACHE_DIR:-$HOME/.cache/memstream}/jaeger"
 OTLP_PORT="${MEMSTREAM_JAEGER_OTLP_PORT:-4318}"
 QUERY_PORT="${MEMSTREAM_JAEGER_QUERY_PORT:-16686}"
 DATA_DIR="${MEMSTREAM_JAEGER_DATA:-$REPO_ROOT/.data/jaeger}"
+[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
 PID_FILE="$DATA_DIR/jaeger.pid"
 
 log() { echo "jaeger.sh: $*" >&2; }

@@ -99,6 +99,7 @@ ADVERTISED_PORT="${MEMSTREAM_KAFKA_ADVERTISED_PORT:-}"
 
 if ((BROKERS == 1)); then
     DATA_DIR="${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka}"
+    [[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
     BASE_PORT="${MEMSTREAM_KAFKA_PORT:-9092}"
     HEAP_OPTS="${MEMSTREAM_KAFKA_HEAP:--Xms256m -Xmx512m}"
     REPLICATION=1
@@ -107,6 +108,7 @@ else
     [[ "$SECURITY" == PLAINTEXT ]] \
         || die "MEMSTREAM_KAFKA_SECURITY=$SECURITY is single-node only: a cluster (--brokers $BROKERS) is PLAINTEXT"
     DATA_DIR="${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka-cluster}"
+    [[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
     LAYOUT_FILE="$DATA_DIR/cluster.layout"
     recorded_port="$(layout_value "$LAYOUT_FILE" base_port)"
     BASE_PORT="${MEMSTREAM_KAFKA_PORT:-${recorded_port:-19092}}"

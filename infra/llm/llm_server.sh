@@ -28,6 +28,7 @@ REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd)"
 
 PY="${MEMSTREAM_PYTHON:-$REPO_ROOT/.venv/bin/python}"
 DATA_DIR="${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}"
+[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
 HOST="127.0.0.1"
 PORT="${MEMSTREAM_LLM_PORT:-8011}"
 ALIAS="${MEMSTREAM_LLM_MODEL_ALIAS:-smollm2-135m-instruct}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from memstream.adapters.gguf_convert import smollm2_gguf_path  # noqa: E402
+from memstream.adapters.gguf_convert import smollm2_gguf_path
 
 
 def model_path() -> Path:

@@ -13,6 +13,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 PORT="${MEMSTREAM_PROMETHEUS_PORT:-9090}"
 DATA_DIR="${MEMSTREAM_PROMETHEUS_DATA:-$REPO_ROOT/.data/prometheus}"
+[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
 BIN="${MEMSTREAM_PROMETHEUS_BIN:-prometheus}"
 PID_FILE="$DATA_DIR/prometheus.pid"
 CONF="$DATA_DIR/prometheus.yml"

@@ -38,6 +38,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 DATA_DIR="${MEMSTREAM_QDRANT_DATA:-${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}/qdrant-server}"
+[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
 BASE_PORT="${MEMSTREAM_QDRANT_PORT:-6333}"
 START_TIMEOUT="${MEMSTREAM_QDRANT_TIMEOUT:-90}"
 NODES_FILE="$DATA_DIR/nodes"
