@@ -629,7 +629,7 @@ def produce(
                 await asyncio.wait_for(producer.remember([turns[sent]]), 20)
                 sent += 1
                 on_sent(sent)
-            except Exception:  # noqa: BLE001 - broker restarting: a new producer, the same turn again
+            except Exception:  # broker restarting: a new producer, the same turn again
                 retries += 1
                 if producer is not None:
                     with contextlib.suppress(Exception):
@@ -676,7 +676,7 @@ def ask_continuously(
             except QueryTimeout:
                 asked.unanswered += 1
                 asked.record(t0 - started, (time.monotonic() - t0) * 1000, "unanswered")
-            except Exception as exc:  # noqa: BLE001 - the broker is down: a clear error at once
+            except Exception as exc:  # the broker is down: a clear error at once
                 asked.send_errors += 1
                 asked.errors[type(exc).__name__] += 1
                 asked.record(t0 - started, (time.monotonic() - t0) * 1000, "send_error")

@@ -351,7 +351,7 @@ def _ms(per_unit: dict, key: str) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: int, **kwargs) -> None:  # noqa: ANN003
+def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: int, **kwargs) -> None:
     from memstream.bench.scale import ClusterScaleOptions, load_turns, plot_cluster, run_cluster_bench
 
     options = ClusterScaleOptions(max_turns=turns, **kwargs)
@@ -1165,12 +1165,12 @@ def _e2e_options(
     )
 
 
-def _e2e_options_from(given: dict):  # noqa: ANN202 - E2EOptions, imported lazily
+def _e2e_options_from(given: dict):  # E2EOptions, imported lazily
     """The shared options from a bench command's parameters, which carry ``_e2e_options``'s names."""
     return _e2e_options(**{name: given[name] for name in inspect.signature(_e2e_options).parameters})
 
 
-def _run_e2e(bench_set, options, fresh: bool) -> None:  # noqa: ANN001
+def _run_e2e(bench_set, options, fresh: bool) -> None:
     from memstream.bench.e2e import Runner, Ui
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -110,7 +110,7 @@ def consolidate_size(
 
             as_of = datetime.now(timezone.utc)
 
-            def one(hit):  # noqa: ANN001, ANN202
+            def one(hit):
                 update = consolidate_card(store, decider, TENANT, CONVERSATION, hit, params, as_of=as_of)
                 return update, (apply_update(store, embedder, update) if update is not None else 0)
 

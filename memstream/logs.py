@@ -23,9 +23,9 @@ class TraceContext(logging.Filter):
         context = trace.get_current_span().get_span_context()
         trace_id = format(context.trace_id, "032x") if context.is_valid else ""
         span_id = format(context.span_id, "016x") if context.is_valid else ""
-        setattr(record, "trace_id", trace_id)  # noqa: B010 - LogRecord takes extra attributes
-        setattr(record, "span_id", span_id)  # noqa: B010
-        setattr(record, "trace_suffix", f" trace={trace_id} span={span_id}" if trace_id else "")  # noqa: B010
+        setattr(record, "trace_id", trace_id)  # LogRecord takes extra attributes
+        setattr(record, "span_id", span_id)
+        setattr(record, "trace_suffix", f" trace={trace_id} span={span_id}" if trace_id else "")
         return True
 
 

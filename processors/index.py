@@ -34,7 +34,7 @@ class PointSpec:
     payload: dict[str, Any]
 
 
-def _ts(dt) -> float | None:  # noqa: ANN001
+def _ts(dt) -> float | None:
     return dt.timestamp() if dt is not None else None
 
 

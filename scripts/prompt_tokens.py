@@ -20,7 +20,7 @@ from memstream.processors import prompts
 from memstream.processors.compress import compress_turn
 
 
-def timestamp_per_turn(topics) -> str:  # noqa: ANN001 - the rendering extract_user replaced
+def timestamp_per_turn(topics) -> str:  # the rendering extract_user replaced
     lines = []
     for i, (label, turns) in enumerate(topics):
         lines.append(f"Topic {prompts.topic_key(i)} ({label}):")

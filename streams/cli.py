@@ -185,7 +185,7 @@ async def _ingest(settings: Settings, turns: list[Turn]) -> float:
     return time.perf_counter() - started
 
 
-async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str | None, conversation: str | None):  # noqa: ANN202
+async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str | None, conversation: str | None):
     from memstream.platforms import load_events, map_events
 
     mapped = map_events(fmt, load_events(fmt, file), tenant_id=tenant, conversation_id=conversation)

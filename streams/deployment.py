@@ -193,7 +193,7 @@ class Deployment:
         self.gateways.append(gateway)
         return gateway
 
-    def produce(self, turns: Iterable[Turn], on_sent=None) -> int:  # noqa: ANN001
+    def produce(self, turns: Iterable[Turn], on_sent=None) -> int:
         async def go() -> int:
             async with AsyncMemoryClient(self.settings) as client:
                 return await client.remember(turns, on_sent=on_sent)

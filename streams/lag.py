@@ -97,7 +97,7 @@ async def wait_drained(
     timeout_s: float = 300.0,
     settle_s: float = 2.0,
     progress=None,
-) -> float:  # noqa: ANN001
+) -> float:
     """Wait until every consumer group has committed everything on the topics it reads (``reading``:
     group -> full topic names), twice in a row ``settle_s`` apart. Returns when (``time.monotonic()``)
     the lag was first seen at zero: the work was done then."""
@@ -126,7 +126,7 @@ async def wait_written(
     *,
     timeout_s: float = 300.0,
     progress=None,
-) -> float:  # noqa: ANN001
+) -> float:
     """Wait until drained, flush what ``conversations`` still hold in their windows and buffers (a
     session end does not), and wait again: then every turn of theirs is in memory. Returns when
     (``time.monotonic()``) the last wait saw the work done."""

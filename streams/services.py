@@ -70,7 +70,7 @@ class Services:
         return TracedEmbedder(embedder, self.tracing) if self.tracing.enabled else embedder
 
     @cached_property
-    def attention(self):  # noqa: ANN201 - EncoderAttention
+    def attention(self):  # EncoderAttention
         from memstream.adapters.encoder_attention import EncoderAttention
 
         s = self.settings
@@ -139,7 +139,7 @@ class Services:
         )
 
     @cached_property
-    def store(self):  # noqa: ANN201 - a VectorStore, timed per operation
+    def store(self):  # a VectorStore, timed per operation
         from memstream.adapters import open_store
 
         store = open_store(self.settings)

@@ -10,7 +10,7 @@ from tests.qdrant_servers import QdrantNodes, started
 
 
 @pytest.fixture(scope="session")
-def qdrant_server(tmp_path_factory) -> Iterator[QdrantNodes]:  # noqa: ANN001
+def qdrant_server(tmp_path_factory) -> Iterator[QdrantNodes]:
     """One Qdrant server node."""
     server = started(tmp_path_factory.mktemp("qdrant-server"), 26333, 1)
     try:
@@ -20,7 +20,7 @@ def qdrant_server(tmp_path_factory) -> Iterator[QdrantNodes]:  # noqa: ANN001
 
 
 @pytest.fixture(scope="session")
-def qdrant_cluster(tmp_path_factory) -> Iterator[QdrantNodes]:  # noqa: ANN001
+def qdrant_cluster(tmp_path_factory) -> Iterator[QdrantNodes]:
     """A 3-node Qdrant cluster in distributed mode (tests may kill and restart nodes; they leave all three running)."""
     cluster = started(tmp_path_factory.mktemp("qdrant-cluster"), 27333, 3)
     try:

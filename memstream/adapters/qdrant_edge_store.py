@@ -61,7 +61,7 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
         self._max_search_threads = max_search_threads
         # Fail at once, as qdrant-client's local mode does, rather than on the first collection touched.
         # Same lock file as qdrant-client local mode: the two adapters never share a folder at once.
-        self._lock_file = open(path / ".lock", "a+")  # noqa: SIM115 - held until close()
+        self._lock_file = open(path / ".lock", "a+")  # held until close()
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -139,7 +139,7 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
         return reply.model_dump(mode="json")
 
     @router.get("/api/conversations/{conversation_id}")
-    async def timeline(conversation_id: str, cursor: int = 0, limit: int = 2000, tenant: str = Depends(tenant_of)):  # noqa: ANN202
+    async def timeline(conversation_id: str, cursor: int = 0, limit: int = 2000, tenant: str = Depends(tenant_of)):
         _check_id(conversation_id)
         reply = await shared.call(
             lambda c: c.read(

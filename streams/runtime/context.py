@@ -271,7 +271,7 @@ class StageContext:
                         exc,
                     )
                 await asyncio.sleep(min(0.25 * 2**outage, 10.0))
-            except Exception as exc:  # noqa: BLE001 - anything else: retry, then dead-letter
+            except Exception as exc:  # anything else: retry, then dead-letter
                 self.metrics.errors.labels(stage).inc()
                 log.exception(
                     "%s failed on %s[%s]@%s (attempt %d)",
@@ -362,7 +362,7 @@ class StageContext:
         async def look() -> None:
             try:
                 keys = [key for key, data in list(table.items()) if data and idle(data)]
-            except Exception:  # noqa: BLE001 - a bad entry must not crash the worker; the next tick retries
+            except Exception:  # a bad entry must not crash the worker; the next tick retries
                 log.exception("could not scan the %s table for idle conversations", name)
                 return
             for key in keys:

@@ -269,7 +269,7 @@ class SafeCommits:
         async with self._commit_lock:
             try:
                 await asyncio.wait_for(self._commit_finished(), REVOKE_COMMIT_S)
-            except Exception:  # noqa: BLE001 - a broker outage: the next owner redoes it (sinks are idempotent)
+            except Exception:  # a broker outage: the next owner redoes it (sinks are idempotent)
                 log.warning("could not commit before giving up %d partitions", len(revoked), exc_info=True)
         self.tracker.forget(revoked)
         self._sought.clear()

@@ -67,7 +67,7 @@ def watchdog(ctx: StageContext) -> None:
         # rebalance under way) is logged, and the next tick looks again.
         try:
             await check()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("watchdog check failed; trying again at the next tick")
 
     ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(guarded)
@@ -82,7 +82,7 @@ def lag_gauges(ctx: StageContext, interval_s: float = 5.0) -> None:
     async def update() -> None:
         try:
             lag = await ctx.commits.lag()
-        except Exception:  # noqa: BLE001 - a rebalance or a broker hiccup: the next tick retries
+        except Exception:  # a rebalance or a broker hiccup: the next tick retries
             log.debug("consumer lag not read this time", exc_info=True)
             return
         current = {(tp.topic, str(tp.partition)): n for tp, n in lag.items()}

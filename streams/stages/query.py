@@ -54,7 +54,7 @@ def register(ctx: StageContext) -> None:
             raise
         try:
             reply = await asyncio.to_thread(answer_read, reader, request)
-        except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
+        except Exception as exc:  # the asker gets a clear error, never silence
             log.exception("read %s failed", request.correlation_id)
             reply = failed_read(request, f"{type(exc).__name__}: {exc}")
         metrics.reads.labels(request.read, "ok" if reply.ok else "error").inc()
@@ -76,7 +76,7 @@ def register(ctx: StageContext) -> None:
             return StageResult([Out(query.reply_topic, query.correlation_id, reply)])
         try:
             reply = await asyncio.to_thread(engine.run, query)
-        except Exception as exc:  # noqa: BLE001 - the asker gets a clear error, never silence
+        except Exception as exc:  # the asker gets a clear error, never silence
             log.exception("query %s failed", query.correlation_id)
             reply = Reply(
                 tenant_id=query.tenant_id,

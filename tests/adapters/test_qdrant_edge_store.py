@@ -34,7 +34,7 @@ def pid(i: int) -> str:
 SERVER: dict[str, str] = {}  # the server's URL, once a "server" case has started it
 
 
-def _open(kind: str, path):  # noqa: ANN001
+def _open(kind: str, path):
     if kind == "server":  # one server for every case: each case's collections are its own
         prefix = "t" + hashlib.sha1(str(path).encode()).hexdigest()[:12] + "_"
         return QdrantStore(url=SERVER["url"], prefix=prefix)
@@ -42,14 +42,14 @@ def _open(kind: str, path):  # noqa: ANN001
 
 
 @pytest.fixture(params=["local", "edge", pytest.param("server", marks=[pytest.mark.integration, pytest.mark.cluster])])
-def kind(request) -> str:  # noqa: ANN001
+def kind(request) -> str:
     if request.param == "server":
         SERVER["url"] = request.getfixturevalue("qdrant_server").url
     return request.param
 
 
 @pytest.fixture
-def store(kind, tmp_path):  # noqa: ANN001
+def store(kind, tmp_path):
     s = _open(kind, tmp_path / "q")
     s.ensure_collections([COLL, OTHER], DIM)
     yield s
@@ -109,11 +109,11 @@ ROWS = [
 ]
 
 
-def fill(store) -> None:  # noqa: ANN001
+def fill(store) -> None:
     store.upsert(COLL, [StorePoint(pid(i), vec, {"tenant_id": t, **p}) for i, t, vec, p in ROWS])
 
 
-def ids(hits) -> list[str]:  # noqa: ANN001
+def ids(hits) -> list[str]:
     return sorted(h.id for h in hits)
 
 
@@ -219,7 +219,7 @@ def test_count_with_and_without_a_tenant(store):
 
 
 @pytest.fixture
-def reopened(kind, tmp_path):  # noqa: ANN001
+def reopened(kind, tmp_path):
     """A store filled with ROWS, closed, and opened again (its collections not yet ensured)."""
     s = _open(kind, tmp_path / "q")
     s.ensure_collections([COLL], DIM)
@@ -287,7 +287,7 @@ DOCS = [  # id, tenant, conversation, text
 ]
 
 
-def fill_docs(store, coll: str = COLL) -> None:  # noqa: ANN001
+def fill_docs(store, coll: str = COLL) -> None:
     store.upsert(coll, [StorePoint(pid(i), X, {"tenant_id": t, "conversation_id": c}, text) for i, t, c, text in DOCS])
     # a dense-only neighbour of W: the dense search finds it first, BM25 never sees it
     store.upsert(coll, [StorePoint(pid(17), W, {"tenant_id": "t1", "conversation_id": "c1", "note": "zeppelin"})])
@@ -453,7 +453,7 @@ def test_edge_shard_gains_the_payload_indexes_added_since_it_was_made(tmp_path):
 
 
 # --- set_payload -------------------------------------------------------------------------------
-def payloads(store, tenant: str, coll: str = COLL) -> dict:  # noqa: ANN001
+def payloads(store, tenant: str, coll: str = COLL) -> dict:
     return {h.id: dict(h.payload) for h in store.scroll(coll, tenant)}
 
 

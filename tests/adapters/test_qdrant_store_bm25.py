@@ -19,7 +19,7 @@ def pid(i: int) -> str:
     return f"00000000-0000-0000-0000-{i:012d}"
 
 
-def _raw(path) -> QdrantClient:  # noqa: ANN001
+def _raw(path) -> QdrantClient:
     return QdrantClient(path=str(path))
 
 

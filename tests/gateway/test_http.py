@@ -82,7 +82,7 @@ def test_an_answer_shows_its_bidi_controls_isolated(http):
         replied_at="2024-05-01T10:00:01Z",
     )  # type: ignore[arg-type]
 
-    async def asked(_use):  # noqa: ANN001, ANN202 - the SDK's ask, answered at once
+    async def asked(_use):  # the SDK's ask, answered at once
         return reply
 
     http.app.state.shared.call = asked

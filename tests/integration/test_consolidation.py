@@ -61,7 +61,7 @@ def write(tenant: str, day: int, texts: list[str]) -> MemoryWrite:
     )
 
 
-def texts(reply) -> list[str]:  # noqa: ANN001
+def texts(reply) -> list[str]:
     return [e.text for e in reply.evidence]
 
 
@@ -177,7 +177,7 @@ def many_lives(tenant: str) -> list[MemoryWrite]:
     return writes
 
 
-def versions(pipe, tenant: str) -> dict[tuple[str, str], tuple]:  # noqa: ANN001
+def versions(pipe, tenant: str) -> dict[tuple[str, str], tuple]:
     """Each card's consolidation state, with card ids replaced by (text, time): comparable across tenants."""
     with pipe.store() as store:
         cards = {h.id: h.payload for h in store.scroll(CARDS, tenant, limit=10_000)}

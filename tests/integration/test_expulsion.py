@@ -65,7 +65,7 @@ async def expulsions(settings: Settings, *, busy_s: float) -> tuple[list[str], s
     try:
         assert faust_compat.watch_expulsion(as_faust_app(consumer), seen.append)
         first_generation = consumer._coordinator.generation
-        time.sleep(busy_s)  # noqa: ASYNC251 - the point: a loop too busy to heartbeat
+        time.sleep(busy_s)  # the point: a loop too busy to heartbeat
         deadline = time.monotonic() + 3 * SESSION_TIMEOUT_S
         while time.monotonic() < deadline and not (seen and consumer.assignment()):
             await consumer.getmany(timeout_ms=200)

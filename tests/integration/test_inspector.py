@@ -125,7 +125,7 @@ def test_selecting_a_card_lights_up_its_turns_and_shows_its_versions(inspector, 
     page.goto(f"{url}/ui#/c/{conv}")
     page.wait_for_selector(".card[data-card-id]")
     card = page.locator(".card[data-card-id]").filter(has_text="pottery").first
-    turn_ids = set(eval(card.get_attribute("data-turn-ids")))  # noqa: S307 - a JSON list of strings
+    turn_ids = set(eval(card.get_attribute("data-turn-ids")))  # a JSON list of strings
     assert turn_ids
     card.click()
     page.wait_for_selector("#lineage .card")
@@ -141,7 +141,7 @@ def test_selecting_a_card_lights_up_its_turns_and_shows_its_versions(inspector, 
     lit_cards = page.locator(".card.lit")
     assert lit_cards.count() >= 1
     for i in range(lit_cards.count()):
-        assert first in eval(lit_cards.nth(i).get_attribute("data-turn-ids"))  # noqa: S307
+        assert first in eval(lit_cards.nth(i).get_attribute("data-turn-ids"))
 
 
 def test_a_turn_holding_markup_is_shown_as_text(inspector, page):

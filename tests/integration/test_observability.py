@@ -43,7 +43,7 @@ def prometheus(data_dir: Path, *targets: int) -> Iterator[str]:
         subprocess.run(["bash", script, "stop"], env=env, capture_output=True)
 
 
-def wait_for(check, timeout_s: float, what: str) -> None:  # noqa: ANN001
+def wait_for(check, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():

@@ -135,7 +135,7 @@ def write_with_triggers(tenant: str, conversation: str) -> MemoryWrite:
     )
 
 
-def found(reply, turn_id: str):  # noqa: ANN001, ANN201
+def found(reply, turn_id: str):
     return [e for e in reply.evidence if turn_id in e.turn_ids]
 
 
@@ -165,7 +165,7 @@ def test_associative_questions_reach_their_evidence_through_bridge_and_horizon_t
     assert other.ok and other.evidence == []
 
 
-def demo_turns(tenant: str = "acme"):  # noqa: ANN201
+def demo_turns(tenant: str = "acme"):
     sample = load_locomo(demo_conversation_path())[0]
     return sample.sample_id, list(locomo_turns(sample, tenant_id=tenant))
 

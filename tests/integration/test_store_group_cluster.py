@@ -98,7 +98,7 @@ def sizes(points: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, tmp_path_factory) -> Iterator[Runs]:  # noqa: ANN001
+def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, tmp_path_factory) -> Iterator[Runs]:
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     base_conversation, session_turns, sample = first_sessions(2, tenant=TENANT)

@@ -65,7 +65,7 @@ def test_topics_get_the_configured_retention_and_existing_ones_are_brought_to_it
     changelog = changelog_topics(settings.topic_prefix, ["segment"])[0]
     day, two_days = str(86400 * 1000), str(2 * 86400 * 1000)
 
-    async def settled(check) -> dict:  # noqa: ANN001
+    async def settled(check) -> dict:
         # KRaft applies a topic's config through its metadata log: a describe right after may be stale.
         for _ in range(50):
             config = await topic_config(settings, [turns, audit, changelog])

@@ -13,7 +13,7 @@ from memstream.logs import JsonLines, TraceContext, log_handler
 from memstream.tracing import Tracing
 
 
-def logged(fmt: str, emit) -> str:  # noqa: ANN001
+def logged(fmt: str, emit) -> str:
     handler = log_handler(fmt)  # type: ignore[arg-type]
     out = io.StringIO()
     handler.setStream(out)

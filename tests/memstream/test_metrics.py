@@ -35,7 +35,7 @@ def metric_objects(m: Metrics) -> list:
     return [v for v in vars(m).values() if hasattr(v, "_labelnames")]
 
 
-def exposed_name(metric) -> str:  # noqa: ANN001 - a prometheus_client metric
+def exposed_name(metric) -> str:  # a prometheus_client metric
     return metric._name + ("_total" if metric._type == "counter" else "")
 
 

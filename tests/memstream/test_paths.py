@@ -61,7 +61,7 @@ def test_a_worker_starts_in_the_callers_directory_not_the_checkout(elsewhere, mo
     class Popen:
         pid = 1
 
-        def __init__(self, args, **kwargs):  # noqa: ANN001, ANN003
+        def __init__(self, args, **kwargs):
             seen.update(kwargs)
 
     monkeypatch.setattr(processes.subprocess, "Popen", Popen)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from memstream.trace_waterfall import plot_waterfall, waterfall_rows
 
 
-def span(span_id, name, start, duration, parent=None, *, links=(), error=False, process="p1"):  # noqa: ANN001, ANN201
+def span(span_id, name, start, duration, parent=None, *, links=(), error=False, process="p1"):
     refs = [{"refType": "CHILD_OF", "traceID": "t", "spanID": parent}] if parent else []
     refs += [{"refType": "FOLLOWS_FROM", "traceID": "other", "spanID": s} for s in links]
     tags = [{"key": "otel.status_code", "type": "string", "value": "ERROR"}] if error else []

@@ -21,7 +21,7 @@ def unit(*xs):
     return (v / np.linalg.norm(v)).tolist()
 
 
-def card(card_id, subject, days, content="x"):  # noqa: D103
+def card(card_id, subject, days, content="x"):
     return Card(
         card_id=card_id,
         subject=subject,

@@ -81,7 +81,7 @@ class TableEmbedder:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    def embed(self, texts):  # noqa: ANN001, ANN201
+    def embed(self, texts):
         self.calls.append(list(texts))
         return np.asarray([VECTORS.get(t, unit(0, 0, 0, 1)) for t in texts], dtype=np.float32)
 
@@ -90,7 +90,7 @@ class TableEmbedder:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):  # noqa: ANN001, ANN201
+def store(tmp_path_factory):
     store = QdrantEdgeStore(tmp_path_factory.mktemp("content") / "q")
     store.ensure_collections(COLLECTIONS, 4)
     turns = [
@@ -110,7 +110,7 @@ def store(tmp_path_factory):  # noqa: ANN001, ANN201
 QUESTION = "How does Melanie unwind?"
 
 
-def engine(store, mode: str) -> tuple[QueryEngine, TableEmbedder]:  # noqa: ANN001
+def engine(store, mode: str) -> tuple[QueryEngine, TableEmbedder]:
     embedder = TableEmbedder()
     params = RetrievalParams(content_query=mode, graph=GraphParams(hops=0), trigger_threshold=1.1)
     return QueryEngine(store, embedder, None, QueryOptions(retrieval=params)), embedder

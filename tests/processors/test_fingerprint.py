@@ -25,7 +25,7 @@ class RotatedEmbedder:
         self.inner, self.dim, self.name = inner, inner.dim, "rotated-MiniLM"
         self.rotation, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(inner.dim, inner.dim)))
 
-    def embed(self, texts):  # noqa: ANN001, ANN201
+    def embed(self, texts):
         return (self.inner.embed(texts) @ self.rotation.T).astype(np.float32)
 
     def clear_cache(self) -> None:
@@ -37,7 +37,7 @@ def minilm() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
-def _open(kind: str, path, dim: int):  # noqa: ANN001
+def _open(kind: str, path, dim: int):
     store = QdrantStore(path=path) if kind == "local" else QdrantEdgeStore(path)
     store.ensure_collections((*COLLECTIONS, META), dim)
     return store
@@ -89,7 +89,7 @@ def test_a_worker_refuses_a_store_built_with_another_model_and_lets_go_of_it(tmp
     first.store.close()
     worker = Services(settings)  # ... and opened by a worker with the default one
     with pytest.raises(EmbedderMismatch):
-        worker.store  # noqa: B018
+        worker.store
     again = Services(settings)  # the folder lock was released: the right embedder opens it
     again.__dict__["embedder"] = RotatedEmbedder(minilm)
     again.store.close()

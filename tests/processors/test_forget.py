@@ -56,7 +56,7 @@ def ids_of(tenant: str, conversation: str) -> dict[str, str]:
 ID = ids_of("t1", "c1")
 
 
-def forget(**kw) -> Forget:  # noqa: ANN003
+def forget(**kw) -> Forget:
     base = {"forget_id": "f1", "tenant_id": "t1", "requested_at": NOW, "reply_topic": "memory.replies"}
     return Forget(**{**base, **kw})
 
@@ -131,7 +131,7 @@ class HashEmbedder:
     dim = DIM
     name = "hash"
 
-    def embed(self, texts):  # noqa: ANN001, ANN201
+    def embed(self, texts):
         rows = []
         for t in texts:
             seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
@@ -147,7 +147,7 @@ def source(turn_id: str, speaker: str, text: str, seq: int) -> SourceTurn:
     return SourceTurn(turn_id=turn_id, session_id="S1", speaker=speaker, role="user", text=text, event_time=T0, seq=seq)
 
 
-def card(card_id: str, turn_ids: list[str], text: str, scene_id: str, **kw) -> Card:  # noqa: ANN003
+def card(card_id: str, turn_ids: list[str], text: str, scene_id: str, **kw) -> Card:
     return Card(
         card_id=card_id,
         subject="Caroline",
@@ -161,7 +161,7 @@ def card(card_id: str, turn_ids: list[str], text: str, scene_id: str, **kw) -> C
 
 
 def write(tenant: str = "t1", conversation: str = "c1") -> MemoryWrite:
-    ID = ids_of(tenant, conversation)  # noqa: N806 - the module's name for the same thing
+    ID = ids_of(tenant, conversation)  # the module's name for the same thing
     return MemoryWrite(
         tenant_id=tenant,
         conversation_id=conversation,
@@ -204,7 +204,7 @@ def write(tenant: str = "t1", conversation: str = "c1") -> MemoryWrite:
 
 
 @pytest.fixture
-def store(tmp_path):  # noqa: ANN001, ANN201
+def store(tmp_path):
     s = QdrantEdgeStore(tmp_path / "q")
     s.ensure_collections(COLLECTIONS, DIM)
     for w in (write(), write(conversation="c2"), write(tenant="t2")):
@@ -213,7 +213,7 @@ def store(tmp_path):  # noqa: ANN001, ANN201
     s.close()
 
 
-def counts(store, tenant: str) -> dict[str, int]:  # noqa: ANN001
+def counts(store, tenant: str) -> dict[str, int]:
     return {c: store.count(c, tenant) for c in COLLECTIONS}
 
 

@@ -39,7 +39,7 @@ NOW = T0 + timedelta(days=1)
 SAID = "I adopted a greyhound called Biscuit this morning."
 
 
-def said(turn_id: str = "D1:9", text: str = SAID, **kw) -> FreshTurn:  # noqa: ANN003
+def said(turn_id: str = "D1:9", text: str = SAID, **kw) -> FreshTurn:
     return fresh_turn(compressed(turn(turn_id, text, **{"seq": 9, **kw})))
 
 
@@ -70,7 +70,7 @@ def flush_write(fresh: FreshTurn, seq: int = 9) -> MemoryWrite:
 
 
 @pytest.fixture
-def store(tmp_path):  # noqa: ANN001, ANN201
+def store(tmp_path):
     s = QdrantEdgeStore(tmp_path / "q")
     s.ensure_collections(COLLECTIONS, DIM)
     index_write(write("t1", "c1"), HashEmbedder(), s)  # D1:1 and D1:2, flushed, with their cards
@@ -78,19 +78,19 @@ def store(tmp_path):  # noqa: ANN001, ANN201
     s.close()
 
 
-def turn_payload(store, fresh: FreshTurn) -> dict | None:  # noqa: ANN001
+def turn_payload(store, fresh: FreshTurn) -> dict | None:
     where = StoreFilter(equals={"conversation_id": fresh.conversation_id, "turn_id": fresh.turn.turn_id})
     hits = store.scroll(TURNS, fresh.tenant_id, where=where, limit=2)
     assert len(hits) <= 1
     return dict(hits[0].payload) if hits else None
 
 
-def query(question: str, **kw) -> Query:  # noqa: ANN003
+def query(question: str, **kw) -> Query:
     base = {"tenant_id": "t1", "conversation_id": "c1", "correlation_id": "q1", "reply_topic": "r"}
     return Query(**base, question=question, answer=False, sent_at=NOW, **kw)
 
 
-def engine(store, fresh_k: int = 3) -> QueryEngine:  # noqa: ANN001
+def engine(store, fresh_k: int = 3) -> QueryEngine:
     return QueryEngine(store, HashEmbedder(), None, QueryOptions(fresh_k=fresh_k))
 
 
@@ -146,13 +146,13 @@ def test_a_fresh_turn_arriving_after_its_flush_changes_nothing(store):
 class LateLook:
     """The store as a worker frozen between its look and its write saw it: no turn point yet."""
 
-    def __init__(self, inner):  # noqa: ANN001
+    def __init__(self, inner):
         self.inner = inner
 
-    def count(self, *args, **kwargs) -> int:  # noqa: ANN002, ANN003
+    def count(self, *args, **kwargs) -> int:
         return 0
 
-    def __getattr__(self, name):  # noqa: ANN001, ANN204
+    def __getattr__(self, name):
         return getattr(self.inner, name)
 
 

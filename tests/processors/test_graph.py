@@ -100,7 +100,7 @@ def card(n: int, subject: str, speaker: str, text: str, turn: str, triggers: lis
     )
 
 
-def write(tenant: str, cards: list[Card], turns) -> MemoryWrite:  # noqa: ANN001
+def write(tenant: str, cards: list[Card], turns) -> MemoryWrite:
     return MemoryWrite(
         tenant_id=tenant,
         conversation_id="c1",
@@ -116,7 +116,7 @@ def write(tenant: str, cards: list[Card], turns) -> MemoryWrite:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):  # noqa: ANN001, ANN201
+def store(tmp_path_factory):
     store = QdrantEdgeStore(tmp_path_factory.mktemp("graph") / "q")
     store.ensure_collections(COLLECTIONS, DIM)
     turns = [
@@ -139,7 +139,7 @@ def store(tmp_path_factory):  # noqa: ANN001, ANN201
     store.close()
 
 
-def ask(store, graph: GraphParams):  # noqa: ANN001, ANN201
+def ask(store, graph: GraphParams):
     # min_similarity above 1: the random hash vectors score nothing, only BM25 and the graph do.
     params = RetrievalParams(graph=graph, min_similarity=1.1, trigger_threshold=1.1, new_turns_only=False)
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params))
@@ -156,7 +156,7 @@ def ask(store, graph: GraphParams):  # noqa: ANN001, ANN201
     return engine.run(query, clock=lambda: NOW)
 
 
-def found(reply) -> dict[str, list[str]]:  # noqa: ANN001
+def found(reply) -> dict[str, list[str]]:
     return {e.turn_ids[0]: e.found_by for e in reply.evidence}
 
 

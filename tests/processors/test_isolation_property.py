@@ -24,7 +24,7 @@ NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):  # noqa: ANN001, ANN201
+def stored(tmp_path_factory):
     store = QdrantEdgeStore(tmp_path_factory.mktemp("isolation") / "q")
     store.ensure_collections(COLLECTIONS, DIM)
     for tenant in TENANTS:

@@ -104,7 +104,7 @@ def test_a_query_past_its_deadline_gets_an_error_reply():
 
 
 @pytest.fixture(scope="module")
-def stored_engine(tmp_path_factory):  # noqa: ANN001, ANN201
+def stored_engine(tmp_path_factory):
     from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
     from memstream.processors.index import COLLECTIONS, index_write
     from memstream.processors.retrieve import RetrievalParams
@@ -166,16 +166,16 @@ class CountingStore:
     """The store, with every lexical search of the cards counted: one per retrieval (the hybrid's BM25
     half; the fresh turns' search is another collection's)."""
 
-    def __init__(self, inner):  # noqa: ANN001
+    def __init__(self, inner):
         self.inner = inner
         self.text_searches = 0
 
-    def __getattr__(self, name):  # noqa: ANN001, ANN204
+    def __getattr__(self, name):
         attr = getattr(self.inner, name)
         if name != "search_text":
             return attr
 
-        def counted(collection, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def counted(collection, *args, **kwargs):
             self.text_searches += collection == CARDS
             return attr(collection, *args, **kwargs)
 

@@ -55,7 +55,7 @@ def card(card_id: str, subject: str, text: str, turn: str, triggers: list[str]) 
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):  # noqa: ANN001, ANN201
+def store(tmp_path_factory):
     store = QdrantEdgeStore(tmp_path_factory.mktemp("research") / "q")
     store.ensure_collections(COLLECTIONS, DIM)
     write = MemoryWrite(
@@ -93,7 +93,7 @@ def store(tmp_path_factory):  # noqa: ANN001, ANN201
     store.close()
 
 
-def ask(store, rounds: int):  # noqa: ANN001, ANN201
+def ask(store, rounds: int):
     params = RetrievalParams(
         research_rounds=rounds, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1, graph=NO_GRAPH
     )

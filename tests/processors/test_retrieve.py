@@ -16,7 +16,7 @@ def unit(*xs: float) -> list[float]:
     return (v / np.linalg.norm(v)).tolist()
 
 
-def hit(pid: str, vector=None, text=None, **payload) -> StoreHit:  # noqa: ANN001
+def hit(pid: str, vector=None, text=None, **payload) -> StoreHit:
     return StoreHit(pid, 0.0, {"text": text or pid, **payload}, vector)
 
 

@@ -24,7 +24,7 @@ def payload(card: CardView) -> dict:
     return {"card_id": card.card_id, "text": card.text, "valid_to": None, "superseded_by": None}
 
 
-def patches(pairs, *, tenant="acme", conversation="c1"):  # noqa: ANN001, ANN201
+def patches(pairs, *, tenant="acme", conversation="c1"):
     out = []
     for a, b, sim in pairs:
         older, newer = oriented(a, b)
@@ -35,7 +35,7 @@ def patches(pairs, *, tenant="acme", conversation="c1"):  # noqa: ANN001, ANN201
     return out
 
 
-def state_after(cards, all_patches):  # noqa: ANN001, ANN201
+def state_after(cards, all_patches):
     return {c.card_id: apply_patches(payload(c), [p for p in all_patches if p.card_id == c.card_id]) for c in cards}
 
 

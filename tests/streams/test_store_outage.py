@@ -22,10 +22,10 @@ def bare_context(letters: list[str]) -> StageContext:
     ctx.metrics = Metrics()
     ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
 
-    async def dead_letter(stage, event, raw, reason, exc):  # noqa: ANN001
+    async def dead_letter(stage, event, raw, reason, exc):
         letters.append(reason)
 
-    async def produce(stage, outputs):  # noqa: ANN001
+    async def produce(stage, outputs):
         return None
 
     ctx.dead_letter = dead_letter  # type: ignore[method-assign]
@@ -47,8 +47,8 @@ def no_waiting(monkeypatch):
     monkeypatch.setattr(context_module.asyncio, "sleep", instant)
 
 
-def failing(times: int, error: Exception, calls: list[int]):  # noqa: ANN201
-    async def handler(record):  # noqa: ANN001
+def failing(times: int, error: Exception, calls: list[int]):
+    async def handler(record):
         calls.append(1)
         if len(calls) <= times:
             raise error

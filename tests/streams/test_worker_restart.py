@@ -33,7 +33,7 @@ def test_a_connection_error_wrapped_in_another_one_still_counts():
         try:
             raise KafkaConnectionError("Unable to bootstrap")
         except KafkaConnectionError:
-            raise RuntimeError("Error while stopping child")  # noqa: B904 - as mode's stop does
+            raise RuntimeError("Error while stopping child")  # as mode's stop does
     except RuntimeError as error:
         assert broker_lost_at_start(exit_inside_except(error))
 
