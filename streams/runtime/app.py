@@ -16,7 +16,7 @@ from ..lag import group_positions
 from ..services import Services
 from ..stages import REGISTRY
 from . import faust_compat
-from .context import StageContext
+from .context import WorkerContext
 from .fence import FreezeFence
 from .offsets import SafeCommits
 from .processes import EXIT_RESTART
@@ -95,7 +95,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
 
     app.on_partitions_assigned.connect(rejoined)
     fence.start()
-    ctx = StageContext(app, s, services, commits, fence)
+    ctx = WorkerContext(app, s, services, commits, fence)
     commits.before_revoke = ctx.settle
     for stage in stages:
         REGISTRY[stage].register(ctx)

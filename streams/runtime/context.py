@@ -1,23 +1,18 @@
-"""What a stage module sees of the runtime: a :class:`StageContext` to declare its agent, tables and
-timers, and the types its handlers take and return. A handler gets a :class:`Record` (raw bytes, so a
-malformed message becomes a dead letter instead of crashing the agent) and returns the messages it
-wants produced; the context sends them, waits for the broker's acks, and only then lets the input
-offset commit."""
+"""The runtime's side of a stage: :class:`WorkerContext` implements the ``StageContext`` the stages
+register with (streams/stages/api.py): agents over faust streams, commits only of finished work, fencing, lanes
+of work in flight, dead letters, tables whose writes are durable before the offset commits."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import faust
-from aiokafka.partitioner import DefaultPartitioner
 from faust.types import EventT, TableT
 
 from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
@@ -28,54 +23,22 @@ from memstream.schemas.keys import KeyMismatch
 from memstream.tracing import Span, SpanKind, Tracing
 
 from ..services import Services
+from ..stages.api import BARRIER, Handler, Out, Record, Slot
 from . import faust_compat, replay
 from .fence import Fenced, FreezeFence
-from .lanes import BARRIER, Lanes, Slot
+from .lanes import Lanes
 from .offsets import SafeCommits
 
 log = logging.getLogger(__name__)
 
 INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
 DEFAULT_THREADS = 8  # beside the slots' threads: store reads, embedding, table scans off the loop
-TRACES = "_traces"  # in a window's or buffer's table entry: held turn id -> the trace context it came with
 
 
-@dataclass
-class Out:
-    """A message a stage wants produced."""
-
-    topic: str
-    key: str
-    value: Payload
-    partition: int | None = None  # None: the key's partition; a forget copy keeps its partition number
-    # The trace it continues: None, the current span's; a stage emitting a message it held (a window's
-    # turn) gives the context the message was held with.
-    traceparent: str | None = None
-
-
-@dataclass
-class StageResult:
-    outputs: list[Out] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Record:
-    """A consumed message as a stage sees it."""
-
-    value: bytes
-    timestamp: float | None  # seconds since the epoch: when the record reached its topic
-    partition: int = 0
-    offset: int = -1  # -1: not from a partition (replay.reflects then never skips it)
-    traceparent: str | None = None  # the trace context it carries (memstream.tracing), to link to
-    key: bytes | None = None  # as consumed: an input stage checks it against the payload (schemas.keys)
-
-
-Handler = Callable[[Record], Awaitable[StageResult]]
-
-
-class StageContext:
-    """The app, settings and services a stage registers itself with; it holds what the stages of one
-    worker share (commit tracking, how busy ingestion is)."""
+class WorkerContext:
+    """The app, settings and services a stage registers itself with (it implements the stages'
+    :class:`StageContext`); it holds what the stages of one worker share (commit tracking, how busy
+    ingestion is)."""
 
     def __init__(
         self, app: faust.App, settings: Settings, services: Services, commits: SafeCommits, fence: FreezeFence
@@ -401,25 +364,6 @@ class StageContext:
         if name not in STAGE_TABLES.get(stage, ()):
             raise ValueError(f"stage {stage} keeps table {name}, which STAGE_TABLES does not list")
         return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
-
-
-def key_partition(key: str, partitions: int) -> int:
-    """The partition a keyed message goes to (the producers' murmur2 partitioner): a stage that
-    acts on every conversation of one partition picks the table keys that live there."""
-    every = list(range(partitions))
-    return int(DefaultPartitioner()(key.encode(), every, every))
-
-
-def keys_in_partition(table: TableT, partition: int, partitions: int) -> list[str]:
-    """The keys of ``table`` (this worker's copy) that belong to ``partition``."""
-    return [key for key in list(table.keys()) if key_partition(key, partitions) == partition]
-
-
-def init_series(metric: Any, *label_values: Sequence[str]) -> None:
-    """Create a labelled metric's series at 0 for every combination of known label values: rates and
-    dashboards see them before the first event."""
-    for combination in itertools.product(*label_values):
-        metric.labels(*combination)
 
 
 def raw_key(key: Any) -> bytes | None:

@@ -22,27 +22,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Awaitable, Callable, Hashable, Iterable, Mapping
 
+from ..stages.api import BARRIER, Slot
+
 log = logging.getLogger(__name__)
 
 Work = Callable[[], Awaitable[None]]
-
-
-class Barrier:
-    """The lane of a message that must run alone (see the module docstring)."""
-
-    def __repr__(self) -> str:
-        return "BARRIER"
-
-
-BARRIER = Barrier()
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where a message goes: its ordering lane (``BARRIER``: alone) and its class of slots."""
-
-    lane: Hashable
-    kind: str = "llm"
 
 
 @dataclass
@@ -133,11 +117,3 @@ class Lanes:
                 task.cancel()
                 cancelled += 1
         return cancelled
-
-
-def conversation_lane(key: bytes | None, partition: int) -> Hashable:
-    """The lane of a message keyed ``tenant_id/conversation_id``: its conversation on its partition.
-    A broadcast (``tenant_id/*``, ``*/*``) or an unkeyed message concerns many: a barrier."""
-    if not key or key.endswith(b"/*"):
-        return BARRIER
-    return (partition, key)

@@ -11,13 +11,13 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from ..lag import partition_lag
-from .context import StageContext
+from .context import WorkerContext
 from .processes import EXIT_RESTART
 
 log = logging.getLogger(__name__)
 
 
-def watchdog(ctx: StageContext) -> None:
+def watchdog(ctx: WorkerContext) -> None:
     """When this worker's partitions lag while every agent idles: seek them back to what is
     unfinished, and if that does not help within ``stall_s``, exit for the supervisor to restart it.
 
@@ -73,7 +73,7 @@ def watchdog(ctx: StageContext) -> None:
     ctx.app.timer(interval=max(2.0, stall_s / 3), name="memstream.watchdog")(guarded)
 
 
-def lag_gauges(ctx: StageContext, interval_s: float = 5.0) -> None:
+def lag_gauges(ctx: WorkerContext, interval_s: float = 5.0) -> None:
     """``memstream_consumer_lag`` of every partition this worker owns; series of partitions it
     gave up are removed."""
     group, gauge = ctx.app.conf.id, ctx.metrics.consumer_lag

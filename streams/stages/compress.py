@@ -16,7 +16,7 @@ from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.keys import check_key
 from memstream.schemas.topics import Topic, message_kind
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .api import Out, Record, StageContext, StageResult, init_series
 
 STAGE = "compress"
 INPUT = Topic.TURNS

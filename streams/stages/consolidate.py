@@ -44,8 +44,7 @@ from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
 
-from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
-from ..runtime.lanes import Slot, conversation_lane
+from .api import TRACES, Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
 from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,7 @@ from memstream.schemas import Forget, StmFlush, decode_message
 from memstream.schemas.memory import ExtractionMode
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
-from ..runtime.lanes import Slot, conversation_lane
+from .api import Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from faust.types import TableT
 from memstream.processors.forget import ForgetScope
 from memstream.schemas import Forget
 
-from ..runtime.context import Record, StageContext, keys_in_partition
+from .api import Record, StageContext, keys_in_partition
 
 
 async def scrub_table(

@@ -12,7 +12,7 @@ from memstream.processors.index import COLLECTIONS, index_fresh_turn, index_writ
 from memstream.schemas import Forget, FreshTurn, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import Out, Record, StageContext, StageResult, init_series
+from .api import Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward
 
 STAGE = "index"

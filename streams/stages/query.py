@@ -20,8 +20,7 @@ from memstream.schemas.query import TOPIC_PATTERN
 from memstream.schemas.topics import Topic, message_kind
 from memstream.tracing import SpanKind
 
-from ..runtime.context import Out, Record, StageContext, StageResult
-from ..runtime.lanes import Slot
+from .api import Out, Record, Slot, StageContext, StageResult
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from memstream.processors.segment import Segmenter, SegmenterState, window_is_id
 from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
+from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from memstream.schemas import Forget, SegmentedTurn, StmTick, decode_segments_me
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic
 
-from ..runtime.context import TRACES, Out, Record, StageContext, StageResult, init_series
+from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 STAGE = "stm"

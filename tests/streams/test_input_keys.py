@@ -16,8 +16,9 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query, ReadRequest
 from memstream.schemas.keys import KeyMismatch, check_key
-from memstream.streams.runtime.context import Handler, Record, StageContext, StageResult, raw_key
+from memstream.streams.runtime.context import WorkerContext, raw_key
 from memstream.streams.stages import compress, consolidate, query
+from memstream.streams.stages.api import Handler, Record, StageResult
 from memstream.tracing import Tracing
 from tests.factories import turn
 
@@ -142,7 +143,7 @@ def test_a_wrongly_keyed_query_is_refused_and_its_asker_told_why():
 def test_a_consumed_key_reaches_the_handler_and_a_mismatch_is_dead_lettered_once_not_retried():
     assert raw_key(None) is None and raw_key(b"t1/c1") == b"t1/c1"
     assert raw_key(bytearray(b"t1/c1")) == b"t1/c1" and raw_key("t1/c1") == b"t1/c1"
-    ctx = StageContext.__new__(StageContext)
+    ctx = WorkerContext.__new__(WorkerContext)
     ctx.s, ctx.metrics = Settings(), Metrics()
     ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
     sent: list[tuple[str, bytes, bytes]] = []

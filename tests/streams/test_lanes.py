@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from memstream.streams.runtime.lanes import BARRIER, Lanes, Slot, conversation_lane
+from memstream.streams.runtime.lanes import Lanes
+from memstream.streams.stages.api import BARRIER, Slot, conversation_lane
 
 
 class Log:

@@ -12,12 +12,13 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.ports import StoreUnavailable
 from memstream.streams.runtime import context as context_module
-from memstream.streams.runtime.context import StageContext, StageResult
+from memstream.streams.runtime.context import WorkerContext
+from memstream.streams.stages.api import StageResult
 from memstream.tracing import Tracing
 
 
-def bare_context(letters: list[str]) -> StageContext:
-    ctx = StageContext.__new__(StageContext)
+def bare_context(letters: list[str]) -> WorkerContext:
+    ctx = WorkerContext.__new__(WorkerContext)
     ctx.s = Settings(processing_retries=2)
     ctx.metrics = Metrics()
     ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
