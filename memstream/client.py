@@ -56,6 +56,7 @@ from memstream.schemas import (
 from memstream.schemas.read import ReadKind, ReadReply, ReadRequest
 from memstream.schemas.topics import Topic
 from memstream.streams.kafka_options import client_options
+from memstream.streams.lag import wait_drained
 from memstream.tracing import SpanKind, Tracing
 
 if TYPE_CHECKING:
@@ -571,6 +572,26 @@ class AsyncMemoryClient:
         if len(got) >= parts and not fut.done():
             self._forgets.pop(reply.forget_id, None)
             fut.set_result(sorted(got, key=lambda r: r.part))
+
+
+async def wait_written(
+    settings: Settings,
+    reading: Mapping[str, Iterable[str]],
+    conversations: Iterable[tuple[str, str]],
+    *,
+    timeout_s: float = 300.0,
+    progress=None,
+) -> float:
+    """Wait until drained, flush what ``conversations`` still hold in their windows and buffers (a
+    session end does not), and wait again: then every turn of theirs is in memory. Returns when
+    (``time.monotonic()``) the last wait saw the work done."""
+    drained = await wait_drained(settings, reading, timeout_s=timeout_s, progress=progress)
+    conversations = set(conversations)
+    if not conversations:
+        return drained
+    async with AsyncMemoryClient(settings) as client:
+        await client.flush(conversations)
+    return await wait_drained(settings, reading, timeout_s=timeout_s, progress=progress)
 
 
 class MemoryClient:

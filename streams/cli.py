@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memstream.adapters import store_problem
-from memstream.client import AsyncMemoryClient, ForgetOutcome, MemstreamError, QueryTimeout
+from memstream.client import AsyncMemoryClient, ForgetOutcome, MemstreamError, QueryTimeout, wait_written
 from memstream.config import Settings, reading_groups
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
 from memstream.schemas import Plan, Reply, Turn
@@ -27,7 +27,6 @@ from memstream.schemas.text import isolate_bidi
 from memstream.schemas.topics import ALL_TOPICS, DRAIN_TOPICS
 
 from . import runtime
-from .lag import wait_written
 from .topics import ensure_topics
 
 cli = typer.Typer(

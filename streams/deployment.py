@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream.adapters import open_existing_store
-from memstream.client import AsyncMemoryClient, ForgetOutcome
+from memstream.client import AsyncMemoryClient, ForgetOutcome, wait_written
 from memstream.config import Settings, absolute_path, group_id, reading_groups
 from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
@@ -29,7 +29,7 @@ from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams.kafka_options import client_options
 
 from . import runtime
-from .lag import partitions_of, topics_lag, wait_drained, wait_written
+from .lag import partitions_of, topics_lag, wait_drained
 from .topics import ensure_topics
 
 

@@ -117,25 +117,3 @@ async def wait_drained(
             zero_since = None
         await asyncio.sleep(0.5)
     raise TimeoutError(f"pipeline not drained after {timeout_s:.0f}s; lag per topic: {lag}")
-
-
-async def wait_written(
-    settings: Settings,
-    reading: Mapping[str, Iterable[str]],
-    conversations: Iterable[tuple[str, str]],
-    *,
-    timeout_s: float = 300.0,
-    progress=None,
-) -> float:
-    """Wait until drained, flush what ``conversations`` still hold in their windows and buffers (a
-    session end does not), and wait again: then every turn of theirs is in memory. Returns when
-    (``time.monotonic()``) the last wait saw the work done."""
-    from memstream.client import AsyncMemoryClient
-
-    drained = await wait_drained(settings, reading, timeout_s=timeout_s, progress=progress)
-    conversations = set(conversations)
-    if not conversations:
-        return drained
-    async with AsyncMemoryClient(settings) as client:
-        await client.flush(conversations)
-    return await wait_drained(settings, reading, timeout_s=timeout_s, progress=progress)

@@ -70,7 +70,6 @@ HARNESS = ("memstream.bench", "memstream.datasets", "memstream.streams.deploymen
 
 # (importer, imported): why it is still allowed. To be moved (issue 45), never added to.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("memstream.streams.lag", "memstream.client"): "the lag wait reuses the SDK's reply consumer",
     ("memstream.streams.cli", "memstream.bench.cli"): "`memstream bench` is mounted on the product CLI",
     ("memstream.streams.cli", "memstream.datasets"): "the demo's conversation reader sits with the benchmark readers",
 }
