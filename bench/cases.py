@@ -17,17 +17,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
 
-from memstream.bench.scoring import bears_answer, evidence_recall, first_distinct, ndcg, recall_all, recall_any
-from memstream.datasets import (
+from memstream.bench.longmemeval import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
-    load_locomo,
     load_longmemeval,
-    locomo_turns,
     longmemeval_conversation_id,
     longmemeval_turn_id,
     longmemeval_turns,
 )
+from memstream.bench.scoring import bears_answer, evidence_recall, first_distinct, ndcg, recall_all, recall_any
+from memstream.datasets import load_locomo, locomo_turns
 from memstream.processors.timeparse import parse_locomo_datetime
 from memstream.schemas import Turn
 from memstream.schemas.base import base_turn_id

@@ -1085,7 +1085,7 @@ def _llm_decider(people: int) -> dict:
 
 def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen: Optional[Path]) -> dict:
     from memstream.bench.knowledge_update import KnowledgeUpdateOptions, run_knowledge_update_bench, update_case
-    from memstream.datasets import load_longmemeval, longmemeval_turns
+    from memstream.bench.longmemeval import load_longmemeval, longmemeval_turns
 
     questions = load_longmemeval(data)
     cases = [c for c in map(update_case, questions) if c is not None]

@@ -27,9 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from memstream.bench.deploy import deploy_worker, worker_samples
-from memstream.client import AsyncMemoryClient
-from memstream.config import Settings
-from memstream.datasets import (
+from memstream.bench.longmemeval import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
     load_longmemeval,
@@ -37,6 +35,8 @@ from memstream.datasets import (
     longmemeval_turn_id,
     longmemeval_turns,
 )
+from memstream.client import AsyncMemoryClient
+from memstream.config import Settings
 from memstream.ports import StoreFilter, VectorStore
 from memstream.processors.index import CARDS
 from memstream.processors.retrieve import RETIRED

@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from memstream.datasets import load_locomo, load_longmemeval, locomo_turns, topic_change_stream
+from memstream.bench.longmemeval import load_longmemeval, topic_change_stream
+from memstream.datasets import load_locomo, locomo_turns
 from memstream.processors.compress import compress_turn
 from memstream.processors.segment import (
     Segmenter,

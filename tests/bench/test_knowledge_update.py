@@ -1,7 +1,7 @@
 """Scoring of the knowledge-update measure (pure), on a hand-made LongMemEval-shaped question."""
 
 from memstream.bench.knowledge_update import UpdateOutcome, rank_values, summarize_updates, update_case
-from memstream.datasets import LongMemEvalQuestion, longmemeval_turns
+from memstream.bench.longmemeval import LongMemEvalQuestion, longmemeval_turns
 
 
 def question(qtype: str = "knowledge-update", qid: str = "q1") -> LongMemEvalQuestion:
