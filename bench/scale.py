@@ -565,16 +565,9 @@ def run_cluster_bench(
     """Part A (ingest with each count of ingest workers) and part B (questions at ``cards`` cards on the
     Qdrant cluster with each count of store workers, and on the embedded store), with the CPU-seconds
     of every process (workers, brokers, Qdrant nodes, this client) per turn and per question."""
-    import asyncio
-
-    from memstream.adapters import open_store
     from memstream.processors.capacity import measured_costs
-    from memstream.processors.index import CARDS
-    from memstream.schemas.topics import DRAIN_TOPICS
 
     turns = load_turns(options)
-    questions = scale_questions(options, turns)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     result: dict[str, Any] = {
         "mode": "cluster",
         "stages": {"ingest": SCALE_STAGES.split(","), "store": STORE_STAGES.split(",")},
@@ -588,201 +581,13 @@ def run_cluster_bench(
         "store_growth": {},
     }
     with contextlib.ExitStack() as running:
-        kafka = None if options.kafka_bootstrap else kafka_cluster(options)
-        qdrant = None if options.qdrant_url else qdrant_cluster(options)
-        if kafka:
-            status(f"starting {kafka.nodes} Kafka brokers on {kafka.address}")
-            kafka.run("start")
-            if not options.keep_services:
-                running.callback(kafka.run, "stop", check=False)
-        if qdrant:
-            status(f"starting {qdrant.nodes} Qdrant nodes on {qdrant.address}")
-            qdrant.run("start")
-            if not options.keep_services:
-                running.callback(qdrant.run, "stop", check=False)
-        bootstrap = options.kafka_bootstrap or kafka.address  # type: ignore[union-attr]
-        qdrant_url = options.qdrant_url or qdrant.address  # type: ignore[union-attr]
-        infra = {f"broker-{i + 1}": p for i, p in enumerate(kafka.pids() if kafka else [])}
-        infra |= {f"qdrant-{i + 1}": p for i, p in enumerate(qdrant.pids() if qdrant else [])}
-        roles = _Roles(infra)
-        base = Settings(kafka_bootstrap=bootstrap)
-        replication = min(3, options.brokers)
-        result["kafka"] = {
-            "bootstrap": bootstrap,
-            "brokers": options.brokers if kafka else None,
-            "replication_factor": replication,
-            "min_insync_replicas": min(2, options.brokers),
-            "partitions": base.topic_partitions,
-        }
-        result["qdrant"] = {
-            "url": qdrant_url,
-            "nodes": options.qdrant_nodes if qdrant else None,
-            "replication_factor": base.qdrant_replication_factor,
-            "shards": base.qdrant_shards or (options.qdrant_nodes if qdrant else None),
-        }
-
-        # Part A: ingest with 1, 2, 4 ingest workers, one store worker on the Qdrant cluster; each round again.
-        deployment: Deployment | None = None
-        for round_ in range(1, options.rounds + 1):
-            for n in options.workers:
-                if deployment is not None:
-                    deployment.stop_workers()
-                prefix = f"s{stamp.replace('-', '')}r{round_}i{n}"
-                deployment = Deployment(
-                    base,
-                    options.workdir / f"{stamp}-round-{round_}-ingest-{n}w",
-                    _deployment_env(options, qdrant_url, prefix),
-                    prefix=prefix,
-                )
-                running.callback(deployment.stop_workers)
-                label = f"A{round_}/{options.rounds}, {n} ingest worker(s)"
-                workers = _start_part_a_workers(deployment, n, lambda text: status(f"{label}: {text}"))
-                result["ingest"].append(
-                    _ingest_run(options, deployment, workers, roles, turns, kafka, label, status, on_lag)
-                    | {"round": round_}
-                )
-        assert deployment is not None
-        # The ingest workers go; the store worker stays for part B (a server store has no lock).
-        kept = workers["store-1"]
-        for name, w in workers.items():
-            if name.startswith("ingest-"):
-                w.stop()
-        deployment.workers = [kept]
-
-        # Part B: the last ingest deployment's cards, grown to options.cards on the server.
-        server = deployment
-        prefix = server.settings.qdrant_collection_prefix
-        status(f"B: growing the server store to {options.cards} cards")
-        on_lag(0, options.cards)
-        before = _qdrant_usage(qdrant, prefix)
-        t0 = time.monotonic()
-        grown = 0
-
-        def on_grow(k: int) -> None:
-            nonlocal grown
-            grown += k
-            on_lag(grown, options.cards)
-
-        with contextlib.closing(open_store(server.settings)) as store:
-            real = store.count(CARDS, TENANT)
-            added = grow_to(store, options.cards, progress=on_grow)
-            upsert_s = time.monotonic() - t0
-            status("B: waiting for the server to index (collections green)")
-            optimise_s = wait_green(qdrant_url, prefix)
-            total_cards = store.count(CARDS, TENANT)
-        after = _qdrant_usage(qdrant, prefix)
-        growth: dict[str, Any] = {
-            "real_cards": real,
-            "added": added,
-            "cards": total_cards,
-            "upsert_s": round(upsert_s, 1),
-            "optimise_s": optimise_s,
-            "replication_factor": base.qdrant_replication_factor,
-        }
-        if before and after and added:
-            rf = base.qdrant_replication_factor
-            growth |= {
-                "disk_bytes": after[0],
-                "rss_bytes": after[1],
-                "disk_bytes_per_card": round((after[0] - before[0]) / added, 1),
-                "ram_bytes_per_card": round((after[1] - before[1]) / added, 1),
-                "disk_bytes_per_card_per_copy": round((after[0] - before[0]) / added / rf, 1),
-                "ram_bytes_per_card_per_copy": round((after[1] - before[1]) / added / rf, 1),
-            }
-        result["store_growth"]["server"] = growth
-
-        def measure(setup: str, dep: Deployment, workers: dict[str, runtime.WorkerProcess]) -> None:
-            pids = (
-                roles.of(workers)
-                if setup.startswith("server")
-                else {
-                    **{k: w.process.pid for k, w in workers.items()},
-                    **{k: v for k, v in infra.items() if k.startswith("broker-")},
-                    "client": os.getpid(),
-                }
-            )
-            status(f"B, {setup}: {len(questions)} questions, {options.askers} askers")
-            on_lag(0, len(questions))
-            done = 0
-
-            def on_reply() -> None:
-                nonlocal done
-                done += 1
-                on_lag(done, len(questions))
-
-            meter = CpuMeter(pids)
-            figures = asyncio.run(
-                ask_concurrently(dep.settings, questions, options.askers, on_reply=on_reply, on_timed=meter.start)
-            )
-            cpu_s, per_query = _cpu_figures(meter, pids, len(questions))
-            result["queries"].append(
-                {
-                    "setup": setup,
-                    "store": "server" if setup.startswith("server") else "embedded",
-                    "store_workers": sum(1 for k in workers if k.startswith("store-")),
-                    "cards": growth["cards"]
-                    if setup.startswith("server")
-                    else result["store_growth"]["embedded"]["cards"],
-                    **figures,
-                    "cpu_s": cpu_s,
-                    "cpu_ms_per_query": per_query,
-                }
-            )
-
-        store_workers: dict[str, runtime.WorkerProcess] = {"store-1": kept}
-        for n in sorted(options.store_workers):
-            while len(store_workers) < n:
-                i = len(store_workers) + 1
-                status(f"B: starting store worker {i} on the server")
-                store_workers[f"store-{i}"] = server.start_worker(f"query-{i}", stages=STORE_STAGES)
-            measure(f"server-{n}", server, store_workers)
-        server.stop_workers()
-
+        run = _ClusterRun(options, status, on_lag, running, turns, scale_questions(options, turns), result)
+        run.start_services()
+        server, kept = run.part_a()
+        run.grow_server(server)
+        run.ask_on_the_server(server, kept)
         if options.embedded:
-            # The same turns into an embedded store (1 ingest + 1 store worker), grown the same way.
-            prefix = f"s{stamp.replace('-', '')}e"
-            embedded = Deployment(
-                base, options.workdir / f"{stamp}-embedded", _deployment_env(options, None, prefix), prefix=prefix
-            )
-            running.callback(embedded.stop_workers)
-            status("B, embedded: starting an ingest and a store worker")
-            embedded.start_worker("ingest-1")
-            embedded.start_worker("store-1", stages=STORE_STAGES)
-            status(f"B, embedded: ingesting {len(turns)} turns")
-            on_lag(0, len(turns))
-            embedded.produce(turns, on_sent=lambda _t: None)
-            embedded.drain(timeout_s=3600, topics=FRONT_TOPICS)
-            embedded.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
-            embedded.stop_workers()
-            status(f"B, embedded: growing the store to {options.cards} cards")
-            path = embedded.settings.store_path
-            before_disk = disk_bytes(path)
-            grown = 0
-            t0 = time.monotonic()
-            with embedded.store() as store:
-                real = store.count(CARDS, TENANT)
-                added = grow_to(store, options.cards, progress=on_grow)
-                upsert_s = time.monotonic() - t0
-                optimize = getattr(store, "optimize", None)
-                t1 = time.monotonic()
-                if optimize is not None:
-                    status("B, embedded: building the HNSW index (optimize)")
-                    optimize()
-                total_cards = store.count(CARDS, TENANT)
-            result["store_growth"]["embedded"] = {
-                "real_cards": real,
-                "added": added,
-                "cards": total_cards,
-                "upsert_s": round(upsert_s, 1),
-                "optimise_s": round(time.monotonic() - t1, 1),
-                "disk_bytes": disk_bytes(path),
-                "disk_bytes_per_card": round((disk_bytes(path) - before_disk) / max(added, 1), 1),
-            }
-            status("B, embedded: starting the store worker")
-            w = embedded.start_worker("query-1", stages=STORE_STAGES)
-            measure("embedded-1", embedded, {"store-1": w})
-            embedded.stop_workers()
-
+            run.embedded_store()
     try:
         costs = measured_costs(result)
     except (KeyError, ZeroDivisionError) as e:  # an external cluster: its brokers' or nodes' figures unknown
@@ -792,6 +597,242 @@ def run_cluster_bench(
     result["check"] = model_check(result, costs, float(os.cpu_count() or 1))
     result["check_summary"] = check_summary(result["check"])
     return result
+
+
+@dataclass
+class _ClusterRun:
+    """One ``bench scale --cluster`` run, phase by phase, filling ``result``."""
+
+    options: ClusterScaleOptions
+    status: Callable[[str], None]
+    on_lag: Callable[[int, int], None]
+    running: contextlib.ExitStack  # what to stop at the end, whatever happens
+    turns: list[Turn]
+    questions: list[Any]
+    result: dict[str, Any]
+    stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
+    kafka: ScriptCluster | None = None
+    qdrant: ScriptCluster | None = None
+    base: Settings = field(default_factory=Settings)
+    qdrant_url: str = ""
+    infra: dict[str, int] = field(default_factory=dict)  # broker-I, qdrant-I -> pid
+
+    @property
+    def roles(self) -> _Roles:
+        return _Roles(self.infra)
+
+    def start_services(self) -> None:
+        """The brokers and Qdrant nodes the run starts (unless given running ones)."""
+        options = self.options
+        self.kafka = None if options.kafka_bootstrap else kafka_cluster(options)
+        self.qdrant = None if options.qdrant_url else qdrant_cluster(options)
+        for cluster in (self.kafka, self.qdrant):
+            if cluster is None:
+                continue
+            self.status(f"starting {cluster.nodes} {cluster.kind} nodes on {cluster.address}")
+            cluster.run("start")
+            if not options.keep_services:
+                self.running.callback(cluster.run, "stop", check=False)
+        bootstrap = options.kafka_bootstrap or self.kafka.address  # type: ignore[union-attr]
+        self.qdrant_url = options.qdrant_url or self.qdrant.address  # type: ignore[union-attr]
+        self.infra = {f"broker-{i + 1}": p for i, p in enumerate(self.kafka.pids() if self.kafka else [])}
+        self.infra |= {f"qdrant-{i + 1}": p for i, p in enumerate(self.qdrant.pids() if self.qdrant else [])}
+        self.base = Settings(kafka_bootstrap=bootstrap)
+        self.result["kafka"] = {
+            "bootstrap": bootstrap,
+            "brokers": options.brokers if self.kafka else None,
+            "replication_factor": min(3, options.brokers),
+            "min_insync_replicas": min(2, options.brokers),
+            "partitions": self.base.topic_partitions,
+        }
+        self.result["qdrant"] = {
+            "url": self.qdrant_url,
+            "nodes": options.qdrant_nodes if self.qdrant else None,
+            "replication_factor": self.base.qdrant_replication_factor,
+            "shards": self.base.qdrant_shards or (options.qdrant_nodes if self.qdrant else None),
+        }
+
+    def deployment(self, name: str, prefix: str, qdrant_url: str | None) -> Deployment:
+        prefix = f"s{self.stamp.replace('-', '')}{prefix}"
+        env = _deployment_env(self.options, qdrant_url, prefix)
+        deployment = Deployment(self.base, self.options.workdir / f"{self.stamp}-{name}", env, prefix=prefix)
+        self.running.callback(deployment.stop_workers)
+        return deployment
+
+    def part_a(self) -> tuple[Deployment, runtime.WorkerProcess]:
+        """Ingest with 1, 2, 4 ingest workers and one store worker on the Qdrant cluster, each round
+        again; the last deployment and its store worker stay for part B (a server store has no lock)."""
+        deployment: Deployment | None = None
+        workers: dict[str, runtime.WorkerProcess] = {}
+        for round_ in range(1, self.options.rounds + 1):
+            for n in self.options.workers:
+                if deployment is not None:
+                    deployment.stop_workers()
+                deployment = self.deployment(f"round-{round_}-ingest-{n}w", f"r{round_}i{n}", self.qdrant_url)
+                label = f"A{round_}/{self.options.rounds}, {n} ingest worker(s)"
+                workers = _start_part_a_workers(deployment, n, lambda text: self.status(f"{label}: {text}"))
+                run = _ingest_run(
+                    self.options,
+                    deployment,
+                    workers,
+                    self.roles,
+                    self.turns,
+                    self.kafka,
+                    label,
+                    self.status,
+                    self.on_lag,
+                )
+                self.result["ingest"].append(run | {"round": round_})
+        assert deployment is not None, "at least one round and one worker count"
+        for name, w in workers.items():
+            if name.startswith("ingest-"):
+                w.stop()
+        deployment.workers = [workers["store-1"]]
+        return deployment, workers["store-1"]
+
+    def growing(self) -> Callable[[int], None]:
+        """A progress callback for cards added, out of ``options.cards``."""
+        grown = 0
+        self.on_lag(0, self.options.cards)
+
+        def on_grow(k: int) -> None:
+            nonlocal grown
+            grown += k
+            self.on_lag(grown, self.options.cards)
+
+        return on_grow
+
+    def grow_server(self, server: Deployment) -> None:
+        """The last ingest deployment's cards, grown to ``options.cards`` on the server, indexed."""
+        from memstream.adapters import open_store
+        from memstream.processors.index import CARDS
+
+        prefix = server.settings.qdrant_collection_prefix
+        self.status(f"B: growing the server store to {self.options.cards} cards")
+        before = _qdrant_usage(self.qdrant, prefix)
+        t0 = time.monotonic()
+        with contextlib.closing(open_store(server.settings)) as store:
+            real = store.count(CARDS, TENANT)
+            added = grow_to(store, self.options.cards, progress=self.growing())
+            upsert_s = time.monotonic() - t0
+            self.status("B: waiting for the server to index (collections green)")
+            optimise_s = wait_green(self.qdrant_url, prefix)
+            total_cards = store.count(CARDS, TENANT)
+        after = _qdrant_usage(self.qdrant, prefix)
+        rf = self.base.qdrant_replication_factor
+        growth: dict[str, Any] = {
+            "real_cards": real,
+            "added": added,
+            "cards": total_cards,
+            "upsert_s": round(upsert_s, 1),
+            "optimise_s": optimise_s,
+            "replication_factor": rf,
+        }
+        if before and after and added:
+            growth |= {
+                "disk_bytes": after[0],
+                "rss_bytes": after[1],
+                "disk_bytes_per_card": round((after[0] - before[0]) / added, 1),
+                "ram_bytes_per_card": round((after[1] - before[1]) / added, 1),
+                "disk_bytes_per_card_per_copy": round((after[0] - before[0]) / added / rf, 1),
+                "ram_bytes_per_card_per_copy": round((after[1] - before[1]) / added / rf, 1),
+            }
+        self.result["store_growth"]["server"] = growth
+
+    def measure(self, setup: str, dep: Deployment, workers: dict[str, runtime.WorkerProcess]) -> None:
+        """``questions`` asked by ``askers`` at once, with the CPU of every process per question."""
+        import asyncio
+
+        server = setup.startswith("server")
+        pids = (
+            self.roles.of(workers)
+            if server
+            else {
+                **{k: w.process.pid for k, w in workers.items()},
+                **{k: v for k, v in self.infra.items() if k.startswith("broker-")},
+                "client": os.getpid(),
+            }
+        )
+        self.status(f"B, {setup}: {len(self.questions)} questions, {self.options.askers} askers")
+        self.on_lag(0, len(self.questions))
+        done = 0
+
+        def on_reply() -> None:
+            nonlocal done
+            done += 1
+            self.on_lag(done, len(self.questions))
+
+        meter = CpuMeter(pids)
+        figures = asyncio.run(
+            ask_concurrently(dep.settings, self.questions, self.options.askers, on_reply=on_reply, on_timed=meter.start)
+        )
+        cpu_s, per_query = _cpu_figures(meter, pids, len(self.questions))
+        self.result["queries"].append(
+            {
+                "setup": setup,
+                "store": "server" if server else "embedded",
+                "store_workers": sum(1 for k in workers if k.startswith("store-")),
+                "cards": self.result["store_growth"]["server" if server else "embedded"]["cards"],
+                **figures,
+                "cpu_s": cpu_s,
+                "cpu_ms_per_query": per_query,
+            }
+        )
+
+    def ask_on_the_server(self, server: Deployment, kept: runtime.WorkerProcess) -> None:
+        """The questions with each count of store workers on the server."""
+        store_workers: dict[str, runtime.WorkerProcess] = {"store-1": kept}
+        for n in sorted(self.options.store_workers):
+            while len(store_workers) < n:
+                i = len(store_workers) + 1
+                self.status(f"B: starting store worker {i} on the server")
+                store_workers[f"store-{i}"] = server.start_worker(f"query-{i}", stages=STORE_STAGES)
+            self.measure(f"server-{n}", server, store_workers)
+        server.stop_workers()
+
+    def embedded_store(self) -> None:
+        """The same turns into an embedded store (1 ingest + 1 store worker), grown the same way, asked
+        the same questions with one store worker."""
+        from memstream.processors.index import CARDS
+        from memstream.schemas.topics import DRAIN_TOPICS
+
+        embedded = self.deployment("embedded", "e", None)
+        self.status("B, embedded: starting an ingest and a store worker")
+        embedded.start_worker("ingest-1")
+        embedded.start_worker("store-1", stages=STORE_STAGES)
+        self.status(f"B, embedded: ingesting {len(self.turns)} turns")
+        self.on_lag(0, len(self.turns))
+        embedded.produce(self.turns, on_sent=lambda _t: None)
+        embedded.drain(timeout_s=3600, topics=FRONT_TOPICS)
+        embedded.drain(timeout_s=3600, topics=DRAIN_TOPICS, flush=False)
+        embedded.stop_workers()
+        self.status(f"B, embedded: growing the store to {self.options.cards} cards")
+        path = embedded.settings.store_path
+        before_disk = disk_bytes(path)
+        t0 = time.monotonic()
+        with embedded.store() as store:
+            real = store.count(CARDS, TENANT)
+            added = grow_to(store, self.options.cards, progress=self.growing())
+            upsert_s = time.monotonic() - t0
+            optimize = getattr(store, "optimize", None)
+            t1 = time.monotonic()
+            if optimize is not None:
+                self.status("B, embedded: building the HNSW index (optimize)")
+                optimize()
+            total_cards = store.count(CARDS, TENANT)
+        self.result["store_growth"]["embedded"] = {
+            "real_cards": real,
+            "added": added,
+            "cards": total_cards,
+            "upsert_s": round(upsert_s, 1),
+            "optimise_s": round(time.monotonic() - t1, 1),
+            "disk_bytes": disk_bytes(path),
+            "disk_bytes_per_card": round((disk_bytes(path) - before_disk) / max(added, 1), 1),
+        }
+        self.status("B, embedded: starting the store worker")
+        w = embedded.start_worker("query-1", stages=STORE_STAGES)
+        self.measure("embedded-1", embedded, {"store-1": w})
+        embedded.stop_workers()
 
 
 def model_check(result: Mapping[str, Any], costs: Any, cores: float) -> list[dict[str, Any]]:
