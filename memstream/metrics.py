@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Generic, Protocol, Sequence, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -14,6 +14,40 @@ _PIPELINE_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _FRESH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)  # the fast path: seconds, not minutes
 LLM_ERROR_KINDS = ("timeout", "connection", "rate_limit", "server", "client", "empty")
 LLM_TOKEN_KINDS = ("prompt", "completion", "cached_prompt")  # cached_prompt: the part of prompt a cache served
+
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Declared(Generic[M]):
+    """A metric declared once on :class:`Metrics` (its name, help, labels, buckets) and made for each
+    instance in that instance's own registry."""
+
+    def __init__(self, kind: type[M], name: str, documentation: str, labelnames: Sequence[str] = (), **options: Any):
+        self.kind: type[M] = kind
+        self.name, self.documentation = name, documentation
+        self.labelnames, self.options = tuple(labelnames), options
+        self.attr = ""
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Declared[M]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> M: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Declared[M] | M:
+        if obj is None:
+            return self
+        return obj.__dict__[self.attr]  # made by Metrics.__init__, which shadows this descriptor
+
+    def make(self, registry: CollectorRegistry) -> M:
+        return self.kind(self.name, self.documentation, self.labelnames, registry=registry, **self.options)
+
+
+declare = Declared
 
 
 class LimiterReadings(Protocol):
@@ -29,288 +63,295 @@ class LimiterReadings(Protocol):
     def limit(self) -> int: ...
 
 
-class Metrics:
+class StageMetrics:
+    """Stage handling: messages in and out, in flight, skipped, dead letters, latency."""
+
+    messages_in = declare(Counter, "memstream_stage_messages_in_total", "Messages consumed by a stage", ["stage"])
+    messages_out = declare(Counter, "memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"])
+    stage_in_flight = declare(
+        Gauge, "memstream_stage_in_flight", "Messages a stage is handling now (LLM-bound stages: many)", ["stage"]
+    )
+    stage_queued = declare(
+        Gauge,
+        "memstream_stage_queued",
+        "Messages a stage took and holds until their conversation's earlier ones or a slot are done",
+        ["stage"],
+    )
+    errors = declare(Counter, "memstream_stage_errors_total", "Processing failures (before retry)", ["stage"])
+    store_outages = declare(
+        Counter,
+        "memstream_store_unavailable_total",
+        "Attempts at a message that found the vector store unreachable (the message is held and tried again)",
+        ["stage"],
+    )
+    skipped = declare(
+        Counter,
+        "memstream_stage_messages_skipped_total",
+        "Messages not handled: redelivered after the stage finished them, handed over out of order "
+        "(the partition is sought back), or already in the stage's table entry (in_state)",
+        ["stage", "reason"],
+    )
+    dead_letters = declare(
+        Counter, "memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["stage", "reason"]
+    )
+    latency = declare(
+        Histogram, "memstream_stage_latency_seconds", "Processing time per message", ["stage"], buckets=_LATENCY_BUCKETS
+    )
+
+
+class KafkaMetrics:
+    """Consumer lag and the watchdog."""
+
+    consumer_lag = declare(
+        Gauge,
+        "memstream_consumer_lag",
+        "Messages of a partition this worker owns that its group has not committed",
+        ["group", "topic", "partition"],
+    )
+    rewinds = declare(
+        Counter,
+        "memstream_watchdog_rewinds_total",
+        "Partitions sought back by the watchdog (lagging while every agent idled)",
+    )
+
+
+class WritePathMetrics:
+    """The write path: freshness, compression, segmentation, the STM, extraction, indexing, forgets."""
+
+    turn_to_memory = declare(
+        Histogram,
+        "memstream_turn_to_memory_seconds",
+        "From a turn's arrival on the turns topic to its raw turn and memories in the store",
+        buckets=_PIPELINE_BUCKETS,
+    )
+    turn_to_fresh = declare(
+        Histogram,
+        "memstream_turn_to_fresh_seconds",
+        "From a turn's arrival on the turns topic to its raw turn being retrievable (written ahead of its flush)",
+        buckets=_FRESH_BUCKETS,
+    )
+    fresh_turns = declare(
+        Counter,
+        "memstream_fresh_turns_total",
+        "Fresh turns the index stage took: written (raw point stored early) or present (it had one already)",
+        ["outcome"],
+    )
+    compression_enabled = declare(
+        Gauge, "memstream_compression_enabled", "1 when a compressor model is loaded, 0 when turns pass through"
+    )
+    compress_tokens = declare(
+        Counter, "memstream_compress_tokens_total", "Tokens before and after compression", ["direction"]
+    )
+    turn_tokens = declare(
+        Histogram,
+        "memstream_compress_turn_tokens",
+        "Tokens of one turn before (in) and after (out) compression",
+        ["direction"],
+        buckets=_TOKEN_BUCKETS,
+    )
+    segment_boundaries = declare(
+        Counter,
+        "memstream_segment_boundaries_total",
+        "Segments opened, by reason (first, session, hybrid, similarity, attention)",
+        ["reason"],
+    )
+    stm_flushes = declare(Counter, "memstream_stm_flushes_total", "STM flushes by reason", ["reason"])
+    turn_chunks = declare(
+        Counter, "memstream_turn_chunks_total", "Chunks long turns were split into (over MAX_TURN_CHARS)"
+    )
+    forgotten = declare(
+        Counter,
+        "memstream_forgotten_total",
+        "Items a forget removed, by where they were (store:<collection>, window, buffer, table, dropped)",
+        ["where"],
+    )
+    stm_duplicates = declare(Counter, "memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM")
+    stm_buffer_turns = declare(
+        Gauge, "memstream_stm_buffer_turns", "Turns waiting in the STM buffers of this worker's conversations"
+    )
+    stm_buffer_tokens = declare(
+        Gauge, "memstream_stm_buffer_tokens", "Tokens waiting in the STM buffers of this worker's conversations"
+    )
+    stm_buffer_conversations = declare(
+        Gauge, "memstream_stm_buffer_conversations", "Conversations with turns in their STM buffer on this worker"
+    )
+    extract_mode = declare(
+        Counter, "memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"]
+    )
+    embedded_texts = declare(
+        Counter,
+        "memstream_embedded_texts_total",
+        "Texts embedded by the model (computed) or answered by the embedding cache (cached)",
+        ["source"],
+    )
+    points_written = declare(
+        Counter,
+        "memstream_points_written_total",
+        "Points upserted by collection (cards, scenes, triggers, turns, profiles)",
+        ["collection"],
+    )
+
+
+class LlmMetrics:
+    """LLM calls, tokens, errors, latency and the provider limiter, per stage and model."""
+
+    llm_enabled = declare(Gauge, "memstream_llm_enabled", "1 when an LLM endpoint is configured")
+    llm_calls = declare(Counter, "memstream_llm_calls_total", "LLM calls", ["stage", "model"])
+    llm_tokens = declare(Counter, "memstream_llm_tokens_total", "LLM tokens", ["stage", "model", "kind"])
+    llm_errors = declare(
+        Counter,
+        "memstream_llm_errors_total",
+        "Failed LLM attempts by kind (timeout, connection, rate_limit, server, client, empty)",
+        ["stage", "model", "error"],
+    )
+    llm_retries = declare(
+        Counter, "memstream_llm_retries_total", "LLM attempts retried after a transient failure", ["stage", "model"]
+    )
+    llm_latency = declare(
+        Histogram,
+        "memstream_llm_latency_seconds",
+        "Duration of one LLM attempt",
+        ["stage", "model"],
+        buckets=_LATENCY_BUCKETS,
+    )
+    llm_rate_limited = declare(
+        Counter,
+        "memstream_llm_rate_limited_total",
+        "LLM attempts the provider refused with a 429 (waited out, not counted against the retries)",
+        ["stage", "model"],
+    )
+    llm_in_flight = declare(
+        Gauge, "memstream_llm_in_flight", "LLM calls sent and not answered yet, all stages", ["model"]
+    )
+    llm_queued = declare(
+        Gauge,
+        "memstream_llm_queued",
+        "LLM calls waiting for a concurrency slot or for the provider's request/token budget",
+        ["model"],
+    )
+    llm_concurrency_limit = declare(
+        Gauge,
+        "memstream_llm_concurrency_limit",
+        "Calls allowed in flight now (halved on a 429, one more after a run of successes)",
+        ["model"],
+    )
+    llm_budget_wait = declare(
+        Histogram,
+        "memstream_llm_budget_wait_seconds",
+        "Time an LLM attempt waited for a slot and the provider's budget before it was sent",
+        ["model"],
+        buckets=_LATENCY_BUCKETS,
+    )
+
+
+class ConsolidationMetrics:
+    """Sleep-time consolidation: runs, queues, decisions, lag."""
+
+    consolidation_runs = declare(
+        Counter,
+        "memstream_consolidation_runs_total",
+        "Conversation consolidations by trigger (idle, schedule, command)",
+        ["reason"],
+    )
+    consolidation_queues = declare(
+        Counter, "memstream_consolidation_queues_total", "Update queues built (one per new card)"
+    )
+    consolidation_candidates = declare(
+        Histogram,
+        "memstream_consolidation_queue_candidates",
+        "Candidates in one update queue",
+        buckets=(0, 1, 2, 3, 5, 10, 20),
+    )
+    consolidation_decisions = declare(
+        Counter,
+        "memstream_consolidation_decisions_total",
+        "Pair decisions by action and by who decided (llm, rules)",
+        ["action", "decided_by"],
+    )
+    consolidation_lag = declare(
+        Histogram,
+        "memstream_consolidation_lag_seconds",
+        "From a card's write to its consolidation",
+        buckets=(1, 10, 60, 300, 600, 1800, 3600, 21600, 86400),
+    )
+    consolidation_seconds = declare(
+        Histogram,
+        "memstream_consolidation_seconds",
+        "Duration of one conversation's consolidation",
+        buckets=_LATENCY_BUCKETS,
+    )
+
+
+class QueryMetrics:
+    """Questions and reads: outcomes, latency per profile and step, evidence returned."""
+
+    queries = declare(
+        Counter,
+        "memstream_queries_total",
+        "Queries answered, by access profile and outcome (ok, error)",
+        ["profile", "outcome"],
+    )
+    reads = declare(
+        Counter,
+        "memstream_reads_total",
+        "Reads of what memory holds answered, by kind (conversations, timeline, lineage, export) and outcome",
+        ["kind", "outcome"],
+    )
+    query_latency = declare(
+        Histogram,
+        "memstream_query_seconds",
+        "Time to answer one query in the worker, by access profile",
+        ["profile"],
+        buckets=_LATENCY_BUCKETS,
+    )
+    query_step_latency = declare(
+        Histogram,
+        "memstream_query_step_seconds",
+        "Time of one step of a query (plan, retrieval steps, answer)",
+        ["step"],
+        buckets=_LATENCY_BUCKETS,
+    )
+    query_evidence = declare(
+        Histogram,
+        "memstream_query_evidence_items",
+        "Evidence items returned by one query, by access profile",
+        ["profile"],
+        buckets=(0, 1, 2, 5, 10, 20, 40, 80),
+    )
+    query_context_tokens = declare(
+        Histogram,
+        "memstream_query_context_tokens",
+        "Tokens of the evidence returned by one query, by access profile",
+        ["profile"],
+        buckets=_TOKEN_BUCKETS,
+    )
+
+
+class StoreMetrics:
+    """Vector store operations."""
+
+    store_latency = declare(
+        Histogram,
+        "memstream_store_seconds",
+        "Vector store operations by operation and collection",
+        ["operation", "collection"],
+        buckets=_LATENCY_BUCKETS,
+    )
+
+
+class Metrics(
+    StageMetrics, KafkaMetrics, WritePathMetrics, LlmMetrics, ConsolidationMetrics, QueryMetrics, StoreMetrics
+):
     """Every series is labelled by bounded values only (stage, topic, partition, model, reason,
     collection, profile, step): conversations and tenants are never labels. docs/metrics.md is the
     catalogue."""
 
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        # Stages
-        self.messages_in = Counter(
-            "memstream_stage_messages_in_total", "Messages consumed by a stage", ["stage"], registry=r
-        )
-        self.messages_out = Counter(
-            "memstream_stage_messages_out_total", "Messages produced by a stage", ["stage"], registry=r
-        )
-        self.stage_in_flight = Gauge(
-            "memstream_stage_in_flight",
-            "Messages a stage is handling now (LLM-bound stages: many)",
-            ["stage"],
-            registry=r,
-        )
-        self.stage_queued = Gauge(
-            "memstream_stage_queued",
-            "Messages a stage took and holds until their conversation's earlier ones or a slot are done",
-            ["stage"],
-            registry=r,
-        )
-        self.errors = Counter(
-            "memstream_stage_errors_total", "Processing failures (before retry)", ["stage"], registry=r
-        )
-        self.store_outages = Counter(
-            "memstream_store_unavailable_total",
-            "Attempts at a message that found the vector store unreachable (the message is held and tried again)",
-            ["stage"],
-            registry=r,
-        )
-        self.skipped = Counter(
-            "memstream_stage_messages_skipped_total",
-            "Messages not handled: redelivered after the stage finished them, handed over out of order "
-            "(the partition is sought back), or already in the stage's table entry (in_state)",
-            ["stage", "reason"],
-            registry=r,
-        )
-        self.dead_letters = Counter(
-            "memstream_dead_letters_total", "Messages sent to the dead-letter topic", ["stage", "reason"], registry=r
-        )
-        self.latency = Histogram(
-            "memstream_stage_latency_seconds",
-            "Processing time per message",
-            ["stage"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        # Kafka
-        self.consumer_lag = Gauge(
-            "memstream_consumer_lag",
-            "Messages of a partition this worker owns that its group has not committed",
-            ["group", "topic", "partition"],
-            registry=r,
-        )
-        self.rewinds = Counter(
-            "memstream_watchdog_rewinds_total",
-            "Partitions sought back by the watchdog (lagging while every agent idled)",
-            registry=r,
-        )
-        # Write path
-        self.turn_to_memory = Histogram(
-            "memstream_turn_to_memory_seconds",
-            "From a turn's arrival on the turns topic to its raw turn and memories in the store",
-            buckets=_PIPELINE_BUCKETS,
-            registry=r,
-        )
-        self.turn_to_fresh = Histogram(
-            "memstream_turn_to_fresh_seconds",
-            "From a turn's arrival on the turns topic to its raw turn being retrievable (written ahead of its flush)",
-            buckets=_FRESH_BUCKETS,
-            registry=r,
-        )
-        self.fresh_turns = Counter(
-            "memstream_fresh_turns_total",
-            "Fresh turns the index stage took: written (raw point stored early) or present (it had one already)",
-            ["outcome"],
-            registry=r,
-        )
-        self.compression_enabled = Gauge(
-            "memstream_compression_enabled",
-            "1 when a compressor model is loaded, 0 when turns pass through",
-            registry=r,
-        )
-        self.compress_tokens = Counter(
-            "memstream_compress_tokens_total", "Tokens before and after compression", ["direction"], registry=r
-        )
-        self.turn_tokens = Histogram(
-            "memstream_compress_turn_tokens",
-            "Tokens of one turn before (in) and after (out) compression",
-            ["direction"],
-            buckets=_TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.segment_boundaries = Counter(
-            "memstream_segment_boundaries_total",
-            "Segments opened, by reason (first, session, hybrid, similarity, attention)",
-            ["reason"],
-            registry=r,
-        )
-        self.stm_flushes = Counter("memstream_stm_flushes_total", "STM flushes by reason", ["reason"], registry=r)
-        self.turn_chunks = Counter(
-            "memstream_turn_chunks_total", "Chunks long turns were split into (over MAX_TURN_CHARS)", registry=r
-        )
-        self.forgotten = Counter(
-            "memstream_forgotten_total",
-            "Items a forget removed, by where they were (store:<collection>, window, buffer, table, dropped)",
-            ["where"],
-            registry=r,
-        )
-        self.stm_duplicates = Counter(
-            "memstream_stm_duplicate_turns_total", "Redelivered turns dropped by the STM", registry=r
-        )
-        self.stm_buffer_turns = Gauge(
-            "memstream_stm_buffer_turns", "Turns waiting in the STM buffers of this worker's conversations", registry=r
-        )
-        self.stm_buffer_tokens = Gauge(
-            "memstream_stm_buffer_tokens",
-            "Tokens waiting in the STM buffers of this worker's conversations",
-            registry=r,
-        )
-        self.stm_buffer_conversations = Gauge(
-            "memstream_stm_buffer_conversations",
-            "Conversations with turns in their STM buffer on this worker",
-            registry=r,
-        )
-        self.extract_mode = Counter(
-            "memstream_extractions_total",
-            "Extractions by mode (llm, extractive, extractive_fallback)",
-            ["mode"],
-            registry=r,
-        )
-        self.embedded_texts = Counter(
-            "memstream_embedded_texts_total",
-            "Texts embedded by the model (computed) or answered by the embedding cache (cached)",
-            ["source"],
-            registry=r,
-        )
-        self.points_written = Counter(
-            "memstream_points_written_total",
-            "Points upserted by collection (cards, scenes, triggers, turns, profiles)",
-            ["collection"],
-            registry=r,
-        )
-        # LLM
-        self.llm_enabled = Gauge("memstream_llm_enabled", "1 when an LLM endpoint is configured", registry=r)
-        self.llm_calls = Counter("memstream_llm_calls_total", "LLM calls", ["stage", "model"], registry=r)
-        self.llm_tokens = Counter("memstream_llm_tokens_total", "LLM tokens", ["stage", "model", "kind"], registry=r)
-        self.llm_errors = Counter(
-            "memstream_llm_errors_total",
-            "Failed LLM attempts by kind (timeout, connection, rate_limit, server, client, empty)",
-            ["stage", "model", "error"],
-            registry=r,
-        )
-        self.llm_retries = Counter(
-            "memstream_llm_retries_total",
-            "LLM attempts retried after a transient failure",
-            ["stage", "model"],
-            registry=r,
-        )
-        self.llm_latency = Histogram(
-            "memstream_llm_latency_seconds",
-            "Duration of one LLM attempt",
-            ["stage", "model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.llm_rate_limited = Counter(
-            "memstream_llm_rate_limited_total",
-            "LLM attempts the provider refused with a 429 (waited out, not counted against the retries)",
-            ["stage", "model"],
-            registry=r,
-        )
-        self.llm_in_flight = Gauge(
-            "memstream_llm_in_flight", "LLM calls sent and not answered yet, all stages", ["model"], registry=r
-        )
-        self.llm_queued = Gauge(
-            "memstream_llm_queued",
-            "LLM calls waiting for a concurrency slot or for the provider's request/token budget",
-            ["model"],
-            registry=r,
-        )
-        self.llm_concurrency_limit = Gauge(
-            "memstream_llm_concurrency_limit",
-            "Calls allowed in flight now (halved on a 429, one more after a run of successes)",
-            ["model"],
-            registry=r,
-        )
-        self.llm_budget_wait = Histogram(
-            "memstream_llm_budget_wait_seconds",
-            "Time an LLM attempt waited for a slot and the provider's budget before it was sent",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        # Consolidation
-        self.consolidation_runs = Counter(
-            "memstream_consolidation_runs_total",
-            "Conversation consolidations by trigger (idle, schedule, command)",
-            ["reason"],
-            registry=r,
-        )
-        self.consolidation_queues = Counter(
-            "memstream_consolidation_queues_total", "Update queues built (one per new card)", registry=r
-        )
-        self.consolidation_candidates = Histogram(
-            "memstream_consolidation_queue_candidates",
-            "Candidates in one update queue",
-            buckets=(0, 1, 2, 3, 5, 10, 20),
-            registry=r,
-        )
-        self.consolidation_decisions = Counter(
-            "memstream_consolidation_decisions_total",
-            "Pair decisions by action and by who decided (llm, rules)",
-            ["action", "decided_by"],
-            registry=r,
-        )
-        self.consolidation_lag = Histogram(
-            "memstream_consolidation_lag_seconds",
-            "From a card's write to its consolidation",
-            buckets=(1, 10, 60, 300, 600, 1800, 3600, 21600, 86400),
-            registry=r,
-        )
-        self.consolidation_seconds = Histogram(
-            "memstream_consolidation_seconds",
-            "Duration of one conversation's consolidation",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        # Query
-        self.queries = Counter(
-            "memstream_queries_total",
-            "Queries answered, by access profile and outcome (ok, error)",
-            ["profile", "outcome"],
-            registry=r,
-        )
-        self.reads = Counter(
-            "memstream_reads_total",
-            "Reads of what memory holds answered, by kind (conversations, timeline, lineage, export) and outcome",
-            ["kind", "outcome"],
-            registry=r,
-        )
-        self.query_latency = Histogram(
-            "memstream_query_seconds",
-            "Time to answer one query in the worker, by access profile",
-            ["profile"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.query_step_latency = Histogram(
-            "memstream_query_step_seconds",
-            "Time of one step of a query (plan, retrieval steps, answer)",
-            ["step"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.query_evidence = Histogram(
-            "memstream_query_evidence_items",
-            "Evidence items returned by one query, by access profile",
-            ["profile"],
-            buckets=(0, 1, 2, 5, 10, 20, 40, 80),
-            registry=r,
-        )
-        self.query_context_tokens = Histogram(
-            "memstream_query_context_tokens",
-            "Tokens of the evidence returned by one query, by access profile",
-            ["profile"],
-            buckets=_TOKEN_BUCKETS,
-            registry=r,
-        )
-        # Vector store
-        self.store_latency = Histogram(
-            "memstream_store_seconds",
-            "Vector store operations by operation and collection",
-            ["operation", "collection"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.registry = CollectorRegistry()
+        for cls in type(self).__mro__:
+            for attr, declared in vars(cls).items():
+                if isinstance(declared, Declared):
+                    setattr(self, attr, declared.make(self.registry))
 
     def count_llm(self, stage: str, model: str | None, calls: int, prompt_tokens: int, completion_tokens: int) -> None:
         m = model or "unknown"
