@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -399,36 +399,25 @@ def retrieval_latency(engine: QueryEngine, questions: Sequence[Question]) -> lis
     return out
 
 
-def grow_store(
-    store: VectorStore,
-    target_cards: int,
-    *,
-    seed: int = 7,
-    batch: int = 2000,
-    progress: Callable[[int], None] = lambda n: None,
-) -> int:
-    """Add synthetic cards (real cards' vectors with noise, their words shuffled) up to ``target_cards``.
-
-    They spread over the real conversations, so every query filters through its share of them.
-    Returns how many were added.
-    """
-    real = store.scroll(CARDS, TENANT, limit=10**7, with_vectors=True)
-    missing = target_cards - len(real)
+def synthetic_cards(real: Sequence[Any], target: int, *, seed: int = 7, batch: int = 1000) -> Iterator[list[Any]]:
+    """Batches of synthetic cards up to ``target`` in all (real ones included): each a real card's
+    vector with noise, its words shuffled, its conversation's payload; drawn from ``real`` sorted by
+    id, so two stores with the same real cards get the same synthetic ones."""
+    real = sorted(real, key=lambda h: str(h.id))
+    missing = target - len(real)
     if missing <= 0 or not real:
-        return 0
+        return
     rng = np.random.default_rng(seed)
-    added = 0
-    while added < missing:
-        n = min(batch, missing - added)
+    made = 0
+    while made < missing:
         points: list[StorePoint] = []
-        for j in rng.integers(0, len(real), size=n):
+        for j in rng.integers(0, len(real), size=min(batch, missing - made)):
             source = real[int(j)]
-            assert source.vector is not None  # scrolled with_vectors
             vector = np.asarray(source.vector, dtype=np.float32) + rng.normal(0, 0.04, size=len(source.vector))
             vector /= np.linalg.norm(vector)
             words = str(source.payload.get("text", "")).split()
             rng.shuffle(words)
-            card_id = point_id("synthetic", TENANT, "", [], str(added + len(points)))
+            card_id = point_id("synthetic", TENANT, "", [], str(made + len(points)))
             text = " ".join(words)
             payload = {
                 **source.payload,
@@ -439,9 +428,29 @@ def grow_store(
                 "bridge_triggers": [],
             }
             points.append(StorePoint(card_id, vector.tolist(), payload, text))
+        made += len(points)
+        yield points
+
+
+def grow_store(
+    store: VectorStore,
+    target_cards: int,
+    *,
+    seed: int = 7,
+    batch: int = 1000,
+    progress: Callable[[int], None] = lambda n: None,
+) -> int:
+    """Add synthetic cards (:func:`synthetic_cards`) up to ``target_cards``.
+
+    They spread over the real conversations, so every query filters through its share of them.
+    Returns how many were added.
+    """
+    real = store.scroll(CARDS, TENANT, limit=10**7, with_vectors=True)
+    added = 0
+    for points in synthetic_cards(real, target_cards, seed=seed, batch=batch):
         store.upsert(CARDS, points)
-        added += n
-        progress(n)
+        added += len(points)
+        progress(len(points))
     return added
 
 

@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from memstream.bench.cpu import (
     CpuMeter,
@@ -29,6 +29,7 @@ from memstream.bench.cpu import (
     rss_bytes,
 )
 from memstream.bench.cpu import sample as cpu_sample
+from memstream.bench.retrieval import grow_store
 from memstream.config import Settings, absolute_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import Turn
@@ -321,57 +322,6 @@ async def ask_concurrently(
         "worker_p50_ms": round(percentile(worker, 50), 2),
         "errors": errors,
     }
-
-
-def synthetic_cards(real: Sequence[Any], target: int, *, seed: int = 7, batch: int = 1000) -> Iterator[list[Any]]:
-    """Batches of synthetic cards up to ``target`` in all (real ones included), as ``grow_store`` makes
-    them (a real card's vector with noise, its words shuffled, its conversation's payload), from
-    ``real`` sorted by id, so two stores with the same real cards get the same synthetic ones."""
-    import numpy as np
-
-    from memstream.ports import StorePoint
-    from memstream.processors.ids import point_id
-
-    real = sorted(real, key=lambda h: str(h.id))
-    missing = target - len(real)
-    if missing <= 0 or not real:
-        return
-    rng = np.random.default_rng(seed)
-    made = 0
-    while made < missing:
-        points: list[StorePoint] = []
-        for j in rng.integers(0, len(real), size=min(batch, missing - made)):
-            source = real[int(j)]
-            vector = np.asarray(source.vector, dtype=np.float32) + rng.normal(0, 0.04, size=len(source.vector))
-            vector /= np.linalg.norm(vector)
-            words = str(source.payload.get("text", "")).split()
-            rng.shuffle(words)
-            card_id = point_id("synthetic", TENANT, "", [], str(made + len(points)))
-            text = " ".join(words)
-            payload = {
-                **source.payload,
-                "card_id": card_id,
-                "text": text,
-                "synthetic": True,
-                "entity_triggers": [],
-                "bridge_triggers": [],
-            }
-            points.append(StorePoint(card_id, vector.tolist(), payload, text))
-        made += len(points)
-        yield points
-
-
-def grow_to(store: Any, target: int, *, progress: Callable[[int], None] = lambda n: None) -> int:
-    """Add synthetic cards to ``store`` up to ``target`` cards; returns how many were added."""
-    from memstream.processors.index import CARDS
-
-    real = store.scroll(CARDS, TENANT, limit=10**7, with_vectors=True)
-    added = 0
-    for points in synthetic_cards(real, target):
-        store.upsert(CARDS, points)
-        added += len(points)
-        progress(len(points))
-    return added
 
 
 def wait_green(urls: str, prefix: str, timeout_s: float = 1800.0) -> float:
@@ -713,7 +663,7 @@ class _ClusterRun:
         t0 = time.monotonic()
         with contextlib.closing(open_store(server.settings)) as store:
             real = store.count(CARDS, TENANT)
-            added = grow_to(store, self.options.cards, progress=self.growing())
+            added = grow_store(store, self.options.cards, progress=self.growing())
             upsert_s = time.monotonic() - t0
             self.status("B: waiting for the server to index (collections green)")
             optimise_s = wait_green(self.qdrant_url, prefix)
@@ -812,7 +762,7 @@ class _ClusterRun:
         t0 = time.monotonic()
         with embedded.store() as store:
             real = store.count(CARDS, TENANT)
-            added = grow_to(store, self.options.cards, progress=self.growing())
+            added = grow_store(store, self.options.cards, progress=self.growing())
             upsert_s = time.monotonic() - t0
             optimize = getattr(store, "optimize", None)
             t1 = time.monotonic()
