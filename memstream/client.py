@@ -19,6 +19,7 @@ error), ``MemstreamError`` for the rest; bad payloads raise ``SchemaError`` befo
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -29,11 +30,13 @@ from typing import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Concatenate,
     Coroutine,
     Iterable,
     Iterator,
     Literal,
     Mapping,
+    ParamSpec,
     TypeVar,
 )
 
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
     from memstream.platforms import Mapped
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Profile = Literal["auto", "lookup", "compose", "replay"]
 ConsolidationScope = Literal["pending", "all"]
 
@@ -594,6 +598,18 @@ async def wait_written(
     return await wait_drained(settings, reading, timeout_s=timeout_s, progress=progress)
 
 
+def _blocking(
+    method: Callable[Concatenate[AsyncMemoryClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[MemoryClient, P], T]:
+    """``MemoryClient``'s version of an ``AsyncMemoryClient`` method: the same call, blocking."""
+
+    @functools.wraps(method)
+    def call(self: MemoryClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    return call
+
+
 class MemoryClient:
     """The SDK for synchronous code: ``AsyncMemoryClient``'s methods, blocking, on a private event
     loop thread (safe to call from several threads; calls run one at a time on that loop)."""
@@ -645,81 +661,15 @@ class MemoryClient:
             raise MemstreamError("the client is not started: use `with MemoryClient(...)` or start()")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def remember(self, turns: Iterable[Turn | Mapping[str, Any]]) -> int:
-        """Produce turns and return once the broker acknowledged all (see ``AsyncMemoryClient.remember``)."""
-        return self._run(self._client.remember(list(turns)))
-
-    def ingest(self, mapped: Mapped, *, source: str) -> IngestOutcome:
-        """Put mapped chat-platform events on the broker (see ``AsyncMemoryClient.ingest``)."""
-        return self._run(self._client.ingest(mapped, source=source))
-
-    def ask(
-        self,
-        question: str,
-        *,
-        tenant_id: str,
-        conversation_id: str,
-        profile: Profile | str = "auto",
-        k: int | None = None,
-        max_tokens: int | None = None,
-        answer: bool = True,
-        question_time: datetime | None = None,
-        timeout_s: float | None = None,
-        raise_on_error: bool = True,
-    ) -> Reply:
-        """Ask and wait for the reply (see ``AsyncMemoryClient.ask``)."""
-        return self._run(
-            self._client.ask(
-                question,
-                tenant_id=tenant_id,
-                conversation_id=conversation_id,
-                profile=profile,
-                k=k,
-                max_tokens=max_tokens,
-                answer=answer,
-                question_time=question_time,
-                timeout_s=timeout_s,
-                raise_on_error=raise_on_error,
-            )
-        )
-
-    def forget(
-        self,
-        *,
-        tenant_id: str,
-        conversation_id: str | None = None,
-        speaker: str | None = None,
-        turn_ids: Iterable[str] = (),
-        before: datetime | None = None,
-        wait: bool = True,
-        timeout_s: float = 300.0,
-    ) -> ForgetOutcome:
-        """Forget a scope of turns and everything derived from it (see ``AsyncMemoryClient.forget``)."""
-        return self._run(
-            self._client.forget(
-                tenant_id=tenant_id,
-                conversation_id=conversation_id,
-                speaker=speaker,
-                turn_ids=list(turn_ids),
-                before=before,
-                wait=wait,
-                timeout_s=timeout_s,
-            )
-        )
-
-    def read(self, read: ReadKind, *, tenant_id: str, **options: Any) -> ReadReply:
-        """What memory holds, over request/reply (see ``AsyncMemoryClient.read``)."""
-        return self._run(self._client.read(read, tenant_id=tenant_id, **options))
-
-    def flush(self, conversations: Iterable[tuple[str, str]]) -> int:
-        """Write the conversations' pending turns now (see ``AsyncMemoryClient.flush``)."""
-        return self._run(self._client.flush(list(conversations)))
-
-    def consolidate(
-        self, *, tenant_id: str | None = None, conversation_id: str | None = None, scope: ConsolidationScope = "pending"
-    ) -> int:
-        """Consolidate now (see ``AsyncMemoryClient.consolidate``)."""
-        return self._run(self._client.consolidate(tenant_id=tenant_id, conversation_id=conversation_id, scope=scope))
+    # AsyncMemoryClient's calls, blocking: each runs on the client's loop thread and its result (or
+    # error) comes back here; signatures and docs are the async ones.
+    remember = _blocking(AsyncMemoryClient.remember)
+    ingest = _blocking(AsyncMemoryClient.ingest)
+    ask = _blocking(AsyncMemoryClient.ask)
+    forget = _blocking(AsyncMemoryClient.forget)
+    read = _blocking(AsyncMemoryClient.read)
+    flush = _blocking(AsyncMemoryClient.flush)
+    consolidate = _blocking(AsyncMemoryClient.consolidate)
 
     def export(self, *, tenant_id: str, conversation_id: str | None = None) -> Iterator[dict[str, Any]]:
         """A scope's memories from the store (see ``AsyncMemoryClient.export``)."""
