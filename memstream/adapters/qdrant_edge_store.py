@@ -37,7 +37,7 @@ import qdrant_edge as qe
 
 from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
-from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
+from memstream.ports import StoreHit, StorePoint
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
         self._ready: set[str] = set()  # ensured: dim checked, payload indexes in place
         self._lexical: set[str] = set()  # open shards that have the bm25 sparse vector
         self._bm25 = Bm25Encoder()
+        self._sparse_name = BM25_VECTOR
         self._closed = False
 
     @staticmethod
@@ -159,43 +160,16 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
     def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
         if not points:
             return
-        structs = [qe.Point(p.id, self._vector(p), dict(p.payload)) for p in points]  # type: ignore[arg-type]  # stubs too narrow
+        structs = [qe.Point(p.id, self.point_vector(p), dict(p.payload)) for p in points]  # type: ignore[arg-type]  # stubs too narrow
         mode = qe.UpdateMode.InsertOnly if only_new else None
         with self._lock:
             self._require(collection).update(qe.UpdateOperation.upsert_points(structs, update_mode=mode))
 
-    def _vector(self, p: StorePoint) -> list[float] | dict[str, list[float] | qe.SparseVector]:
-        dense = list(map(float, p.vector))
-        if p.text:
-            indices, values = self._bm25.document(p.text)
-            if indices:  # a text of stopwords only has no terms to index
-                return {"": dense, BM25_VECTOR: qe.SparseVector(indices, values)}
-        return dense  # no bm25 vector: the point is simply not lexically searchable
+    # -- the primitives of TenantScopedStore's search and search_text --------------------------
+    def _sparse(self, indices: list[int], values: list[float]) -> qe.SparseVector:
+        return qe.SparseVector(indices, values)
 
-    def search(
-        self,
-        collection: str,
-        tenant_id: str,
-        vector: Vector,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 10,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
-        return self._query(
-            collection, tenant_id, qe.Query.Nearest(list(map(float, vector))), where, limit, with_vectors
-        )
-
-    def search_text(
-        self,
-        collection: str,
-        tenant_id: str,
-        text: str,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 10,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
+    def _check_lexical(self, collection: str) -> None:
         with self._lock:
             self._require(collection)  # opened, so _lexical knows whether it has the sparse vector
             full = self._name(collection)
@@ -204,25 +178,16 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
                     f"{full} predates BM25 support: call ensure_collections to add its "
                     f"{BM25_VECTOR} sparse vector, then re-upsert the points with text"
                 )
-        indices, values = self._bm25.query(text)
-        query = qe.Query.Nearest(qe.SparseVector(indices, values), using=BM25_VECTOR)
-        return self._query(collection, tenant_id, query, where, limit, with_vectors)  # no terms: Edge answers []
 
-    def _query(
-        self,
-        collection: str,
-        tenant_id: str,
-        query: qe.Query,
-        where: StoreFilter | None,
-        limit: int,
-        with_vectors: bool,
+    def _nearest(
+        self, collection: str, flt: qe.Filter, query: Any, using: str | None, limit: int, with_vectors: bool
     ) -> list[StoreHit]:
         if limit < 1:  # as qdrant-client does; Edge would silently answer nothing
             raise ValueError(f"limit value {limit} is invalid. Must be 1 or larger.")
         request = qe.QueryRequest(
             limit=limit,
-            query=query,
-            filter=self.tenant_filter(tenant_id, where),
+            query=qe.Query.Nearest(query, using=using) if using else qe.Query.Nearest(query),
+            filter=flt,
             with_payload=True,
             with_vector=[""] if with_vectors else False,  # the dense vector only
         )

@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, Sequence, TypeVar
 
-from memstream.ports import StoreFilter, StoreHit
+from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
 COLLECTION_PREFIX = "memstream_"
 KEYWORD_FIELDS = (
@@ -130,6 +130,8 @@ class TenantScopedStore(Generic[Handle, Filter]):
 
     _lock: contextlib.AbstractContextManager[Any]
     _patch_lock: contextlib.AbstractContextManager[Any]  # across set_payload's read and write
+    _bm25: Any  # memstream.adapters.bm25.Bm25Encoder (its module loads the Edge bindings)
+    _sparse_name: str  # the BM25 sparse vector's name in a collection (bm25.BM25_VECTOR)
 
     # -- primitives ---------------------------------------------------------------------------
     def _filter(self, conditions: Conditions) -> Filter:
@@ -161,11 +163,65 @@ class TenantScopedStore(Generic[Handle, Filter]):
     def _delete_matching(self, handle: Handle, flt: Filter) -> None:
         raise NotImplementedError
 
+    def _sparse(self, indices: list[int], values: list[float]) -> Any:
+        """The engine's sparse vector."""
+        raise NotImplementedError
+
+    def _check_lexical(self, collection: str) -> None:
+        """Raise ValueError where the collection has no BM25 sparse vector (made before BM25 support)."""
+        raise NotImplementedError
+
+    def _nearest(
+        self, collection: str, flt: Filter, query: Any, using: str | None, limit: int, with_vectors: bool
+    ) -> list[StoreHit]:
+        """The points nearest ``query`` (dense, or the sparse vector named ``using``) that pass ``flt``."""
+        raise NotImplementedError
+
+    def point_vector(self, p: StorePoint, lexical: bool = True) -> list[float] | dict[str, Any]:
+        """A point's dense vector, with its BM25 sparse vector where it has text with terms (and the
+        collection has the sparse vector: ``lexical``)."""
+        dense = list(map(float, p.vector))
+        if lexical and p.text:
+            indices, values = self._bm25.document(p.text)
+            if indices:  # a text of stopwords only has no terms to index
+                return {"": dense, self._sparse_name: self._sparse(indices, values)}
+        return dense  # no bm25 vector: the point is simply not lexically searchable
+
     # -- the port -----------------------------------------------------------------------------
     def tenant_filter(
         self, tenant_id: str | None, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None
     ) -> Filter:
         return self._filter(tenant_conditions(tenant_id, where, has_id=has_id))
+
+    def search(
+        self,
+        collection: str,
+        tenant_id: str,
+        vector: Vector,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
+        flt = self.tenant_filter(tenant_id, where)
+        return self._nearest(collection, flt, list(map(float, vector)), None, limit, with_vectors)
+
+    def search_text(
+        self,
+        collection: str,
+        tenant_id: str,
+        text: str,
+        *,
+        where: StoreFilter | None = None,
+        limit: int = 10,
+        with_vectors: bool = False,
+    ) -> list[StoreHit]:
+        flt = self.tenant_filter(tenant_id, where)
+        self._check_lexical(collection)
+        indices, values = self._bm25.query(text)
+        if not indices:  # stopwords or punctuation only: nothing can match
+            return []
+        return self._nearest(collection, flt, self._sparse(indices, values), self._sparse_name, limit, with_vectors)
 
     def scroll(
         self,

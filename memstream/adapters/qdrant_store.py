@@ -38,7 +38,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
-from memstream.ports import StoreFilter, StoreHit, StorePoint, StoreUnavailable, Vector
+from memstream.ports import StoreHit, StorePoint, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
         self._ready: set[str] = set()
         self._lexical: dict[str, bool] = {}  # collection -> has the bm25 sparse vector (asked once)
         self._bm25 = Bm25Encoder()
+        self._sparse_name = BM25_VECTOR
 
     def _name(self, collection: str) -> str:
         return self._prefix + collection
@@ -200,63 +201,31 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
         with self._lock:
             lexical = any(p.text for p in points) and self._has_bm25(full)
             structs = [
-                models.PointStruct(id=p.id, vector=self._vector(p, lexical), payload=dict(p.payload)) for p in points
+                models.PointStruct(id=p.id, vector=self.point_vector(p, lexical), payload=dict(p.payload))
+                for p in points
             ]
             self._client.upsert(full, points=structs, wait=True, update_mode=mode)
 
-    def _vector(self, p: StorePoint, lexical: bool) -> list[float] | dict[str, Any]:
-        dense = list(map(float, p.vector))
-        if lexical and p.text:
-            indices, values = self._bm25.document(p.text)
-            if indices:  # a text of stopwords only has no terms to index
-                return {"": dense, BM25_VECTOR: models.SparseVector(indices=indices, values=values)}
-        return dense  # no bm25 vector: the point is simply not lexically searchable
+    # -- the primitives of TenantScopedStore's search and search_text --------------------------
+    def _sparse(self, indices: list[int], values: list[float]) -> models.SparseVector:
+        return models.SparseVector(indices=indices, values=values)
 
-    def search(
-        self,
-        collection: str,
-        tenant_id: str,
-        vector: Vector,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 10,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
-        with self._lock:
-            result = self._client.query_points(
-                self._name(collection),
-                query=list(map(float, vector)),
-                query_filter=self.tenant_filter(tenant_id, where),
-                limit=limit,
-                with_payload=True,
-                with_vectors=with_vectors,
-            )
-        return [_hit(p, float(p.score), with_vectors) for p in result.points]
-
-    def search_text(
-        self,
-        collection: str,
-        tenant_id: str,
-        text: str,
-        *,
-        where: StoreFilter | None = None,
-        limit: int = 10,
-        with_vectors: bool = False,
-    ) -> list[StoreHit]:
-        flt = self.tenant_filter(tenant_id, where)
-        indices, values = self._bm25.query(text)
+    def _check_lexical(self, collection: str) -> None:
         full = self._name(collection)
         with self._lock:
             if not self._has_bm25(full):
                 raise ValueError(
                     f"{full} predates BM25 support (no {BM25_VECTOR} sparse vector): recreate it to search it lexically"
                 )
-            if not indices:  # stopwords or punctuation only: nothing can match
-                return []
+
+    def _nearest(
+        self, collection: str, flt: models.Filter, query: Any, using: str | None, limit: int, with_vectors: bool
+    ) -> list[StoreHit]:
+        with self._lock:
             result = self._client.query_points(
-                full,
-                query=models.SparseVector(indices=indices, values=values),
-                using=BM25_VECTOR,
+                self._name(collection),
+                query=query,
+                using=using,
                 query_filter=flt,
                 limit=limit,
                 with_payload=True,
