@@ -337,10 +337,10 @@ def run_ablation_bench(options: AblationOptions, *, on_question: Callable[[], No
 
     from memstream.adapters import open_existing_store
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+    from memstream.bench.deployment import Deployment
     from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
     from memstream.config import Settings
     from memstream.streams import runtime
-    from memstream.streams.deployment import Deployment
 
     bench = locomo_set(options.data)
     folder = options.run / "deployment"

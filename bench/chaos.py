@@ -48,6 +48,8 @@ from typing import Any, Callable, Iterable, Sequence, cast
 
 import httpx
 
+from memstream.bench import clusters
+from memstream.bench.deployment import Deployment, free_port
 from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
@@ -56,7 +58,6 @@ from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, is_fresh,
 from memstream.schemas import MemoryWrite, Reply, Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment, free_port
 
 from .toxiproxy import Proxy, Toxic, ToxicKind, Toxiproxy, ToxiproxyError, ToxiproxyServer, start_toxiproxy
 
@@ -430,10 +431,10 @@ class Nodes:
     SIZE = 3
 
     def __init__(self, workdir: Path, log: Callable[[str], None]):
-        kafka_base = runtime.free_base_port(23092, range(2 * self.SIZE))
-        qdrant_base = runtime.free_base_port(33333, [10 * i + j for i in range(self.SIZE) for j in range(3)])
-        self.kafka = runtime.kafka_cluster(workdir / "kafka-cluster", kafka_base, self.SIZE)
-        self.qdrant = runtime.qdrant_cluster(workdir / "qdrant-cluster", qdrant_base, self.SIZE)
+        kafka_base = clusters.free_base_port(23092, range(2 * self.SIZE))
+        qdrant_base = clusters.free_base_port(33333, [10 * i + j for i in range(self.SIZE) for j in range(3)])
+        self.kafka = clusters.kafka_cluster(workdir / "kafka-cluster", kafka_base, self.SIZE)
+        self.qdrant = clusters.qdrant_cluster(workdir / "qdrant-cluster", qdrant_base, self.SIZE)
         self.bootstrap = ",".join(f"127.0.0.1:{kafka_base + 2 * i}" for i in range(self.SIZE))
         self.qdrant_url = ",".join(f"http://127.0.0.1:{qdrant_base + 10 * i}" for i in range(self.SIZE))
         self.log = log
@@ -496,7 +497,7 @@ class NetworkFaults:
         self.server: ToxiproxyServer | None = None
         self.api: Toxiproxy | None = None
         self.proxies: dict[str, Proxy] = {}
-        self.broker: runtime.LocalCluster | None = None
+        self.broker: clusters.LocalCluster | None = None
         self.active: dict[str, tuple[str, float]] = {}  # toxic name -> (proxy, when to remove it)
         self.applied: Counter[str] = Counter()  # toxics applied, by kind
 
@@ -519,9 +520,9 @@ class NetworkFaults:
         """The run's own single broker (in the run's folder, fresh each run) behind the ``kafka`` proxy,
         advertising the proxy's address: a client bootstrapping there gets the proxy back as the
         broker's address, so every Kafka connection of the run goes through it. Returns the bootstrap."""
-        port = runtime.free_base_port(29092, [0, 1])  # client port, controller port + 1
+        port = clusters.free_base_port(29092, [0, 1])  # client port, controller port + 1
         proxy = self.proxy("kafka", port)
-        self.broker = runtime.LocalCluster(
+        self.broker = clusters.LocalCluster(
             "kafka/kafka.sh",
             "--brokers",
             1,

@@ -11,9 +11,9 @@ from urllib.request import urlopen
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 
 def worker_samples(port: int | str) -> Iterator[Sample]:

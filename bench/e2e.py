@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from memstream.bench.cases import TENANT, BenchQuestion, BenchSet, answer_score, full_context, ranked_scores, score
 from memstream.bench.deploy import llm_costs
+from memstream.bench.deployment import Deployment
 from memstream.bench.report import (
     BASELINES,
     SENTENCES,
@@ -51,7 +52,6 @@ from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply
 from memstream.schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 STATE = "state.json"
 RECORDS = "questions.jsonl"

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.ports import StoreFilter
@@ -30,7 +31,6 @@ from memstream.processors.forget import ForgetScope, remaining
 from memstream.processors.index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Forget, Turn
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 HOLD = {"MEMSTREAM_STM_IDLE_S": "600", "MEMSTREAM_STM_TICK_S": "1", "MEMSTREAM_SLEEP_IDLE_S": "86400"}
 FLUSH = {**HOLD, "MEMSTREAM_STM_IDLE_S": "3"}

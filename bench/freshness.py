@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from memstream.bench.deployment import Deployment
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.client import AsyncMemoryClient
@@ -38,7 +39,6 @@ from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo
 from memstream.schemas import MemoryWrite, Reply, Turn, decode_cards_message
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 from memstream.streams.kafka_options import client_options
 from memstream.streams.lag import partitions_of
 

@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import httpx
 
+from memstream.bench.deployment import Deployment
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 KEY = "bench-gateway-key"

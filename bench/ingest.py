@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memstream.bench.deploy import deploy_worker, llm_costs, worker_samples
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import CompressedTurn, MemoryWrite, SchemaError, StmFlush, Turn
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from memstream.bench.deploy import deploy_worker, worker_samples
+from memstream.bench.deployment import Deployment
 from memstream.bench.longmemeval import (
     LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
@@ -43,7 +44,6 @@ from memstream.processors.retrieve import RETIRED
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply, Turn
 from memstream.schemas.topics import INGEST_TOPICS
-from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 

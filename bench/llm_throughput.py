@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 import orjson
 
 from memstream.bench.deploy import llm_costs, worker_samples
+from memstream.bench.deployment import Deployment
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.client import AsyncMemoryClient
@@ -48,7 +49,6 @@ from memstream.infra.llm import replay_server
 from memstream.schemas import StmFlush
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 RECORDING = "recording"  # the work folder's recording run: deployment, store, flushes, questions, answers

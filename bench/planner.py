@@ -492,10 +492,10 @@ def _engine_over(
     """An engine asker over a finished run's store (its workers stopped), as ``bench ablate`` opens it."""
     from memstream.adapters import open_existing_store
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
+    from memstream.bench.deployment import Deployment
     from memstream.bench.retrieval import _query_options
     from memstream.config import Settings
     from memstream.streams import runtime
-    from memstream.streams.deployment import Deployment
 
     folder = run / "deployment"
     if not (folder / Deployment.MANIFEST).exists():

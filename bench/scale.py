@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from memstream.bench import clusters
 from memstream.bench.cpu import (
     CpuMeter,
     disk_bytes,
@@ -29,13 +30,13 @@ from memstream.bench.cpu import (
     rss_bytes,
 )
 from memstream.bench.cpu import sample as cpu_sample
+from memstream.bench.deployment import Deployment
 from memstream.bench.retrieval import grow_store
 from memstream.config import Settings, absolute_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import Turn
 from memstream.schemas.topics import FRONT_TOPICS
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 TENANT = "bench"
 SCALE_STAGES = "compress,segment,stm,extract"
@@ -219,14 +220,14 @@ def kafka_cluster(options: ClusterScaleOptions) -> ScriptCluster:
     port = (
         options.kafka_port
         or recorded_base_port(data)
-        or runtime.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
+        or clusters.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
     )
     return ScriptCluster("kafka", data, port, options.brokers)
 
 
 def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:
     nodes = options.qdrant_nodes
-    port = options.qdrant_port or runtime.free_base_port(
+    port = options.qdrant_port or clusters.free_base_port(
         QDRANT_BASE_PORT, [10 * i + j for i in range(nodes) for j in range(3)]
     )
     return ScriptCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)

@@ -21,11 +21,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from memstream.bench.deployment import Deployment
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 from memstream.trace_waterfall import plot_waterfall, waterfall_rows
 
 OTLP_PORT, QUERY_PORT = 24418, 26786

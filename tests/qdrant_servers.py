@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from memstream.bench import clusters
 from memstream.streams import runtime
 
 TESTED_VERSION = "1.18.3"  # the server the cluster tests run (../shared/bin/qdrant); compose's image too
@@ -56,7 +57,7 @@ class QdrantNodes:
 
 def started(data: Path, first_port: int, nodes: int) -> QdrantNodes:
     deployment = QdrantNodes(
-        data, runtime.free_base_port(first_port, [10 * i + j for i in range(nodes) for j in range(3)]), nodes
+        data, clusters.free_base_port(first_port, [10 * i + j for i in range(nodes) for j in range(3)]), nodes
     )
     deployment.run("start")
     return deployment

@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from memstream.bench import cli as bench_cli
+from memstream.bench import clusters
 from memstream.bench.cli import bench, parse_counts
 from memstream.bench.scale import ClusterScaleOptions, check_summary, kafka_cluster, model_check, spread
 from memstream.processors.capacity import measured_costs
@@ -61,13 +62,13 @@ def test_cluster_defaults_and_helpers():
     assert tuple(options.workers) == (1, 2, 4) and tuple(options.store_workers) == (1, 2)
     assert (options.cards, options.questions, options.askers, options.rounds) == (100_000, 200, 4, 3)
     assert spread(list(range(10)), 3) == [0, 3, 6] and spread([1, 2], 5) == [1, 2]
-    base = runtime.free_base_port(31333, [0, 1])
+    base = clusters.free_base_port(31333, [0, 1])
     assert base >= 31333 and (base - 31333) % 100 == 0
     import socket
 
     with socket.socket() as taken:  # a base whose second port is in use is passed over
         taken.bind(("127.0.0.1", base + 1))
-        assert runtime.free_base_port(base, [0, 1]) >= base + 100
+        assert clusters.free_base_port(base, [0, 1]) >= base + 100
 
 
 def test_capacity_reads_a_result_and_prints_a_plan(tmp_path: Path):

@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pytest
 
+from memstream.bench.deployment import free_port
 from memstream.bench.toxiproxy import (
     SCRIPT,
     Proxy,
@@ -26,7 +27,6 @@ from memstream.bench.toxiproxy import (
     start_toxiproxy,
     timeout,
 )
-from memstream.streams.deployment import free_port
 
 pytestmark = pytest.mark.integration
 

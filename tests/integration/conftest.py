@@ -13,12 +13,13 @@ from typing import Iterator
 import orjson
 import pytest
 
+from memstream.bench import clusters
 from memstream.bench.deploy import worker_samples
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas import Turn
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,7 @@ class KafkaCluster:
 @pytest.fixture(scope="session")
 def kafka_cluster_nodes(tmp_path_factory) -> Iterator[KafkaCluster]:
     """The running 3-broker cluster, to kill and restart its nodes (tests leave all three running)."""
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), runtime.free_base_port(19092, range(6), step=10))
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), clusters.free_base_port(19092, range(6), step=10))
     cluster.run("start")
     try:
         yield cluster

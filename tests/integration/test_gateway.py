@@ -14,11 +14,11 @@ import httpx
 import orjson
 import pytest
 
+from memstream.bench.deployment import GatewayProcess, free_port
 from memstream.client import BrokerUnavailable, MemoryClient
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.gateway.auth import slack_signature
-from memstream.streams.deployment import GatewayProcess, free_port
 
 from .conftest import Pipeline
 

@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 
+from memstream.bench.deployment import free_port
 from memstream.dashboards import check, evaluate, panel_queries
-from memstream.streams.deployment import free_port
 from memstream.streams.runtime import INFRA
 
 from .conftest import first_sessions

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memstream.bench import clusters
 from memstream.streams import runtime
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,7 @@ def script(name: str, cwd: Path, env: dict[str, str], *args: str) -> subprocess.
 
 
 def test_kafka_keeps_a_relative_data_folder_under_the_callers_folder(tmp_path: Path):
-    port = runtime.free_base_port(24092, [0, 1], step=10)
+    port = clusters.free_base_port(24092, [0, 1], step=10)
     env = {"MEMSTREAM_KAFKA_DATA": "rel/kafka", "MEMSTREAM_KAFKA_PORT": str(port)}
     started = script("kafka/kafka.sh", tmp_path, env, "start")
     try:
@@ -39,7 +40,7 @@ def test_kafka_keeps_a_relative_data_folder_under_the_callers_folder(tmp_path: P
 @pytest.mark.cluster  # a Qdrant server binary (make test-cluster)
 @pytest.mark.parametrize("nodes", [1, 3])
 def test_qdrant_nodes_start_in_a_relative_data_folder(tmp_path: Path, nodes: int):
-    port = runtime.free_base_port(27333, [10 * i + j for i in range(nodes) for j in range(3)])
+    port = clusters.free_base_port(27333, [10 * i + j for i in range(nodes) for j in range(3)])
     env = {"MEMSTREAM_QDRANT_DATA": "rel/qdrant", "MEMSTREAM_QDRANT_PORT": str(port)}
     started = script("qdrant/qdrant.sh", tmp_path, env, "start", "--nodes", str(nodes))
     try:

@@ -18,10 +18,10 @@ from typing import Any, Iterator
 import openai
 import pytest
 
+from memstream.bench.deployment import free_port
 from memstream.config import Settings
 from memstream.infra.llm import replay_server as rs
 from memstream.streams import runtime
-from memstream.streams.deployment import free_port
 
 pytestmark = pytest.mark.integration
 

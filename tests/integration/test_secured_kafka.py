@@ -14,9 +14,10 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
+from memstream.bench import clusters
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 from memstream.streams.topics import broker_reachable
 
 from .conftest import first_sessions
@@ -52,7 +53,7 @@ def secured_broker(tmp_path_factory) -> Iterator[Settings]:
     keystore, ca = make_certificates(folder / "tls")
     # Below the kernel's ephemeral range: a port from bind(0) may have its controller port (+1) taken
     # by an outgoing connection by the time the broker binds it.
-    port = runtime.free_base_port(23092, [0, 1], step=10)
+    port = clusters.free_base_port(23092, [0, 1], step=10)
     env = {
         **os.environ,
         "MEMSTREAM_KAFKA_PORT": str(port),

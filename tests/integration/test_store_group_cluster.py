@@ -26,6 +26,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from memstream.adapters import open_store
 from memstream.adapters.qdrant_store import QdrantStore
 from memstream.bench.chaos import changed_payloads, score_delivery, store_points
+from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import LocomoSample
 from memstream.ports import StoreFilter
@@ -33,7 +34,6 @@ from memstream.processors.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRI
 from memstream.schemas import Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
-from memstream.streams.deployment import Deployment
 from tests.qdrant_servers import QdrantNodes
 
 from .conftest import first_sessions, handled, metric_total

@@ -24,6 +24,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from memstream.bench import clusters
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas.topics import Topic
@@ -72,7 +73,7 @@ class Jaeger:
 
 @pytest.fixture(scope="module")
 def jaeger(tmp_path_factory) -> Iterator[Jaeger]:
-    base = runtime.free_base_port(24318, (-1, 0, 12367, 12368, 12369), step=10)
+    base = clusters.free_base_port(24318, (-1, 0, 12367, 12368, 12369), step=10)
     backend = Jaeger(tmp_path_factory.mktemp("jaeger"), base, base + 12368)
     backend.run("start")
     try:

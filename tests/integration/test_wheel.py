@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from memstream.bench import clusters
 from memstream.datasets import demo_conversation_path
-from memstream.streams import runtime
 
 from .test_any_directory import CHECKOUT, run, stop_pid_file, user_env
 
@@ -131,7 +131,7 @@ def test_a_worker_from_the_wheel_turns_turns_into_memories(kafka, wheel_venv, el
 def test_up_and_down_from_the_wheel_run_its_own_broker_with_data_in_the_users_folder(kafka, wheel_venv, elsewhere):
     memstream = str(wheel_venv / "bin" / "memstream")
     # Below the kernel's ephemeral range (controller port + 1 free too), clear of the other brokers here.
-    port = runtime.free_base_port(25092, [0, 1], step=10)
+    port = clusters.free_base_port(25092, [0, 1], step=10)
     env = user_env(kafka, MEMSTREAM_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}")  # the default data folder: ./.data
     try:
         up = run([memstream, "up"], elsewhere, env, timeout_s=420)

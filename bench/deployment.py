@@ -26,11 +26,10 @@ from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
 from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.topics import DRAIN_TOPICS
+from memstream.streams import runtime
 from memstream.streams.kafka_options import client_options
-
-from . import runtime
-from .lag import partitions_of, topics_lag, wait_drained
-from .topics import ensure_topics
+from memstream.streams.lag import partitions_of, topics_lag, wait_drained
+from memstream.streams.topics import ensure_topics
 
 
 def free_port() -> int:
