@@ -129,7 +129,7 @@ def test_export_of_a_tenant_with_no_records_in_an_existing_store_is_zero(elsewhe
 
 def test_a_bench_default_data_set_missing_beside_an_install_asks_for_data(monkeypatch, capsys):
     import memstream.bench.cli as bench_cli
-    from memstream.streams.cli import _run_bench
+    from memstream.streams.cli.bench import run_bench
 
     missing = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "nowhere.json"
 
@@ -137,7 +137,7 @@ def test_a_bench_default_data_set_missing_beside_an_install_asks_for_data(monkey
         raise FileNotFoundError(2, "No such file or directory", str(missing))
 
     monkeypatch.setattr(bench_cli, "bench", fails)
-    assert _run_bench(["ingest"]) == 2
+    assert run_bench(["ingest"]) == 2
     assert "give the data file with --data" in capsys.readouterr().out
 
     def fails_elsewhere(**_kwargs: object) -> None:
@@ -145,4 +145,4 @@ def test_a_bench_default_data_set_missing_beside_an_install_asks_for_data(monkey
 
     monkeypatch.setattr(bench_cli, "bench", fails_elsewhere)
     with pytest.raises(FileNotFoundError):  # not a default data set: the error as it is
-        _run_bench(["ingest"])
+        run_bench(["ingest"])

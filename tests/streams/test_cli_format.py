@@ -3,7 +3,7 @@
 from datetime import datetime, timezone
 
 from memstream.schemas import Plan
-from memstream.streams.cli import plan_line
+from memstream.streams.cli.memory import plan_line
 
 
 def test_the_plan_line_shows_every_decision_the_planner_made():
@@ -38,7 +38,7 @@ def test_memstream_ask_shows_a_memorys_bidi_controls_isolated(monkeypatch):
     from rich.console import Console
 
     from memstream.schemas import Evidence, Reply
-    from memstream.streams import cli
+    from memstream.streams.cli import memory as cli
 
     rlo, fsi, pdf, pdi = "\u202e", "\u2068", "\u202c", "\u2069"
     reply = Reply(
