@@ -33,7 +33,6 @@ from typing import (
     Concatenate,
     Coroutine,
     Iterable,
-    Iterator,
     Literal,
     Mapping,
     ParamSpec,
@@ -528,24 +527,6 @@ class AsyncMemoryClient:
         finally:
             self._waiting.pop(payload.correlation_id, None)
 
-    def export(self, *, tenant_id: str, conversation_id: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every memory of the scope (raw turns, cards with provenance and versions, scenes, profile
-        items, triggers), read from the store itself, not over Kafka. The embedded store is one
-        process's: stop its workers first; a Qdrant server (``MEMSTREAM_QDRANT_URL``) needs no stop."""
-        from memstream.adapters import StoreNotFound, open_existing_store
-        from memstream.processors.export import export_records
-
-        try:
-            store = open_existing_store(self.settings)
-        except StoreNotFound as exc:
-            raise MemstreamError(str(exc)) from None
-        except RuntimeError as exc:
-            raise MemstreamError(f"cannot open the store: {exc}") from exc
-        try:
-            yield from export_records(store, tenant_id, conversation_id)
-        finally:
-            store.close()
-
     async def _read_replies(self) -> None:
         assert self._consumer is not None
         while True:
@@ -670,10 +651,6 @@ class MemoryClient:
     read = _blocking(AsyncMemoryClient.read)
     flush = _blocking(AsyncMemoryClient.flush)
     consolidate = _blocking(AsyncMemoryClient.consolidate)
-
-    def export(self, *, tenant_id: str, conversation_id: str | None = None) -> Iterator[dict[str, Any]]:
-        """A scope's memories from the store (see ``AsyncMemoryClient.export``)."""
-        return self._client.export(tenant_id=tenant_id, conversation_id=conversation_id)
 
 
 __all__ = [

@@ -8,7 +8,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import orjson
 import typer
@@ -356,13 +356,32 @@ def export(
             if over_kafka:
                 asyncio.run(_export_over_kafka(s, tenant, conversation, write))
             else:
-                for record in AsyncMemoryClient(s).export(tenant_id=tenant, conversation_id=conversation):
+                for record in _export_from_store(s, tenant, conversation):
                     write(record)
     except MemstreamError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if str(out) != "-":
         console.print(f"exported {n} records of {tenant}{'/' + conversation if conversation else ''} to {out}")
+
+
+def _export_from_store(s: Settings, tenant: str, conversation: str | None) -> Iterator[dict[str, Any]]:
+    """Every memory of the scope (raw turns, cards with provenance and versions, scenes, profile
+    items, triggers), read from the store itself, not over Kafka. The embedded store is one
+    process's: its workers stop first; a Qdrant server (``MEMSTREAM_QDRANT_URL``) needs no stop."""
+    from memstream.adapters import StoreNotFound, open_existing_store
+    from memstream.processors.export import export_records
+
+    try:
+        store = open_existing_store(s)
+    except StoreNotFound as exc:
+        raise MemstreamError(str(exc)) from None
+    except RuntimeError as exc:
+        raise MemstreamError(f"cannot open the store: {exc}") from exc
+    try:
+        yield from export_records(store, tenant, conversation)
+    finally:
+        store.close()
 
 
 def _store_busy(s: Settings) -> bool:
