@@ -2,11 +2,7 @@
 # Static checks and the unit tests: ruff (lint + format), mypy, then every test that needs no service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh >/dev/null
-bash scripts/test_tools.sh
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-bash scripts/typecheck.sh
+bash scripts/static_checks.sh
 # The store tests open many embedded Qdrant shards; on a memory-backed temp dir they run in half the time.
 tmp_root=/tmp
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then tmp_root=/dev/shm; fi
