@@ -1072,7 +1072,12 @@ def _llm_decider(people: int) -> dict:
         with _progress() as progress:
             task = progress.add_task(f"LLM decisions ({llm.model})", total=6 * people)
             run = consolidate_stories(
-                people, LlmDecider(llm, params), embedder, params=params, progress=lambda n: progress.advance(task, n)
+                people,
+                # the local server keeps per-queue enums, as its workers do (local_llm_env)
+                LlmDecider(llm, params, stable_schema=bool(settings.llm_base_url) and settings.llm_stable_schemas),
+                embedder,
+                params=params,
+                progress=lambda n: progress.advance(task, n),
             )
     run["model"] = llm.model
     console.print(
