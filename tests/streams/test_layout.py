@@ -50,3 +50,19 @@ def test_the_worker_image_copies_every_folder_the_package_maps():
     folders = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
     dockerfile = (root / "infra" / "Dockerfile").read_text()
     assert all(f"COPY {folder} {folder}" in dockerfile for folder in folders), folders
+
+
+def test_every_package_folder_is_in_the_distribution():
+    """A package missing from pyproject's list is missing from the wheel (memstream.streams.cli was)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for package, folder in setup["package-dir"].items():
+        for init in (root / folder).rglob("__init__.py"):
+            if "node_modules" not in init.parts:
+                rel = init.parent.relative_to(root / folder).parts
+                found.add(".".join([package, *rel]))
+    assert found <= set(setup["packages"]), sorted(found - set(setup["packages"]))
