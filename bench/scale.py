@@ -564,8 +564,8 @@ class _ClusterRun:
     stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     kafka: ScriptCluster | None = None
     qdrant: ScriptCluster | None = None
-    base: Settings = field(default_factory=Settings)
-    qdrant_url: str = ""
+    base: Settings = field(init=False)  # set by start_services, from the brokers it starts or is given
+    qdrant_url: str = field(init=False)
     infra: dict[str, int] = field(default_factory=dict)  # broker-I, qdrant-I -> pid
 
     @property
