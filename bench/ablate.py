@@ -21,8 +21,8 @@ from memstream.bench.e2e import SENTENCE_STORE, Limits, Unit, baseline_rankings,
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import fill_k
 from memstream.ports import Embedder, VectorStore
-from memstream.processors.graph import GraphParams
-from memstream.processors.query import QueryEngine, QueryOptions
+from memstream.processors.query.engine import QueryEngine, QueryOptions
+from memstream.processors.query.graph import GraphParams
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Query, Reply
 

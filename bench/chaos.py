@@ -54,7 +54,7 @@ from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.ports import VectorStore
-from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, is_fresh, turn_point_id
+from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS, is_fresh, turn_point_id
 from memstream.schemas import MemoryWrite, Reply, Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime

@@ -1051,7 +1051,7 @@ def _llm_decider(people: int) -> dict:
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
     from memstream.bench.consolidate import consolidate_stories
-    from memstream.processors.consolidate import ConsolidateParams, LlmDecider
+    from memstream.processors.consolidation.consolidate import ConsolidateParams, LlmDecider
     from memstream.streams import runtime
 
     settings = Settings()

@@ -20,11 +20,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from memstream.ports import Embedder, StoreFilter, StorePoint
-from memstream.processors.consolidate import ConsolidateParams, Decider, RuleDecider, apply_update, consolidate_card
+from memstream.processors.consolidation.consolidate import (
+    ConsolidateParams,
+    Decider,
+    RuleDecider,
+    apply_update,
+    consolidate_card,
+)
+from memstream.processors.consolidation.versioning import CardView, rule_decision
 from memstream.processors.ids import point_id
-from memstream.processors.index import CARDS, COLLECTIONS, card_spec
-from memstream.processors.retrieve import RETIRED
-from memstream.processors.versioning import CardView, rule_decision
+from memstream.processors.query.retrieve import RETIRED
+from memstream.processors.write.index import CARDS, COLLECTIONS, card_spec
 from memstream.schemas import Card, Provenance
 
 TENANT = "bench"

@@ -46,9 +46,9 @@ from memstream.bench.scoring import fill_k, one_per_turn, rrf_fuse, take_nearest
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.ports import Embedder, StoreFilter, StoreHit, VectorStore
-from memstream.processors.index import CARDS, TURNS
-from memstream.processors.query import answer_messages
+from memstream.processors.query.engine import answer_messages
 from memstream.processors.tokens import count_tokens
+from memstream.processors.write.index import CARDS, TURNS
 from memstream.schemas import Reply
 from memstream.schemas.topics import DRAIN_TOPICS, FRONT_TOPICS, INGEST_TOPICS, Topic
 from memstream.streams import runtime

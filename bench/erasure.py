@@ -27,8 +27,8 @@ from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.ports import StoreFilter
-from memstream.processors.forget import ForgetScope, remaining
-from memstream.processors.index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
+from memstream.processors.forgetting.forget import ForgetScope, remaining
+from memstream.processors.write.index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Forget, Turn
 from memstream.streams import runtime
 

@@ -26,7 +26,7 @@ import orjson
 from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.processors.index import TURNS
+from memstream.processors.write.index import TURNS
 from memstream.schemas.base import base_turn_id
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime

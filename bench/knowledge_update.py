@@ -39,9 +39,9 @@ from memstream.bench.longmemeval import (
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.ports import StoreFilter, VectorStore
-from memstream.processors.index import CARDS
-from memstream.processors.retrieve import RETIRED
+from memstream.processors.query.retrieve import RETIRED
 from memstream.processors.tokens import count_tokens
+from memstream.processors.write.index import CARDS
 from memstream.schemas import Reply, Turn
 from memstream.schemas.topics import INGEST_TOPICS
 

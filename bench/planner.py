@@ -35,8 +35,8 @@ from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, score
 from memstream.bench.e2e import provenance
 from memstream.bench.scoring import percentile
 from memstream.ports import LLM, Embedder, LLMError, LlmResult, VectorStore
-from memstream.processors.plan import DOUBTS, Doubt, HybridPlanner, LlmPlanner, Planner, rule_doubts, rule_plan
-from memstream.processors.query import QueryEngine, QueryOptions
+from memstream.processors.query.engine import QueryEngine, QueryOptions
+from memstream.processors.query.plan import DOUBTS, Doubt, HybridPlanner, LlmPlanner, Planner, rule_doubts, rule_plan
 from memstream.schemas import Plan, Query, StageCost
 
 if TYPE_CHECKING:
@@ -404,7 +404,7 @@ def engine_asker(
 
 def planner_asker(llm: RecordedLLM) -> Callable[[str, Planner | None, BenchQuestion], Outcome]:
     """Plans only (no store): each settings mode's planner as the engine would build it."""
-    from memstream.processors.plan import planner_for
+    from memstream.processors.query.plan import planner_for
 
     planners: dict[str, Planner] = {}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memstream.bench.report import source_commit
-from memstream.processors.extract import card_sentences
-from memstream.processors.statements import speakers_preference
+from memstream.processors.write.extract import card_sentences
+from memstream.processors.write.statements import speakers_preference
 
 DATA = Path(__file__).resolve().parent / "data"
 SPLITS = ("tune", "report")

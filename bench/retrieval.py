@@ -29,11 +29,11 @@ from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
 from memstream.processors.ids import point_id
-from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
-from memstream.processors.query import QueryEngine, QueryOptions
-from memstream.processors.retrieve import RetrievalParams, discriminative
+from memstream.processors.query.engine import QueryEngine, QueryOptions
+from memstream.processors.query.retrieve import RetrievalParams, discriminative
 from memstream.processors.timeparse import parse_locomo_datetime
 from memstream.processors.tokens import count_tokens
+from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Query, Reply, Turn
 from memstream.streams import runtime
 
@@ -231,10 +231,10 @@ def baseline_turn_text(turn: Turn) -> str:
 
 def baseline_sentence_chunks(turn: Turn) -> list[str]:
     """What a sentence-level baseline indexes per turn: the sentences the extractive cards are cut
-    into (:func:`memstream.processors.extract.card_sentences`), each as ``speaker: sentence``, and one
+    into (:func:`memstream.processors.write.extract.card_sentences`), each as ``speaker: sentence``, and one
     ``speaker: shared an image: caption`` per image caption, exactly the texts of the turn's cards.
     At equal tokens, a baseline of sentences covers as many turns as memstream's cards can."""
-    from memstream.processors.extract import card_sentences
+    from memstream.processors.write.extract import card_sentences
 
     return [f"{turn.speaker}: {s}" for s in card_sentences(turn.text)] + [
         f"{turn.speaker}: shared an image: {c}" for c in turn.image_captions

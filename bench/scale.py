@@ -455,7 +455,7 @@ def _ingest_run(
 ) -> dict[str, Any]:
     """One part-A run: idle CPU, then every turn produced, to the front topics drained and to stored."""
     from memstream.adapters import open_store
-    from memstream.processors.index import CARDS
+    from memstream.processors.write.index import CARDS
     from memstream.schemas.topics import DRAIN_TOPICS
 
     n = sum(1 for name in workers if name.startswith("ingest-"))
@@ -516,7 +516,7 @@ def run_cluster_bench(
     """Part A (ingest with each count of ingest workers) and part B (questions at ``cards`` cards on the
     Qdrant cluster with each count of store workers, and on the embedded store), with the CPU-seconds
     of every process (workers, brokers, Qdrant nodes, this client) per turn and per question."""
-    from memstream.processors.capacity import measured_costs
+    from memstream.processors.operations.capacity import measured_costs
 
     turns = load_turns(options)
     result: dict[str, Any] = {
@@ -656,7 +656,7 @@ class _ClusterRun:
     def grow_server(self, server: Deployment) -> None:
         """The last ingest deployment's cards, grown to ``options.cards`` on the server, indexed."""
         from memstream.adapters import open_store
-        from memstream.processors.index import CARDS
+        from memstream.processors.write.index import CARDS
 
         prefix = server.settings.qdrant_collection_prefix
         self.status(f"B: growing the server store to {self.options.cards} cards")
@@ -744,7 +744,7 @@ class _ClusterRun:
     def embedded_store(self) -> None:
         """The same turns into an embedded store (1 ingest + 1 store worker), grown the same way, asked
         the same questions with one store worker."""
-        from memstream.processors.index import CARDS
+        from memstream.processors.write.index import CARDS
         from memstream.schemas.topics import DRAIN_TOPICS
 
         embedded = self.deployment("embedded", "e", None)
@@ -790,7 +790,7 @@ def model_check(result: Mapping[str, Any], costs: Any, cores: float) -> list[dic
     """For every part-A run, its turns/s to stored (every stage done) against the model's prediction
     from ``costs`` (the first round's one-worker run) for that many workers on ``cores``, less the
     idle CPU and with the bench client's CPU that run measured; the resource that binds; the ratio."""
-    from memstream.processors.capacity import turn_bounds
+    from memstream.processors.operations.capacity import turn_bounds
 
     rows = []
     for run in result["ingest"]:

@@ -13,8 +13,8 @@ import numpy as np
 
 from memstream.bench.longmemeval import load_longmemeval, topic_change_stream
 from memstream.datasets import load_locomo, locomo_turns
-from memstream.processors.compress import compress_turn
-from memstream.processors.segment import (
+from memstream.processors.write.compress import compress_turn
+from memstream.processors.write.segment import (
     Segmenter,
     SegmenterState,
     SegmentParams,

@@ -346,7 +346,7 @@ class Settings(BaseSettings):
         "auto",
         description="auto = one LLM planner call when an LLM is configured, else the rule planner; "
         "hybrid = the rule planner, and an LLM planner call only for a question the rules doubt "
-        "(processors/plan.py: rule_doubts), for the doubted fields",
+        "(processors/query/plan.py: rule_doubts), for the doubted fields",
     )
     query_candidates: int = Field(30, ge=1, description="Candidates per signal (dense, BM25) and query text")
     evidence_policy: Literal["fixed", "adaptive"] = Field(

@@ -13,9 +13,23 @@ from memstream.ports import LLM, LLMError, LlmResult
 from memstream.schemas import StageCost
 from memstream.schemas.base import json_object
 
-from .prompts import repair_user
-
 Model = TypeVar("Model", bound=BaseModel)
+
+
+def repair_user(error: str) -> str:
+    return f"That output was invalid: {error}\nReturn corrected JSON that follows the schema exactly."
+
+
+def strings_schema(max_items: int, max_length: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "maxLength": max_length}, "maxItems": max_items}
+
+
+def one_of_schema(values: Sequence[str], max_items: int) -> dict:
+    return {"type": "array", "items": {"type": "string", "enum": list(values)}, "minItems": 1, "maxItems": max_items}
+
+
+def text_schema(max_length: int, min_length: int = 0) -> dict:
+    return {"type": "string", "maxLength": max_length, **({"minLength": min_length} if min_length else {})}
 
 
 def parse_output(result: LlmResult, model: type[Model], error: type[Exception]) -> Model:

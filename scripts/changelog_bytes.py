@@ -21,9 +21,9 @@ import numpy as np
 
 from memstream.bench.cases import locomo_set
 from memstream.config import Settings
-from memstream.processors import stm
-from memstream.processors.segment import Segmenter, SegmenterState, SegmentParams
 from memstream.processors.tokens import count_tokens
+from memstream.processors.write import stm
+from memstream.processors.write.segment import Segmenter, SegmenterState, SegmentParams
 from memstream.schemas import CompressedTurn
 
 

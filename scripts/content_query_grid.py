@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import memstream.bench.ablate as ablate
-import memstream.processors.query as query_module
+import memstream.processors.query.engine as query_module
 from memstream.adapters import open_store
 from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 from memstream.bench.cases import locomo_set
@@ -26,7 +26,7 @@ from memstream.bench.cli import LOCOMO_DEV
 from memstream.bench.e2e import SENTENCE_STORE
 from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
 from memstream.config import Settings
-from memstream.processors.graph import GraphParams
+from memstream.processors.query.graph import GraphParams
 from memstream.processors.text import without_names
 
 K10: dict[str, Any] = {}

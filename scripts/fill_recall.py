@@ -24,7 +24,7 @@ from memstream.bench.report import source_commit
 from memstream.bench.retrieval import _query_options, baseline_store, sentence_baseline_store
 from memstream.bench.scoring import fill_k
 from memstream.config import Settings
-from memstream.processors.query import QueryEngine
+from memstream.processors.query.engine import QueryEngine
 
 DATA = {
     "locomo": Path("../shared/data/locomo/locomo_dev.json"),

@@ -16,8 +16,8 @@ from memstream.adapters.gguf_convert import smollm2_gguf_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.localllm.engine import REPEAT_LAST_N, Engine
 from memstream.localllm.protocol import Sampling, response_format_grammar
-from memstream.processors import prompts
-from memstream.processors.compress import compress_turn
+from memstream.processors.write import prompts
+from memstream.processors.write.compress import compress_turn
 
 
 def main() -> None:

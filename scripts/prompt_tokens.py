@@ -16,8 +16,8 @@ from pathlib import Path
 
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.localllm.engine import Engine
-from memstream.processors import prompts
-from memstream.processors.compress import compress_turn
+from memstream.processors.write import prompts
+from memstream.processors.write.compress import compress_turn
 
 
 def timestamp_per_turn(topics) -> str:  # the rendering extract_user replaced

@@ -26,8 +26,8 @@ from memstream.bench.cases import locomo_set
 from memstream.bench.cli import LOCOMO_DEV
 from memstream.bench.retrieval import _query_options
 from memstream.config import Settings
-from memstream.processors.index import CARDS, COLLECTIONS
-from memstream.processors.query import QueryEngine
+from memstream.processors.query.engine import QueryEngine
+from memstream.processors.write.index import CARDS, COLLECTIONS
 from memstream.streams import runtime
 
 

@@ -13,12 +13,12 @@ from memstream.instrumented import MeteredLLM, MeteredStore, TracedEmbedder
 from memstream.llm_limits import ProviderLimiter
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder, StoreUnavailable
-from memstream.processors.fingerprint import META, check_embedder
-from memstream.processors.graph import GraphParams
-from memstream.processors.index import COLLECTIONS
-from memstream.processors.query import QueryOptions
-from memstream.processors.retrieve import RetrievalParams
-from memstream.processors.segment import SegmentParams
+from memstream.processors.operations.fingerprint import META, check_embedder
+from memstream.processors.query.engine import QueryOptions
+from memstream.processors.query.graph import GraphParams
+from memstream.processors.query.retrieve import RetrievalParams
+from memstream.processors.write.index import COLLECTIONS
+from memstream.processors.write.segment import SegmentParams
 from memstream.tracing import Tracing
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from memstream.processors.compress import compress_turn
+from memstream.processors.write.compress import compress_turn
 from memstream.schemas import CompressedTurn, SegmentedTurn, Turn
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)

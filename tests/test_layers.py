@@ -167,14 +167,14 @@ def test_every_import_follows_the_order_or_is_a_listed_exception():
 
 
 def test_an_upward_import_is_caught_even_inside_a_function():
-    known = {"memstream.processors.query", "memstream.streams.runtime.app", "memstream.bench.scale"}
+    known = {"memstream.processors.query.engine", "memstream.streams.runtime.app", "memstream.bench.scale"}
     source = "def run():\n    from memstream.streams.runtime.app import build\n    return build\n"
-    [imp] = imports_in(source, "memstream.processors.query", False, known)
-    assert imp == Import("memstream.processors.query", "memstream.streams.runtime.app", 2)
+    [imp] = imports_in(source, "memstream.processors.query.engine", False, known)
+    assert imp == Import("memstream.processors.query.engine", "memstream.streams.runtime.app", 2)
     assert against_the_order(imp) == "adapters and processors imports runtime"
     relative = imports_in("from ..bench import scale\n", "memstream.streams.cli", False, known)
     assert [against_the_order(i) for i in relative] == ["the product imports the harness"]
-    downward = imports_in("from memstream.schemas import Turn\n", "memstream.processors.query", False, known)
+    downward = imports_in("from memstream.schemas import Turn\n", "memstream.processors.query.engine", False, known)
     assert [against_the_order(i) for i in downward] == [None]
 
 

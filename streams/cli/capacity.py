@@ -67,7 +67,7 @@ def capacity(
     import json
     from dataclasses import asdict
 
-    from memstream.processors.capacity import Assumptions, Load, measured_costs, plan
+    from memstream.processors.operations.capacity import Assumptions, Load, measured_costs, plan
 
     scale_result, embed_result, sources = None, None, []
     for path in results:
@@ -197,7 +197,7 @@ def _llm_capacity(
     import json
     import math
 
-    from memstream.processors.capacity import LlmProvider, llm_costs, llm_plan
+    from memstream.processors.operations.capacity import LlmProvider, llm_costs, llm_plan
 
     if not results.exists():
         console.print(f"[red]{results} not found: run `memstream bench llm-throughput --json {results}` first[/]")

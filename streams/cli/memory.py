@@ -370,7 +370,7 @@ def _export_from_store(s: Settings, tenant: str, conversation: str | None) -> It
     items, triggers), read from the store itself, not over Kafka. The embedded store is one
     process's: its workers stop first; a Qdrant server (``MEMSTREAM_QDRANT_URL``) needs no stop."""
     from memstream.adapters import StoreNotFound, open_existing_store
-    from memstream.processors.export import export_records
+    from memstream.processors.operations.export import export_records
 
     try:
         store = open_existing_store(s)

@@ -10,8 +10,8 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
-from memstream.processors.compress import compress_turn, fresh_turn, split_turn
-from memstream.processors.forget import ForgetScope, add_tombstone, tombstoned
+from memstream.processors.forgetting.forget import ForgetScope, add_tombstone, tombstoned
+from memstream.processors.write.compress import compress_turn, fresh_turn, split_turn
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.keys import check_key
 from memstream.schemas.topics import Topic, message_kind

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
-from memstream.processors.consolidate import (
+from memstream.processors.consolidation.consolidate import (
     ConsolidateParams,
     Decider,
     LlmDecider,
@@ -19,8 +19,7 @@ from memstream.processors.consolidate import (
     apply_update,
     refers_to_erased_cards,
 )
-from memstream.processors.forget import ForgetScope, existing_cards, scrub_pending
-from memstream.processors.sleep import (
+from memstream.processors.consolidation.sleep import (
     broadcast_keys,
     cards_to_run,
     decide_queues,
@@ -29,6 +28,7 @@ from memstream.processors.sleep import (
     mark_pending,
     run_needed,
 )
+from memstream.processors.forgetting.forget import ForgetScope, existing_cards, scrub_pending
 from memstream.schemas import (
     ConsolidateCommand,
     ConsolidationUpdate,

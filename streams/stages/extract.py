@@ -7,7 +7,7 @@ import logging
 from functools import partial
 from typing import get_args
 
-from memstream.processors.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
+from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
 from memstream.schemas import Forget, StmFlush, decode_message
 from memstream.schemas.memory import ExtractionMode
 from memstream.schemas.topics import Topic

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable
 
 from faust.types import TableT
 
-from memstream.processors.forget import ForgetScope
+from memstream.processors.forgetting.forget import ForgetScope
 from memstream.schemas import Forget
 
 from .api import Record, StageContext, keys_in_partition

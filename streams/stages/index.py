@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from memstream.processors.forget import ForgetScope, erase
-from memstream.processors.index import COLLECTIONS, index_fresh_turn, index_write
+from memstream.processors.forgetting.forget import ForgetScope, erase
+from memstream.processors.write.index import COLLECTIONS, index_fresh_turn, index_write
 from memstream.schemas import Forget, FreshTurn, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
 

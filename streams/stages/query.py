@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from memstream.metrics import trace_exemplar
-from memstream.processors.query import QueryEngine, expired_reply
-from memstream.processors.read import ReadEngine, answer_read, failed_read
+from memstream.processors.operations.read import ReadEngine, answer_read, failed_read
+from memstream.processors.query.engine import QueryEngine, expired_reply
 from memstream.schemas import Query, ReadRequest, Reply, SchemaError
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.query import TOPIC_PATTERN

@@ -9,8 +9,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, get_args
 
-from memstream.processors.forget import ForgetScope, scrub_window
-from memstream.processors.segment import Segmenter, SegmenterState, window_is_idle
+from memstream.processors.forgetting.forget import ForgetScope, scrub_window
+from memstream.processors.write.segment import Segmenter, SegmenterState, window_is_idle
 from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.schemas.topics import Topic
 

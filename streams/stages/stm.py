@@ -7,8 +7,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, get_args
 
-from memstream.processors.forget import ForgetScope, scrub_buffer
-from memstream.processors.stm import StmPolicy, StmState, buffer_step, is_idle
+from memstream.processors.forgetting.forget import ForgetScope, scrub_buffer
+from memstream.processors.write.stm import StmPolicy, StmState, buffer_step, is_idle
 from memstream.schemas import Forget, SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.schemas.topics import Topic

@@ -7,7 +7,7 @@ import torch
 
 from memstream.adapters.encoder_attention import EncoderAttention, eager_model, load_heads
 from memstream.adapters.packaged_models import minilm_path
-from memstream.processors.segment import head_scores
+from memstream.processors.write.segment import head_scores
 
 TEXTS = [
     "I adopted a puppy last week.",

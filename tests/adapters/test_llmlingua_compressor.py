@@ -10,7 +10,7 @@ import re
 import pytest
 
 from memstream.adapters.gguf_convert import DEFAULT_SMOLLM2_HF_DIR, convert_gguf_to_hf, smollm2_gguf_path
-from memstream.processors.compress import compress_turn, protected_words
+from memstream.processors.write.compress import compress_turn, protected_words
 from tests.factories import turn
 
 TURNS = [

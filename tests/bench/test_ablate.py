@@ -20,8 +20,8 @@ from memstream.bench.ablate import (
 )
 from memstream.bench.cases import BenchQuestion
 from memstream.bench.e2e import Unit
-from memstream.processors.graph import GraphParams
-from memstream.processors.retrieve import RetrievalParams
+from memstream.processors.query.graph import GraphParams
+from memstream.processors.query.retrieve import RetrievalParams
 
 Q = BenchQuestion(
     "c:q1", "c", "Where did Ana move?", datetime(2024, 1, 1, tzinfo=timezone.utc), "4", "Lisbon", ("D1:2",)

@@ -12,7 +12,7 @@ from memstream.bench.chaos import (
     proxied_services,
     score_delivery,
 )
-from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
+from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS, turn_point_id
 from memstream.schemas import MemoryWrite, SourceTurn, Turn
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -19,7 +19,7 @@ def test_every_card_gets_one_queue_and_nothing_is_deleted(tmp_path):
 def test_life_stories_with_the_rules_supersede_moves_and_collapse_repeats():
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
     from memstream.bench.consolidate import consolidate_stories, life_stories
-    from memstream.processors.consolidate import ConsolidateParams, RuleDecider
+    from memstream.processors.consolidation.consolidate import ConsolidateParams, RuleDecider
 
     stories = life_stories(3)
     assert len(stories) == 18 and [d for _, _, d in stories] == sorted(d for _, _, d in stories)

@@ -267,7 +267,7 @@ def test_a_run_of_one_split_asks_that_splits_questions_and_streams_only_their_co
 
 
 def test_reader_tokens_render_the_answer_prompt_as_the_query_engine_does() -> None:
-    from memstream.processors.query import QueryEngine, QueryOptions
+    from memstream.processors.query.engine import QueryEngine, QueryOptions
 
     class Capture:
         model = "m"

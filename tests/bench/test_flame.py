@@ -4,7 +4,7 @@ from memstream.bench.flame import OTHER, fold, per_turn_ms
 
 BENCH = 'process 1:"python memstream bench ingest"'
 WORKER = 'process 3:"python -m memstream.streams.cli worker --no-supervise"'
-SEGMENT = "handler (streams/stages/segment.py:80);Segmenter._evaluate (processors/segment.py:230)"
+SEGMENT = "handler (streams/stages/segment.py:80);Segmenter._evaluate (processors/write/segment.py:230)"
 ENCODE = "OnnxEncoder.encode (memstream/adapters/onnx_encoder.py:150)"
 LINES = [
     f"{BENCH};main (bench/cli.py:1);OnnxEncoder.encode (memstream/adapters/onnx_encoder.py:150) 40",  # not the worker

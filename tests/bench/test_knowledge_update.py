@@ -63,7 +63,7 @@ def test_resetting_consolidation_gives_the_cards_as_indexed(tmp_path):
     from memstream.adapters.qdrant_store import QdrantStore
     from memstream.bench.knowledge_update import reset_consolidation
     from memstream.ports import StorePoint
-    from memstream.processors.index import CARDS
+    from memstream.processors.write.index import CARDS
 
     store = QdrantStore(path=tmp_path / "q")
     store.ensure_collections([CARDS], 2)

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from memstream.bench.llm_throughput import Run, per_item, pick_questions, retenanted, tenant_of
 from memstream.datasets import demo_conversation_path, load_locomo
-from memstream.processors.extract import LlmExtractor
+from memstream.processors.write.extract import LlmExtractor
 from memstream.schemas import StmFlush
 from memstream.schemas.memory import FlushSegment
 from tests.factories import compressed, turn

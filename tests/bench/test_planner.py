@@ -26,7 +26,7 @@ from memstream.bench.planner import (
     summary,
 )
 from memstream.ports import LLMError, LlmResult
-from memstream.processors.plan import DOUBTS, LlmPlanner, rule_plan
+from memstream.processors.query.plan import DOUBTS, LlmPlanner, rule_plan
 from memstream.schemas import Plan, StageCost
 
 NOW = datetime(2023, 8, 1, 15, 30, tzinfo=timezone.utc)

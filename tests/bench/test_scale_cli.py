@@ -12,10 +12,10 @@ from memstream.bench import cli as bench_cli
 from memstream.bench import clusters
 from memstream.bench.cli import bench, parse_counts
 from memstream.bench.scale import ClusterScaleOptions, check_summary, kafka_cluster, model_check, spread
-from memstream.processors.capacity import measured_costs
+from memstream.processors.operations.capacity import measured_costs
 from memstream.streams import runtime
 from memstream.streams.cli import cli
-from tests.processors.test_capacity import bench_result
+from tests.processors.operations.test_capacity import bench_result
 
 runner = CliRunner()
 
@@ -129,7 +129,7 @@ def test_the_committed_cluster_results_hold_what_docs_capacity_says():
     """docs/capacity.md quotes these: the bench client is a small share (its CPU no longer includes the
     workers it started), the check is the rate to stored against the model from round 1's costs over
     three rounds, and the committed plan is the one those costs give."""
-    from memstream.processors.capacity import Load, plan
+    from memstream.processors.operations.capacity import Load, plan
 
     folder = runtime.REPO_ROOT / "docs" / "results" / "capacity"
     result = json.loads((folder / "scale-cluster.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 
 from memstream.bench.consolidate import life_stories
 from memstream.processors.ids import point_id
-from memstream.processors.index import CARDS
+from memstream.processors.write.index import CARDS
 from memstream.schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
 
 pytestmark = pytest.mark.integration
@@ -233,7 +233,7 @@ def test_the_llm_decider_against_the_local_server_makes_one_call_per_queue_and_k
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
     from memstream.adapters.st_embedder import SentenceTransformerEmbedder
     from memstream.bench.consolidate import consolidate_stories
-    from memstream.processors.consolidate import ConsolidateParams, LlmDecider
+    from memstream.processors.consolidation.consolidate import ConsolidateParams, LlmDecider
 
     llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
     params = ConsolidateParams()

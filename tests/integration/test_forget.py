@@ -10,7 +10,7 @@ import time
 import pytest
 
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.processors.index import CARDS, COLLECTIONS, SCENES, TRIGGERS, TURNS
+from memstream.processors.write.index import CARDS, COLLECTIONS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import ForgetAudit
 
 from .conftest import first_sessions, latest_table_value

@@ -12,7 +12,7 @@ import pytest
 
 from memstream.client import MemoryClient
 from memstream.ports import StoreFilter
-from memstream.processors.index import TURNS, points_for_write
+from memstream.processors.write.index import TURNS, points_for_write
 from memstream.schemas import FreshTurn, Reply, Turn, decode_cards_message, memory_writes
 
 from .conftest import metric_total

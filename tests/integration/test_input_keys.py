@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import orjson
 import pytest
 
-from memstream.processors.index import TURNS
+from memstream.processors.write.index import TURNS
 from memstream.schemas import ConsolidateCommand, Forget, Payload, Query, Turn
 from memstream.schemas.topics import Topic
 

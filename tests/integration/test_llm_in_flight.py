@@ -15,8 +15,8 @@ import pytest
 from memstream.adapters.openai_llm import OpenAICompatibleLLM
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.infra.llm import replay_server as replay
-from memstream.processors.extract import LlmExtractor
-from memstream.processors.index import CARDS, TURNS
+from memstream.processors.write.extract import LlmExtractor
+from memstream.processors.write.index import CARDS, TURNS
 from memstream.schemas import Forget, MemoryWrite, StmFlush, Turn, memory_writes
 from memstream.schemas.memory import FlushSegment
 from memstream.schemas.topics import Topic, decode_cards_message

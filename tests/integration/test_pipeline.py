@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from memstream.client import MemoryClient, QueryTimeout
-from memstream.processors.index import CARDS, SCENES, TRIGGERS, TURNS
+from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush, decode_compressed_message, memory_writes
 
 from .conftest import first_sessions

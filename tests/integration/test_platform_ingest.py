@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memstream.platforms import FORMATS, Mapped, TurnRemoval, load_events, map_events
-from memstream.processors.index import CARDS, TURNS
+from memstream.processors.write.index import CARDS, TURNS
 from memstream.schemas import Turn
 from memstream.schemas.base import base_turn_id
 

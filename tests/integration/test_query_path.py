@@ -214,7 +214,7 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
 
 def test_the_llm_planner_against_the_local_server_returns_a_valid_plan_and_counts_its_call(local_llm):
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
-    from memstream.processors.plan import LlmPlanner, choose_profile
+    from memstream.processors.query.plan import LlmPlanner, choose_profile
 
     llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
     now = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -230,7 +230,7 @@ def test_the_llm_planner_against_the_local_server_returns_a_valid_plan_and_count
 
 def test_the_research_reflection_against_the_local_server_returns_bounded_queries_and_counts_its_call(local_llm):
     from memstream.adapters.openai_llm import OpenAICompatibleLLM
-    from memstream.processors.research import LlmReflector
+    from memstream.processors.query.research import LlmReflector
 
     llm = OpenAICompatibleLLM(local_llm["MEMSTREAM_LLM_BASE_URL"], local_llm["MEMSTREAM_LLM_MODEL"], "none")
     found = [

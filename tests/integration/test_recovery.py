@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from memstream.processors.index import TURNS
+from memstream.processors.write.index import TURNS
 from memstream.streams import runtime
 
 from .conftest import first_sessions, latest_table_value

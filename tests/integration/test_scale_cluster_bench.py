@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memstream.bench.scale import IDLE_GROUPS
-from memstream.processors.capacity import Load, measured_costs, plan
+from memstream.processors.operations.capacity import Load, measured_costs, plan
 from memstream.streams import runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

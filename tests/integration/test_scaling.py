@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memstream.processors.index import TURNS
+from memstream.processors.write.index import TURNS
 from memstream.schemas.topics import INGEST_TOPICS
 
 from .conftest import first_sessions, handled

@@ -30,7 +30,7 @@ from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import LocomoSample
 from memstream.ports import StoreFilter
-from memstream.processors.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRIGGERS, TURNS
+from memstream.processors.write.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime

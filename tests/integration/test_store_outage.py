@@ -10,7 +10,7 @@ import pytest
 
 from memstream.adapters.qdrant_store import QdrantStore
 from memstream.bench.deploy import worker_samples
-from memstream.processors.index import TURNS
+from memstream.processors.write.index import TURNS
 from tests.qdrant_servers import started
 
 from .conftest import first_sessions

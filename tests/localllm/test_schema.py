@@ -12,7 +12,9 @@ from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
 from memstream.localllm.schema import SchemaError, normalise
-from memstream.processors import prompts
+from memstream.processors.consolidation import prompts as consolidation_prompts
+from memstream.processors.query import prompts as query_prompts
+from memstream.processors.write import prompts as write_prompts
 
 
 def grammar(schema: dict[str, Any]) -> str:
@@ -155,16 +157,18 @@ def test_pydantic_and_openai_strict_schemas_convert() -> None:
 
 
 def test_every_project_schema_converts() -> None:
-    """The schemas memstream's stages send (processors/prompts.py, bench/judge.py) and the pydantic
+    """The schemas memstream's stages send (each stage's prompts module, bench/judge.py) and the pydantic
     models that read their output."""
     from memstream.bench import judge
-    from memstream.processors import consolidate, extract, plan
+    from memstream.processors.consolidation import consolidate
+    from memstream.processors.query import plan
+    from memstream.processors.write import extract
 
     schemas = [
-        prompts.extract_schema(["t1", "t2", "t3"], 2, max_cards=6),
-        prompts.extract_schema(None, 2, max_cards=6),  # the stable one (MEMSTREAM_LLM_STABLE_SCHEMAS)
-        prompts.plan_schema(),
-        prompts.consolidate_schema(["A", "B"], list(consolidate.ACTIONS)),
+        write_prompts.extract_schema(["t1", "t2", "t3"], 2, max_cards=6),
+        write_prompts.extract_schema(None, 2, max_cards=6),  # the stable one (MEMSTREAM_LLM_STABLE_SCHEMAS)
+        query_prompts.plan_schema(),
+        consolidation_prompts.consolidate_schema(["A", "B"], list(consolidate.ACTIONS)),
         judge._schema("label", ["CORRECT", "WRONG"]),
         judge._schema("verdict", ["yes", "no"]),
     ]

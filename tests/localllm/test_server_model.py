@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 from memstream.adapters.openai_llm import OpenAICompatibleLLM
 from memstream.localllm.engine import Engine
-from memstream.processors import prompts
+from memstream.processors.consolidation import prompts as consolidation_prompts
+from memstream.processors.query import prompts as query_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -212,20 +213,20 @@ def test_memstream_adapter_structured_calls(base_url: str) -> None:
     llm = OpenAICompatibleLLM(base_url, ALIAS, "unused", timeout_s=120, max_tokens=512)
     plan = llm.complete(
         [
-            {"role": "system", "content": prompts.PLAN_SYSTEM},
-            {"role": "user", "content": prompts.plan_user("Where did Ana move?")},
+            {"role": "system", "content": query_prompts.PLAN_SYSTEM},
+            {"role": "user", "content": query_prompts.plan_user("Where did Ana move?")},
         ],
-        json_schema=prompts.plan_schema(),
+        json_schema=query_prompts.plan_schema(),
         schema_name="query_plan",
     )
     assert plan.data is not None and set(plan.data) >= {"entities", "operation", "rewrites"}
     assert plan.prompt_tokens > 0 and plan.completion_tokens > 0 and plan.model == ALIAS
     decisions = llm.complete(
         [
-            {"role": "system", "content": prompts.CONSOLIDATE_SYSTEM},
+            {"role": "system", "content": consolidation_prompts.CONSOLIDATE_SYSTEM},
             {"role": "user", "content": "New card: Ana lives in Lyon.\nCandidates:\n[A] Ana lives in Paris."},
         ],
-        json_schema=prompts.consolidate_schema(["A"], ["keep_both", "duplicate", "supersede", "merge"]),
+        json_schema=consolidation_prompts.consolidate_schema(["A"], ["keep_both", "duplicate", "supersede", "merge"]),
         schema_name="consolidation",
     )
     assert decisions.data is not None and isinstance(decisions.data["decisions"], list)

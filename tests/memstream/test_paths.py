@@ -117,7 +117,7 @@ def test_export_from_a_directory_without_a_store_fails_and_names_the_path(elsewh
 
 def test_export_of_a_tenant_with_no_records_in_an_existing_store_is_zero(elsewhere):
     from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
-    from memstream.processors.index import COLLECTIONS
+    from memstream.processors.write.index import COLLECTIONS
 
     edge = QdrantEdgeStore(elsewhere / ".data" / "qdrant-edge")
     edge.ensure_collections(list(COLLECTIONS), 4)

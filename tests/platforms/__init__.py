@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from memstream.platforms import load_events
-from memstream.processors.forget import ForgetScope
+from memstream.processors.forgetting.forget import ForgetScope
 from memstream.schemas import Turn
 from memstream.schemas.base import ID_PATTERN
 

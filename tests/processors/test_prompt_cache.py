@@ -8,16 +8,18 @@ import json
 from datetime import datetime, timezone
 
 from memstream.ports import LLMError
-from memstream.processors import prompts
-from memstream.processors.consolidate import Candidate, ConsolidateParams, LlmDecider
-from memstream.processors.extract import LlmExtractor
-from memstream.processors.plan import LlmPlanner
-from memstream.processors.query import answer_messages
-from memstream.processors.research import LlmReflector
-from memstream.processors.versioning import CardView
+from memstream.processors.consolidation import prompts as consolidation_prompts
+from memstream.processors.consolidation.consolidate import Candidate, ConsolidateParams, LlmDecider
+from memstream.processors.consolidation.versioning import CardView
+from memstream.processors.query import prompts as query_prompts
+from memstream.processors.query.engine import answer_messages
+from memstream.processors.query.plan import LlmPlanner
+from memstream.processors.query.research import LlmReflector
+from memstream.processors.write import prompts as write_prompts
+from memstream.processors.write.extract import LlmExtractor
 from memstream.schemas.query import Evidence
 from tests.factories import turn
-from tests.processors.test_extract import flush_of
+from tests.processors.write.test_extract import flush_of
 
 NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
 
@@ -71,7 +73,7 @@ def test_two_flushes_share_the_extraction_instructions_as_their_prefix():
             turn("D7:2", "How is the new flat?", speaker="Nora", seq=1),
         )
     )
-    assert_fixed_part_first(*llm.sent, prompts.EXTRACT_SYSTEM)
+    assert_fixed_part_first(*llm.sent, write_prompts.EXTRACT_SYSTEM)
     assert all(call[0]["role"] == "schema" for call in llm.sent)
 
 
@@ -92,8 +94,8 @@ def test_two_questions_share_the_planner_and_research_instructions():
     reflector.reflect("What is the name of Tomas's dog?", [{"text": "Tomas adopted a dog."}], 3)
     reflector.reflect("Where did Nora go hiking?", [], 3)
     plans, research = llm.sent[:2], llm.sent[2:]
-    assert_fixed_part_first(*plans, prompts.PLAN_SYSTEM)
-    assert_fixed_part_first(*research, prompts.RESEARCH_SYSTEM)
+    assert_fixed_part_first(*plans, query_prompts.PLAN_SYSTEM)
+    assert_fixed_part_first(*research, query_prompts.RESEARCH_SYSTEM)
 
 
 def test_two_questions_share_the_answer_instructions():
@@ -102,7 +104,7 @@ def test_two_questions_share_the_answer_instructions():
 
     first = answer_messages("What is the dog's name?", "lookup", [evidence("Tomas's dog is Pepper.")], None)
     second = answer_messages("Where does Tomas live?", "lookup", [evidence("Tomas lives in Lisbon.")], "Tomas: runner")
-    assert_fixed_part_first(first, second, prompts.ANSWER_SYSTEM)
+    assert_fixed_part_first(first, second, query_prompts.ANSWER_SYSTEM)
 
 
 def test_two_consolidations_share_the_instructions():
@@ -118,7 +120,7 @@ def test_two_consolidations_share_the_instructions():
         [Candidate(card("f", "Tomas jogs."), {}, 0.9), Candidate(card("g", "Tomas swims."), {}, 0.8)],
     )
     # queues of one and of two candidates: the same schema (labels C1..C{top_n}), so all three share it
-    assert_fixed_part_first(*llm.sent[:2], prompts.CONSOLIDATE_SYSTEM)
-    assert_fixed_part_first(llm.sent[0], llm.sent[2], prompts.CONSOLIDATE_SYSTEM)
+    assert_fixed_part_first(*llm.sent[:2], consolidation_prompts.CONSOLIDATE_SYSTEM)
+    assert_fixed_part_first(llm.sent[0], llm.sent[2], consolidation_prompts.CONSOLIDATE_SYSTEM)
     labels = json.loads(llm.sent[2][0]["content"])["properties"]["decisions"]["items"]["properties"]["candidate"]
     assert labels["enum"] == [f"C{i + 1}" for i in range(ConsolidateParams().top_n)]

@@ -17,9 +17,9 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from memstream.bench.fuzz import fuzz_messages
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.processors.compress import fresh_turn
-from memstream.processors.extract import ExtractiveExtractor
-from memstream.processors.stm import StmPolicy, StmState, add_turn, on_tick
+from memstream.processors.write.compress import fresh_turn
+from memstream.processors.write.extract import ExtractiveExtractor
+from memstream.processors.write.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import (
     SCHEMA_VERSION,
     CardPatch,

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from memstream.processors.stm import StmPolicy, buffer_step
+from memstream.processors.write.stm import StmPolicy, buffer_step
 from memstream.schemas import StmFlush, StmTick
 from memstream.streams.runtime.replay import APPLIED, reflects, stamped
 from tests.factories import segmented, turn

@@ -1,0 +1,2 @@
+"""Operating a store and a deployment: sizing (capacity), export, the inspector's reads,
+the embedder fingerprint."""
