@@ -4,35 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memstream.schemas.topics import Topic
-
-STAGES: tuple[str, ...] = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
-# The topics (logical names) each stage consumes: a worker group's consumer group reads these.
-STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "compress": (Topic.TURNS, Topic.CONTROL),  # control: forget requests enter the pipeline here
-    "segment": (Topic.TURNS_COMPRESSED,),
-    "stm": (Topic.SEGMENTS,),
-    "extract": (Topic.STM_FLUSH,),
-    "index": (Topic.CARDS,),
-    "consolidate": (Topic.CARDS, Topic.CONTROL, Topic.UPDATES),
-    "query": (Topic.QUERIES,),
-}
-# The changelog-backed state tables of each stage (faust names a table's changelog topic
-# "<consumer group>-<table>-changelog": see changelog_topics).
-STAGE_TABLES: dict[str, tuple[str, ...]] = {
-    "compress": ("forgets",),
-    "segment": ("segmenter",),
-    "stm": ("stm",),
-    "consolidate": ("consolidation",),
-}
-# Stages that open the vector store. The embedded store locks its folder to one process, so these
-# run in a single worker unless MEMSTREAM_QDRANT_URL points at a Qdrant server; the others scale freely.
-STORE_STAGES = frozenset({"index", "consolidate", "query"})
+from memstream.topology import STAGES
 
 
 def _tls_or_loopback(url: str) -> bool:
@@ -41,31 +18,6 @@ def _tls_or_loopback(url: str) -> bool:
 
     parsed = urlparse(url)
     return parsed.scheme == "https" or parsed.hostname in ("localhost", "127.0.0.1", "::1")
-
-
-def group_id(prefix: str, stages: Sequence[str]) -> str:
-    """The consumer group (faust app id) of workers running ``stages``: one group per stage set, so
-    workers with the same stages share its partitions."""
-    base = f"{prefix}-memstream"
-    return base if list(stages) == list(STAGES) else base + "-" + "-".join(stages)
-
-
-def changelog_topics(prefix: str, stages: Sequence[str]) -> list[str]:
-    """The changelog topics of the tables that workers of ``stages`` keep (one set per consumer group)."""
-    group = group_id(prefix, stages)
-    return [f"{group}-{table}-changelog" for stage in stages for table in STAGE_TABLES.get(stage, ())]
-
-
-def reading_groups(prefix: str, stage_sets: Iterable[Sequence[str]], topics: Iterable[str]) -> dict[str, list[str]]:
-    """Which consumer group reads which of ``topics`` (logical names), for workers of ``stage_sets``;
-    topics come back as full names (``<prefix>.<name>``)."""
-    topics = list(topics)
-    out: dict[str, list[str]] = {}
-    for stages in stage_sets:
-        read = [f"{prefix}.{t}" for t in topics if any(t in STAGE_INPUTS[stage] for stage in stages)]
-        if read:
-            out[group_id(prefix, stages)] = read
-    return out
 
 
 ExtractMode = Literal["auto", "llm", "extractive"]

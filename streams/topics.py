@@ -12,9 +12,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
-from memstream.config import Settings, changelog_topics
+from memstream.config import Settings
 from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
 from memstream.streams.kafka_options import client_options
+from memstream.topology import changelog_topics
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "memstream",
             "memstream.config",
+            "memstream.topology",
             "memstream.ports",
             "memstream.metrics",
             "memstream.tracing",

@@ -9,10 +9,11 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memstream.config import Settings, reading_groups
+from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, jsonl_turns, load_locomo, locomo_turns
 from memstream.schemas import Turn
 from memstream.schemas.topics import DRAIN_TOPICS
+from memstream.topology import reading_groups
 
 from .. import runtime
 

@@ -9,7 +9,8 @@ from typing import Any, Sequence
 
 import faust
 
-from memstream.config import Settings, group_id
+from memstream.config import Settings
+from memstream.topology import group_id
 
 from ..kafka_options import faust_credentials
 from ..lag import group_positions

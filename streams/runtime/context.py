@@ -15,11 +15,12 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import faust
 from faust.types import EventT, TableT
 
-from memstream.config import STAGE_INPUTS, STAGE_TABLES, Settings
+from memstream.config import Settings
 from memstream.metrics import Metrics, trace_exemplar
 from memstream.ports import StoreUnavailable
 from memstream.schemas import DeadLetter, Payload, SchemaError
 from memstream.schemas.keys import KeyMismatch
+from memstream.topology import TOPOLOGY
 from memstream.tracing import Span, SpanKind, Tracing
 
 from ..services import Services
@@ -71,8 +72,8 @@ class WorkerContext:
         """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``: one at a
         time, or with ``slots`` (class of work -> how many at once) as many at once as ``slot_of``
         each message's slot allows (``lanes``: one conversation's messages stay in order)."""
-        if topic_name not in STAGE_INPUTS[stage.split(".")[0]]:  # deployments drain by STAGE_INPUTS
-            raise ValueError(f"stage {stage} reads {topic_name}, which STAGE_INPUTS does not list")
+        if topic_name not in TOPOLOGY[stage.split(".")[0]].inputs:  # deployments drain by the topology
+            raise ValueError(f"stage {stage} reads {topic_name}, which memstream.topology does not list")
         source = self.app.topic(
             self.s.topic(topic_name),
             key_type=bytes,
@@ -356,13 +357,13 @@ class WorkerContext:
         return True
 
     def table(self, stage: str, name: str) -> TableT:
-        """A changelog-backed table of ``stage`` (declared in STAGE_TABLES, so its changelog topic is
+        """A changelog-backed table of ``stage`` (declared in memstream.topology, so its changelog topic is
         created before the worker subscribes); faust names it ``<app id>-<name>-changelog``.
 
         Keys and values go through faust's json codec, live and on recovery from the changelog.
         """
-        if name not in STAGE_TABLES.get(stage, ()):
-            raise ValueError(f"stage {stage} keeps table {name}, which STAGE_TABLES does not list")
+        if name != TOPOLOGY[stage].table:
+            raise ValueError(f"stage {stage} keeps table {name}, which memstream.topology does not give it")
         return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
 
 

@@ -1,12 +1,11 @@
-"""One module per stage. Each declares its input topic (``INPUT``), what it produces (``OUTPUTS``),
-its state table (``TABLE``, where it keeps one) and ``register(ctx)``, which wires its processor to
-the runtime. ``REGISTRY`` is the only place that maps stage names to modules."""
+"""One module per stage. Each reads its topics and state table from ``memstream.topology`` (declared
+once there) and has ``register(ctx)``, which wires its processor to the runtime. ``REGISTRY`` is the only place that maps stage names to modules."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from memstream.config import STAGES
+from memstream.topology import STAGES
 
 from . import compress, consolidate, extract, index, query, segment, stm
 
@@ -19,4 +18,4 @@ REGISTRY: dict[str, ModuleType] = {
     "consolidate": consolidate,
     "query": query,
 }
-assert tuple(REGISTRY) == STAGES, "every stage of memstream.config.STAGES has its module, in order"
+assert tuple(REGISTRY) == STAGES, "every stage of memstream.topology has its module, in order"

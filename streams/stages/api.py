@@ -142,7 +142,7 @@ class StageContext(Protocol):
         """The table entry ``value`` reflects ``record`` already (a replay after a crash)."""
 
     def table(self, stage: str, name: str) -> TableT:
-        """A changelog-backed table of ``stage`` (declared in STAGE_TABLES)."""
+        """A changelog-backed table of ``stage`` (declared in memstream.topology)."""
 
 
 def key_partition(key: str, partitions: int) -> int:

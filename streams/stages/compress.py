@@ -15,13 +15,13 @@ from memstream.processors.write.compress import compress_turn, fresh_turn, split
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.keys import check_key
 from memstream.schemas.topics import Topic, message_kind
+from memstream.topology import TOPOLOGY
 
 from .api import Out, Record, StageContext, StageResult, init_series
 
 STAGE = "compress"
-INPUT = Topic.TURNS
-OUTPUTS = (Topic.TURNS_COMPRESSED, Topic.CARDS)
-TABLE = "forgets"  # tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition)
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 class TurnRejected(SchemaError):

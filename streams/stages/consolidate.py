@@ -43,6 +43,7 @@ from memstream.schemas import (
 from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
+from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
 from .forgetting import onward, scrub_table
@@ -50,9 +51,8 @@ from .forgetting import onward, scrub_table
 log = logging.getLogger(__name__)
 
 STAGE = "consolidate"
-INPUT = Topic.CARDS  # marks cards pending; CONTROL runs a conversation (or ends a forget), UPDATES applies outcomes
-OUTPUTS = (Topic.CONTROL, Topic.UPDATES, Topic.REPLIES, Topic.AUDIT)
-TABLE = "consolidation"
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 RUN_CHUNK = 64  # update queues a run decides before it sends their outcomes
 
 

@@ -10,15 +10,15 @@ from typing import get_args
 from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
 from memstream.schemas import Forget, StmFlush, decode_message
 from memstream.schemas.memory import ExtractionMode
-from memstream.schemas.topics import Topic
+from memstream.topology import TOPOLOGY
 
 from .api import Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
 
 log = logging.getLogger(__name__)
 
 STAGE = "extract"
-INPUT = Topic.STM_FLUSH
-OUTPUTS = (Topic.CARDS,)
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:

@@ -11,13 +11,14 @@ from memstream.processors.forgetting.forget import ForgetScope, erase
 from memstream.processors.write.index import COLLECTIONS, index_fresh_turn, index_write
 from memstream.schemas import Forget, FreshTurn, MemoryWrite, decode_message
 from memstream.schemas.topics import Topic
+from memstream.topology import TOPOLOGY
 
 from .api import Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward
 
 STAGE = "index"
-INPUT = Topic.CARDS
-OUTPUTS: tuple[str, ...] = (Topic.CONTROL,)  # writes to the vector store; erased forgets go back to control
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:

@@ -17,7 +17,8 @@ from memstream.processors.query.engine import QueryEngine, expired_reply
 from memstream.schemas import Query, ReadRequest, Reply, SchemaError
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.query import TOPIC_PATTERN
-from memstream.schemas.topics import Topic, message_kind
+from memstream.schemas.topics import message_kind
+from memstream.topology import TOPOLOGY
 from memstream.tracing import SpanKind
 
 from .api import Out, Record, Slot, StageContext, StageResult
@@ -25,8 +26,8 @@ from .api import Out, Record, Slot, StageContext, StageResult
 log = logging.getLogger(__name__)
 
 STAGE = "query"
-INPUT = Topic.QUERIES
-OUTPUTS: tuple[str, ...] = ()  # replies go to each query's own reply topic
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:

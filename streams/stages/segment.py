@@ -12,7 +12,7 @@ from typing import Any, get_args
 from memstream.processors.forgetting.forget import ForgetScope, scrub_window
 from memstream.processors.write.segment import Segmenter, SegmenterState, window_is_idle
 from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
-from memstream.schemas.topics import Topic
+from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
@@ -20,9 +20,8 @@ from .forgetting import onward, scrub_table
 log = logging.getLogger(__name__)
 
 STAGE = "segment"
-INPUT = Topic.TURNS_COMPRESSED
-OUTPUTS = (Topic.SEGMENTS,)
-TABLE = "segmenter"
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:

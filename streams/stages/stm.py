@@ -11,15 +11,14 @@ from memstream.processors.forgetting.forget import ForgetScope, scrub_buffer
 from memstream.processors.write.stm import StmPolicy, StmState, buffer_step, is_idle
 from memstream.schemas import Forget, SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
-from memstream.schemas.topics import Topic
+from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .forgetting import onward, scrub_table
 
 STAGE = "stm"
-INPUT = Topic.SEGMENTS
-OUTPUTS = (Topic.STM_FLUSH,)
-TABLE = "stm"
+TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
+INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:

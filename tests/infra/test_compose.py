@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from memstream.config import STAGES, STORE_STAGES, Settings
+from memstream.config import Settings
+from memstream.topology import STAGES, STORE_STAGES
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 COMPOSE = yaml.safe_load((INFRA / "compose.yaml").read_text())

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memstream.config import STAGE_INPUTS, STAGES, STORE_STAGES, Settings, group_id
+from memstream.config import Settings
+from memstream.topology import STAGES, STORE_STAGES, TOPOLOGY, group_id
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "infra" / "helm" / "memstream"
@@ -185,7 +186,7 @@ def test_scaled_objects_scale_each_consumer_group_on_its_lag(prefix, partitions)
         assert all(isinstance(v, str) for v in meta.values())  # KEDA metadata is a map of strings
         assert env(deployments[group])["MEMSTREAM_TOPIC_PREFIX"] == prefix
         assert env(deployments[group])["MEMSTREAM_TOPIC_PARTITIONS"] == str(partitions)
-        assert {t for st in stages(deployments[group]) for t in STAGE_INPUTS[st]}  # the group reads topics
+        assert {t for st in stages(deployments[group]) for t in TOPOLOGY[st].inputs}  # the group reads topics
 
 
 def test_one_group_of_every_stage_is_named_like_group_id():

@@ -17,10 +17,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from memstream.client import AsyncMemoryClient
-from memstream.config import Settings, changelog_topics
+from memstream.config import Settings
 from memstream.schemas.topics import ALL_TOPICS
 from memstream.streams.kafka_options import client_options
 from memstream.streams.topics import ensure_topics
+from memstream.topology import changelog_topics
 
 from .conftest import KafkaCluster
 

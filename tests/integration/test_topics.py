@@ -13,8 +13,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from memstream.config import STAGES, changelog_topics
 from memstream.streams.topics import ensure_topics
+from memstream.topology import STAGES, changelog_topics
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,10 @@
 """Stage groups: consumer group ids, and which group reads which topic."""
 
-from memstream.config import STAGE_INPUTS, STAGES, group_id, reading_groups
+from memstream.topology import STAGES, TOPOLOGY, group_id, reading_groups
 
 
 def test_every_stage_has_inputs():
-    assert set(STAGE_INPUTS) == set(STAGES)
+    assert tuple(TOPOLOGY) == STAGES
 
 
 def test_each_stage_set_is_its_own_consumer_group():
@@ -23,7 +23,7 @@ def test_a_topic_is_drained_by_every_group_reading_it():
 
 
 def test_each_stage_set_names_the_changelogs_of_its_tables():
-    from memstream.config import STAGES, changelog_topics
+    from memstream.topology import STAGES, changelog_topics
 
     assert changelog_topics("memory", list(STAGES)) == [
         "memory-memstream-forgets-changelog",

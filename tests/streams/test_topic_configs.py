@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from memstream.config import Settings, changelog_topics
+from memstream.config import Settings
 from memstream.schemas.topics import ALL_TOPICS
 from memstream.streams.topics import topic_configs
+from memstream.topology import changelog_topics
 
 
 def test_raw_text_topics_are_deleted_by_age_and_state_topics_are_compacted():
