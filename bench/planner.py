@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, score
 from memstream.bench.e2e import provenance
 from memstream.bench.scoring import percentile
-from memstream.ports import LLM, Embedder, LLMError, LlmResult, VectorStore
+from memstream.ports import LLM, Embedder, LLMError, LlmRequest, LlmResult, VectorStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.query.plan import DOUBTS, Doubt, HybridPlanner, LlmPlanner, Planner, rule_doubts, rule_plan
 from memstream.schemas import Plan, Query, StageCost
@@ -51,7 +51,7 @@ SPLITS = (TUNE, REPORT)
 # --- the LLM, each distinct call made once -----------------------------------------------------------
 
 
-class RecordedLLM:
+class RecordedLLM(LLM):
     """The planner's LLM, each distinct call made once. The first call of a prompt goes to ``live``
     and its result (or error) is kept with its latency; a repeat returns what was kept and is charged
     the kept latency (``charged_s``), as if it had waited again. ``live_s`` is the time spent in live
@@ -69,25 +69,16 @@ class RecordedLLM:
     def key(messages: Sequence[Mapping[str, str]], schema_name: str, max_tokens: int | None) -> str:
         return json.dumps([[dict(m) for m in messages], schema_name, max_tokens], sort_keys=True)
 
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        schema_name: str = "output",
-        max_tokens: int | None = None,
-        timeout_s: float | None = None,
-    ) -> LlmResult:
-        key = self.key(messages, schema_name, max_tokens)
+    def answer(self, request: LlmRequest) -> LlmResult:
+        key = self.key(request.messages, request.schema_name, request.max_tokens)
         if key not in self.kept:
             if self.live is None:
                 raise LLMError("no live LLM and no kept answer for this prompt", "connection")
             started = time.perf_counter()
             outcome: LlmResult | LLMError
             try:
-                outcome = self.live.complete(
-                    messages, json_schema=json_schema, schema_name=schema_name, max_tokens=max_tokens
-                )
+                # Without the caller's deadline: the answer is kept for every later caller.
+                outcome = dataclasses.replace(request, timeout_s=None).send(self.live)
             except LLMError as exc:
                 outcome = exc
             seconds = time.perf_counter() - started

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from memstream.llm_limits import Permit, ProviderLimiter, backoff_s, estimate_tokens
 from memstream.metrics import Metrics
-from memstream.ports import LLM, Embedder, LLMError, LlmResult
+from memstream.ports import LLM, Embedder, LLMError, LlmRequest, LlmResult
 from memstream.tracing import SpanKind, Tracing
 
 MIN_ATTEMPT_S = 1.0  # a retry needs at least this long before the caller's deadline to be worth starting
@@ -23,7 +24,7 @@ STORE_OPERATIONS = frozenset(
 )
 
 
-class MeteredLLM:
+class MeteredLLM(LLM):
     """An LLM as one stage uses it: each attempt is timed, failures are counted by kind, and
     transient ones (timeouts, connection, server errors) are retried ``retries`` times.
 
@@ -61,20 +62,14 @@ class MeteredLLM:
         self._default_max_tokens = default_max_tokens  # the adapter's, which the provider charges when none is given
         metrics.init_llm(stage, self.model)
 
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        schema_name: str = "output",
-        max_tokens: int | None = None,
-        timeout_s: float | None = None,
-    ) -> LlmResult:
-        """``timeout_s`` bounds the whole call, retries, 429 pauses and waits for budget included: an
-        attempt that could not finish in time is not started."""
+    def answer(self, request: LlmRequest) -> LlmResult:
+        """``request.timeout_s`` bounds the whole call, retries, 429 pauses and waits for budget
+        included: an attempt that could not finish in time is not started."""
         m = self._metrics
-        deadline = None if timeout_s is None else self._clock() + timeout_s
-        estimate = estimate_tokens(messages, max_tokens or self._default_max_tokens, json_schema)
+        deadline = None if request.timeout_s is None else self._clock() + request.timeout_s
+        estimate = estimate_tokens(
+            request.messages, request.max_tokens or self._default_max_tokens, request.json_schema
+        )
         failures = 0  # transient failures other than 429s: these use up the retries
         rate_limits = 0
         waited_out = 0.0  # seconds this call spent waiting out 429s
@@ -84,7 +79,7 @@ class MeteredLLM:
                 started = time.perf_counter()
                 remaining = None if deadline is None else deadline - self._clock()
                 try:
-                    result = self._attempt(messages, json_schema, schema_name, max_tokens, remaining, attempt)
+                    result = self._attempt(replace(request, timeout_s=remaining), attempt)
                 except LLMError as exc:
                     m.llm_latency.labels(self.stage, self.model).observe(time.perf_counter() - started)
                     m.llm_errors.labels(self.stage, self.model, exc.kind).inc()
@@ -156,15 +151,7 @@ class MeteredLLM:
             return False
         return deadline is None or deadline - self._clock() - pause >= MIN_ATTEMPT_S
 
-    def _attempt(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        json_schema: Mapping[str, Any] | None,
-        schema_name: str,
-        max_tokens: int | None,
-        timeout_s: float | None,
-        attempt: int,
-    ) -> LlmResult:
+    def _attempt(self, request: LlmRequest, attempt: int) -> LlmResult:
         """One call to the endpoint, in its span."""
         with self._tracing.span(
             f"chat {self.model}",
@@ -177,13 +164,7 @@ class MeteredLLM:
             },
         ) as span:
             try:
-                result = self._llm.complete(
-                    messages,
-                    json_schema=json_schema,
-                    schema_name=schema_name,
-                    max_tokens=max_tokens,
-                    timeout_s=timeout_s,
-                )
+                result = request.send(self._llm)
             except LLMError as exc:
                 self._tracing.fail(span, f"{exc.kind}: {exc}"[:300])
                 raise

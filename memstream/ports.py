@@ -45,7 +45,33 @@ class StoreUnavailable(RuntimeError):
     to wait out, never a reason to dead-letter the message being handled."""
 
 
+@dataclass(frozen=True)
+class LlmRequest:
+    """One chat completion as asked: with ``json_schema`` the output is constrained and parsed.
+    ``max_tokens`` None: the adapter's default. ``timeout_s`` bounds the call (None: the adapter's
+    own timeout); past it, an LLMError of kind "timeout"."""
+
+    messages: Sequence[Mapping[str, str]]
+    json_schema: Mapping[str, Any] | None = None
+    schema_name: str = "output"
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+
+    def send(self, llm: LLM) -> LlmResult:
+        """This request made to ``llm`` through ``complete``, which every LLM has (a test's stand-in too)."""
+        return llm.complete(
+            self.messages,
+            json_schema=self.json_schema,
+            schema_name=self.schema_name,
+            max_tokens=self.max_tokens,
+            timeout_s=self.timeout_s,
+        )
+
+
 class LLM(Protocol):
+    """A chat model. Callers use ``complete``; an adapter subclasses LLM and implements ``answer``,
+    so the call's parameters and defaults are declared here only."""
+
     model: str
 
     def complete(
@@ -57,8 +83,11 @@ class LLM(Protocol):
         max_tokens: int | None = None,
         timeout_s: float | None = None,
     ) -> LlmResult:
-        """One chat completion; with ``json_schema`` the output is constrained and parsed. ``timeout_s``
-        bounds this call (default: the adapter's own timeout); past it, an LLMError of kind "timeout"."""
+        """One chat completion (the parameters: :class:`LlmRequest`)."""
+        return self.answer(LlmRequest(messages, json_schema, schema_name, max_tokens, timeout_s))
+
+    def answer(self, request: LlmRequest) -> LlmResult:
+        """``request`` answered: what an adapter implements."""
         ...
 
 

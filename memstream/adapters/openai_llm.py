@@ -6,42 +6,35 @@ import json
 import math
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import openai
 
-from memstream.ports import LLMError, LlmResult
+from memstream.ports import LLM, LLMError, LlmRequest, LlmResult
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(LLM):
     def __init__(self, base_url: str, model: str, api_key: str, *, timeout_s: float = 120.0, max_tokens: int = 1024):
         self.model = model
         self.max_tokens = max_tokens
         # No retries here: memstream.instrumented.MeteredLLM retries transient failures and counts them.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
 
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        schema_name: str = "output",
-        max_tokens: int | None = None,
-        timeout_s: float | None = None,
-    ) -> LlmResult:
+    def answer(self, request: LlmRequest) -> LlmResult:
+        json_schema = request.json_schema
         kwargs: dict[str, Any] = {}
-        if timeout_s is not None:
-            kwargs["timeout"] = timeout_s
+        if request.timeout_s is not None:
+            kwargs["timeout"] = request.timeout_s
         if json_schema is not None:
             kwargs["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": schema_name, "schema": dict(json_schema)},
+                "json_schema": {"name": request.schema_name, "schema": dict(json_schema)},
             }
         try:
             response = self._client.chat.completions.create(
                 model=self.model,
-                messages=[dict(m) for m in messages],  # type: ignore[misc]
-                max_tokens=max_tokens or self.max_tokens,
+                messages=[dict(m) for m in request.messages],  # type: ignore[misc]
+                max_tokens=request.max_tokens or self.max_tokens,
                 temperature=0.0,
                 **kwargs,
             )
