@@ -20,6 +20,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "memstream",
             "memstream.config",
+            "memstream.settings",
             "memstream.topology",
             "memstream.ports",
             "memstream.metrics",

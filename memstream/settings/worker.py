@@ -1,0 +1,38 @@
+"""A worker process: the stages it runs, its local state, its metrics endpoint and log lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from memstream.settings.paths import AbsolutePath, default_data_dir
+
+
+class WorkerSettings(BaseModel):
+    """What one worker process runs, and where it keeps its state."""
+
+    stages: str = Field("all", description="Comma-separated stages this worker runs, or 'all'")
+    data_dir: AbsolutePath = Field(
+        default_factory=default_data_dir,
+        description="Local state: broker data, embedded Qdrant, worker state (a relative path is read against "
+        "the directory memstream starts in)",
+    )
+    kafka_data: AbsolutePath | None = Field(
+        None, description="Data folder of the local broker started by memstream up / demo (default data_dir/kafka)"
+    )
+    metrics_port: int = Field(9464, description="Prometheus /metrics port of the worker (0 disables)")
+    metrics_host: str = Field("127.0.0.1", description="Address the /metrics endpoint binds (0.0.0.0 in containers)")
+    log_level: str = Field("info")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Worker log lines: text, or one JSON object a line; both carry trace_id and span_id"
+    )
+    stall_s: float = Field(
+        30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"
+    )
+
+    @property
+    def kafka_data_dir(self) -> Path:
+        """Where the local broker (memstream up, infra/kafka/kafka.sh) keeps its data."""
+        return self.kafka_data or (self.data_dir / "kafka")
