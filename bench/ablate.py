@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, BenchSet, answer_score, locomo_set, score
-from memstream.bench.e2e import SENTENCE_STORE, Limits, Unit, baseline_rankings, provenance, take_units
+from memstream.bench.e2e_ask import provenance
+from memstream.bench.e2e_baselines import Limits, Unit, baseline_rankings, take_units
+from memstream.bench.e2e_state import SENTENCE_STORE
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import fill_k
 from memstream.ports import Embedder, VectorStore

@@ -758,6 +758,182 @@ def run_reference(
     return store_ids(deployment, {t.tenant_id for t in turns}), time.monotonic() - t0
 
 
+@dataclass
+class ChaosServices:
+    """What the run's deployment streams through: the shared broker, or with ``--cluster`` its own
+    Kafka and Qdrant clusters; with ``--network-faults``, Toxiproxy in front of them."""
+
+    base: Settings  # the deployment's base: its brokers
+    env: dict[str, str] = field(default_factory=dict)  # the deployment's store
+    nodes: Nodes | None = None
+    faults: NetworkFaults | None = None
+
+    @classmethod
+    def start(
+        cls, running: contextlib.ExitStack, base: Settings, options: ChaosOptions, status: Callable[[str], None]
+    ) -> ChaosServices:
+        services = cls(base)
+        if options.network_faults:
+            services.faults = faults = NetworkFaults(options.workdir, status)
+            running.callback(faults.stop)
+            status("chaos: starting Toxiproxy")
+            faults.start()
+            if options.llm:
+                faults.proxy("llm", base.llm_port)
+        if options.cluster:
+            services.nodes = nodes = Nodes(options.workdir, status)
+            status("chaos: starting a 3-broker Kafka cluster and a 3-node Qdrant cluster")
+            running.callback(nodes.stop)
+            nodes.start()
+            services.base, services.env = nodes.settings(), nodes.env()
+            if services.faults is not None:
+                services.env["MEMSTREAM_QDRANT_URL"] = ",".join(
+                    f"http://{services.faults.proxy(f'qdrant-{i}', port).address}"
+                    for i, port in enumerate(nodes.qdrant_ports(), 1)
+                )
+        elif services.faults is not None:
+            status("chaos: starting the run's broker behind its proxy")
+            services.base = Settings(kafka_bootstrap=services.faults.start_broker())
+        return services
+
+    def worker_env(self) -> dict[str, str]:
+        return self.faults.worker_env() if self.faults is not None else {}
+
+
+class Failures:
+    """The schedule carried out on the workers, the broker, the LLM server, the nodes and the proxies;
+    what each kind of failure did, counted. ``base``: the shared services' settings (the broker and
+    the LLM server restarted)."""
+
+    def __init__(self, base: Settings, fleet: Fleet, services: ChaosServices):
+        self.base, self.fleet, self.nodes, self.faults = base, fleet, services.nodes, services.faults
+        self.counts: Counter[str] = Counter()
+
+    def apply(self, event: Event) -> None:
+        if event.action == "kill":
+            self.fleet.kill(event.target, event.pause_s)
+            self.counts["kills"] += 1
+        elif event.action == "stop":
+            self.counts["stops"] += self.fleet.stop(event.target, event.pause_s)
+        elif event.action == "broker_restart":
+            if self.faults is not None and self.faults.broker is not None:  # the run's own, behind the proxy
+                self.faults.restart_broker()
+            else:
+                runtime.KAFKA.stop(self.base)
+                runtime.KAFKA.start(self.base)
+            self.counts["broker_restarts"] += 1
+        elif event.action == "llm_restart":
+            runtime.LOCAL_LLM.stop(self.base)
+            runtime.LOCAL_LLM.start(self.base)
+            self.counts["llm_restarts"] += 1
+        elif event.action in ("broker_kill", "qdrant_kill") and self.nodes is not None:
+            self.counts[event.action + "s"] += self.nodes.kill(event.action, int(event.target), event.pause_s)
+        elif event.action == "group_kill":
+            group = INGEST if event.target == "ingest" else STORE
+            for name in [n for n, stages in self.fleet.workers.items() if stages == group]:
+                self.fleet.kill(name, event.pause_s)
+            self.counts["group_kills"] += 1
+        elif event.action in NETWORK_FAULTS and self.faults is not None:
+            self.faults.apply(event)
+
+    def tend(self) -> None:
+        """Toxics off, nodes and workers back, as each is due."""
+        for part in (self.faults, self.nodes, self.fleet):
+            if part is not None:
+                part.tend()
+
+    def settle(self) -> None:
+        """Every toxic off, every node and worker back now."""
+        for part in (self.faults, self.nodes, self.fleet):
+            if part is not None:
+                part.settle()
+
+
+class Load:
+    """The run's traffic, each on a thread of its own: the producer streams the turns over the first
+    ``produce_share`` of the run, the asker asks until the run ends."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        turns: Sequence[Turn],
+        questions: Sequence[tuple[str, str, str]],
+        options: ChaosOptions,
+    ):
+        self.settings, self.turns, self.questions, self.options = settings, turns, questions, options
+        self.stopping = threading.Event()
+        self.asked = Asked()
+        self.sent = 0  # turns produced so far
+        self.retries = 0  # sends the producer repeated (the broker was down)
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> float:
+        """Both threads started; returns when (the run's start on the monotonic clock)."""
+        started = time.monotonic()
+        self.threads = [
+            threading.Thread(target=self._produce, name="chaos-producer"),
+            threading.Thread(
+                target=ask_continuously,
+                name="chaos-asker",
+                args=(
+                    self.settings,
+                    self.questions,
+                    self.options,
+                    self.stopping,
+                    self.asked,
+                    self.options.llm,
+                    started,
+                ),
+            ),
+        ]
+        for th in self.threads:
+            th.start()
+        return started
+
+    def _produce(self) -> None:
+        seconds = self.options.minutes * 60 * self.options.produce_share
+        self.retries = produce(self.settings, self.turns, seconds, self.stopping, self._on_sent)
+
+    def _on_sent(self, sent: int) -> None:
+        self.sent = sent
+
+    @property
+    def producing(self) -> bool:
+        return self.threads[0].is_alive()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for th in self.threads:
+            th.join(timeout=self.options.ask_timeout_s + 30)
+
+
+def run_schedule(
+    events: Sequence[Event],
+    failures: Failures,
+    load: Load,
+    duration: float,
+    status: Callable[[str], None],
+    on_progress: Callable[[float, int], None],
+) -> None:
+    """The run with failures: the load from the start until the producer is done and ``duration`` is
+    over, each event at its time, then everything back."""
+    started = load.start()
+    pending = list(events)
+    try:
+        while (elapsed := time.monotonic() - started) < duration or load.producing:
+            on_progress(min(elapsed, duration), load.sent)
+            while pending and pending[0].at_s <= elapsed:
+                event = pending.pop(0)
+                status(f"chaos: {event.action} {event.target}".strip())
+                failures.apply(event)
+            failures.tend()
+            time.sleep(0.2)
+        status("chaos over: every toxic off, every node and worker back")
+        failures.settle()
+    finally:
+        load.stop()
+
+
 def run_chaos_bench(
     options: ChaosOptions,
     *,
@@ -767,123 +943,26 @@ def run_chaos_bench(
     base = Settings()
     turns, questions = chaos_turns(options)
     events = plan_events(options, list(options.workers))
-    nodes: Nodes | None = None
-    faults: NetworkFaults | None = None
     with contextlib.ExitStack() as running:
         running.enter_context(runtime.KAFKA.session(base))
         if options.llm:
             running.enter_context(runtime.LOCAL_LLM.session(base))
         reference_ids, reference_s = run_reference(base, options, turns, status)
-
-        chaos_base, chaos_env = base, {}
-        if options.network_faults:
-            faults = NetworkFaults(options.workdir, status)
-            running.callback(faults.stop)
-            status("chaos: starting Toxiproxy")
-            faults.start()
-            if options.llm:
-                faults.proxy("llm", base.llm_port)
-        if options.cluster:
-            nodes = Nodes(options.workdir, status)
-            status("chaos: starting a 3-broker Kafka cluster and a 3-node Qdrant cluster")
-            running.callback(nodes.stop)
-            nodes.start()
-            chaos_base, chaos_env = nodes.settings(), nodes.env()
-            if faults is not None:
-                chaos_env["MEMSTREAM_QDRANT_URL"] = ",".join(
-                    f"http://{faults.proxy(f'qdrant-{i}', port).address}"
-                    for i, port in enumerate(nodes.qdrant_ports(), 1)
-                )
-        elif faults is not None:
-            status("chaos: starting the run's broker behind its proxy")
-            chaos_base = Settings(kafka_bootstrap=faults.start_broker())
-        deployment = Deployment(chaos_base, options.workdir / "chaos", chaos_env)
-        chaos_worker_env = worker_env(options, base) | (faults.worker_env() if faults is not None else {})
-        fleet = Fleet(deployment, chaos_worker_env, status, options.workers)
+        services = ChaosServices.start(running, base, options, status)
+        deployment = Deployment(services.base, options.workdir / "chaos", services.env)
+        fleet = Fleet(deployment, worker_env(options, base) | services.worker_env(), status, options.workers)
         running.callback(fleet.stop_all)
         status("chaos: starting workers")
         fleet.start_all()
-        stop = threading.Event()
-        asked = Asked()
-        progress = {"sent": 0}
-        duration = options.minutes * 60
-        producer_result: dict[str, int] = {}
-
-        def producer_main() -> None:
-            producer_result["retries"] = produce(
-                deployment.settings,
-                turns,
-                duration * options.produce_share,
-                stop,
-                lambda n: progress.__setitem__("sent", n),
-            )
-
-        started = time.monotonic()
-        threads = [
-            threading.Thread(target=producer_main, name="chaos-producer"),
-            threading.Thread(
-                target=ask_continuously,
-                name="chaos-asker",
-                args=(deployment.settings, questions, options, stop, asked, options.llm, started),
-            ),
-        ]
-        for th in threads:
-            th.start()
-        counts: Counter[str] = Counter()
-        pending = list(events)
-        try:
-            while (elapsed := time.monotonic() - started) < duration or threads[0].is_alive():
-                on_progress(min(elapsed, duration), progress["sent"])
-                while pending and pending[0].at_s <= elapsed:
-                    event = pending.pop(0)
-                    status(f"chaos: {event.action} {event.target}".strip())
-                    if event.action == "kill":
-                        fleet.kill(event.target, event.pause_s)
-                        counts["kills"] += 1
-                    elif event.action == "stop":
-                        counts["stops"] += fleet.stop(event.target, event.pause_s)
-                    elif event.action == "broker_restart":
-                        if faults is not None and faults.broker is not None:  # the run's own, behind the proxy
-                            faults.restart_broker()
-                        else:
-                            runtime.KAFKA.stop(base)
-                            runtime.KAFKA.start(base)
-                        counts["broker_restarts"] += 1
-                    elif event.action == "llm_restart":
-                        runtime.LOCAL_LLM.stop(base)
-                        runtime.LOCAL_LLM.start(base)
-                        counts["llm_restarts"] += 1
-                    elif event.action in ("broker_kill", "qdrant_kill") and nodes is not None:
-                        counts[event.action + "s"] += nodes.kill(event.action, int(event.target), event.pause_s)
-                    elif event.action == "group_kill":
-                        group = INGEST if event.target == "ingest" else STORE
-                        for name in [n for n, stages in fleet.workers.items() if stages == group]:
-                            fleet.kill(name, event.pause_s)
-                        counts["group_kills"] += 1
-                    elif event.action in NETWORK_FAULTS and faults is not None:
-                        faults.apply(event)
-                if faults is not None:
-                    faults.tend()
-                if nodes is not None:
-                    nodes.tend()
-                fleet.tend()
-                time.sleep(0.2)
-            status("chaos over: every toxic off, every node and worker back")
-            if faults is not None:
-                faults.settle()
-            if nodes is not None:
-                nodes.settle()
-            fleet.settle()
-        finally:
-            stop.set()
-            for th in threads:
-                th.join(timeout=options.ask_timeout_s + 30)
+        failures = Failures(base, fleet, services)
+        load = Load(deployment.settings, turns, questions, options)
+        run_schedule(events, failures, load, options.minutes * 60, status, on_progress)
         finish_s = finish(fleet, deployment, status)
         writes = memory_writes(v for _, v in deployment.read_topic(Topic.CARDS, timeout_s=60))
         dead = deployment.dead_letters()
-        produced_turns = turns[: progress["sent"]]
         chaos_ids = store_ids(deployment, {t.tenant_id for t in turns})
-        delivery = score_delivery(produced_turns, chaos_ids, reference_ids, writes)
+        delivery = score_delivery(turns[: load.sent], chaos_ids, reference_ids, writes)
+    counts, faults, asked = failures.counts, services.faults, load.asked
     return {
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
         "events": [asdict(e) for e in events],
@@ -903,7 +982,7 @@ def run_chaos_bench(
         "crashes": fleet.crashes,
         "turns": delivery.turns,
         "turns_planned": len(turns),
-        "producer_retries": producer_result.get("retries", 0),
+        "producer_retries": load.retries,
         "lost": delivery.lost,
         "duplicated": delivery.duplicated,
         "extra_points": delivery.extra_points,

@@ -1142,7 +1142,7 @@ def _e2e_options(
     torch_threads: int,
     seed: int,
 ):
-    from memstream.bench.e2e import E2EOptions
+    from memstream.bench.e2e_state import E2EOptions
 
     if extract not in ("extractive", "llm"):
         raise typer.BadParameter("--extract is 'extractive' or 'llm'")

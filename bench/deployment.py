@@ -15,21 +15,22 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping
-
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from typing import Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from memstream.adapters import open_existing_store
+from memstream.bench.topic_reading import message_count, read_messages
 from memstream.client import AsyncMemoryClient, ForgetOutcome, wait_written
-from memstream.config import Settings, absolute_path, group_id, reading_groups
+from memstream.config import Settings, absolute_path
 from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
 from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams import runtime
-from memstream.streams.kafka_options import client_options
-from memstream.streams.lag import partitions_of, topics_lag, wait_drained
+from memstream.streams.lag import topics_lag, wait_drained
 from memstream.streams.topics import ensure_topics
+from memstream.topology import group_id, reading_groups
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -192,19 +193,20 @@ class Deployment:
         self.gateways.append(gateway)
         return gateway
 
-    def produce(self, turns: Iterable[Turn], on_sent=None) -> int:
-        async def go() -> int:
+    def _call(self, call: Callable[[AsyncMemoryClient], Awaitable[T]]) -> T:
+        """One call of a client of this deployment, on an event loop of its own (its callers are synchronous)."""
+
+        async def go() -> T:
             async with AsyncMemoryClient(self.settings) as client:
-                return await client.remember(turns, on_sent=on_sent)
+                return await call(client)
 
         return asyncio.run(go())
 
-    def produce_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
-        async def go() -> None:
-            async with AsyncMemoryClient(self.settings) as client:
-                await client.send_raw(self.settings.topic(topic), key, value)
+    def produce(self, turns: Iterable[Turn], on_sent=None) -> int:
+        return self._call(lambda client: client.remember(turns, on_sent=on_sent))
 
-        asyncio.run(go())
+    def produce_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self._call(lambda client: client.send_raw(self.settings.topic(topic), key, value))
 
     def drain(
         self,
@@ -239,11 +241,9 @@ class Deployment:
         return {t: lag.get(self.settings.topic(t), 0) for t in topics}
 
     def consolidate(self, *, tenant: str | None = None, conversation: str | None = None, scope: str = "pending") -> int:
-        async def go() -> int:
-            async with AsyncMemoryClient(self.settings) as client:
-                return await client.consolidate(tenant_id=tenant, conversation_id=conversation, scope=scope)  # type: ignore[arg-type]
-
-        return asyncio.run(go())
+        return self._call(
+            lambda client: client.consolidate(tenant_id=tenant, conversation_id=conversation, scope=scope)  # type: ignore[arg-type]
+        )
 
     def ask(
         self,
@@ -255,19 +255,17 @@ class Deployment:
         answer: bool = True,
         timeout_s: float = 60.0,
     ) -> Reply:
-        async def go() -> Reply:
-            async with AsyncMemoryClient(self.settings) as client:
-                return await client.ask(
-                    question,
-                    tenant_id=tenant,
-                    conversation_id=conversation,
-                    profile=profile,
-                    answer=answer,
-                    timeout_s=timeout_s,
-                    raise_on_error=False,  # tests look at error replies themselves
-                )
-
-        return asyncio.run(go())
+        return self._call(
+            lambda client: client.ask(
+                question,
+                tenant_id=tenant,
+                conversation_id=conversation,
+                profile=profile,
+                answer=answer,
+                timeout_s=timeout_s,
+                raise_on_error=False,  # tests look at error replies themselves
+            )
+        )
 
     def forget(
         self,
@@ -278,17 +276,11 @@ class Deployment:
         turn_ids: Iterable[str] = (),
         timeout_s: float = 300.0,
     ) -> ForgetOutcome:
-        async def go() -> ForgetOutcome:
-            async with AsyncMemoryClient(self.settings) as client:
-                return await client.forget(
-                    tenant_id=tenant,
-                    conversation_id=conversation,
-                    speaker=speaker,
-                    turn_ids=turn_ids,
-                    timeout_s=timeout_s,
-                )
-
-        return asyncio.run(go())
+        return self._call(
+            lambda client: client.forget(
+                tenant_id=tenant, conversation_id=conversation, speaker=speaker, turn_ids=turn_ids, timeout_s=timeout_s
+            )
+        )
 
     @contextlib.contextmanager
     def store(self) -> Iterator[VectorStore]:
@@ -304,52 +296,12 @@ class Deployment:
         self, topic: str, *, timeout_s: float = 10.0, prefixed: bool = True
     ) -> list[tuple[bytes | None, bytes]]:
         """Every message on a topic, from the beginning."""
-
-        async def go() -> list[tuple[bytes | None, bytes]]:
-            consumer = AIOKafkaConsumer(
-                **client_options(self.settings),
-                enable_auto_commit=False,
-                max_partition_fetch_bytes=self.settings.max_message_bytes,
-                fetch_max_bytes=self.settings.max_message_bytes,
-            )
-            await consumer.start()
-            try:
-                name = self.settings.topic(topic) if prefixed else topic
-                partitions = (await partitions_of(self.settings, name))[name]
-                tps = [TopicPartition(name, p) for p in partitions]
-                consumer.assign(tps)
-                await consumer.seek_to_beginning(*tps)
-                ends = await consumer.end_offsets(tps)
-                out: list[tuple[bytes | None, bytes]] = []
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + timeout_s
-                while loop.time() < deadline:
-                    positions = [await consumer.position(tp) for tp in tps]
-                    if all(pos >= ends[tp] for pos, tp in zip(positions, tps)):
-                        break
-                    batch = await consumer.getmany(timeout_ms=500)
-                    for records in batch.values():
-                        out += [(r.key, r.value) for r in records]
-                return out
-            finally:
-                await consumer.stop()
-
-        return asyncio.run(go())
+        name = self.settings.topic(topic) if prefixed else topic
+        return asyncio.run(read_messages(self.settings, name, timeout_s=timeout_s))
 
     def message_count(self, topic: str) -> int:
         """Messages on a topic so far: the sum of its partitions' end offsets."""
-
-        async def go() -> int:
-            name = self.settings.topic(topic)
-            consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
-            await consumer.start()
-            try:
-                tps = [TopicPartition(name, p) for p in (await partitions_of(self.settings, name))[name]]
-                return sum((await consumer.end_offsets(tps)).values())
-            finally:
-                await consumer.stop()
-
-        return asyncio.run(go())
+        return asyncio.run(message_count(self.settings, self.settings.topic(topic)))
 
     def dead_letters(self) -> list[DeadLetter]:
         return [DeadLetter.from_bytes(v) for _, v in self.read_topic("dlq")]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, score
-from memstream.bench.e2e import provenance
+from memstream.bench.e2e_ask import provenance
 from memstream.bench.scoring import percentile
 from memstream.ports import LLM, Embedder, LLMError, LlmRequest, LlmResult, VectorStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions

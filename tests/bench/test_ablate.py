@@ -19,7 +19,7 @@ from memstream.bench.ablate import (
     summarize,
 )
 from memstream.bench.cases import BenchQuestion
-from memstream.bench.e2e import Unit
+from memstream.bench.e2e_baselines import Unit
 from memstream.processors.query.graph import GraphParams
 from memstream.processors.query.retrieve import RetrievalParams
 

@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from memstream.bench.cases import BenchQuestion, BenchSet
-from memstream.bench.e2e import E2EOptions, RunState, Unit, append_record, control_answer, read_records, take_units
+from memstream.bench.e2e_ask import control_answer
+from memstream.bench.e2e_baselines import Unit, take_units
+from memstream.bench.e2e_state import E2EOptions, RunState, append_record, read_records
 from memstream.bench.report import (
     BASELINES,
     aggregate,

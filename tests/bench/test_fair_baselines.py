@@ -23,16 +23,10 @@ from memstream.bench.cases import (
     ranked_scores,
     split_of,
 )
-from memstream.bench.e2e import (
-    E2EOptions,
-    Unit,
-    baseline_rows,
-    fuse,
-    question_record,
-    reader_context,
-    take_units,
-)
-from memstream.bench.e2e import rankings_of as rankings
+from memstream.bench.e2e_ask import question_record, reader_context
+from memstream.bench.e2e_baselines import Unit, baseline_rows, fuse, take_units
+from memstream.bench.e2e_baselines import rankings_of as rankings
+from memstream.bench.e2e_state import E2EOptions
 from memstream.bench.report import BASELINES, render_report, summarize_run
 from memstream.bench.retrieval import baseline_sentence_chunks, baseline_turn_text, sentence_baseline_store
 from memstream.bench.scoring import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memstream.bench.e2e import read_records
+from memstream.bench.e2e_state import read_records
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path
 from memstream.streams.runtime import REPO_ROOT
