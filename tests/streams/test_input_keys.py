@@ -16,7 +16,8 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query, ReadRequest
 from memstream.schemas.keys import KeyMismatch, check_key
-from memstream.streams.runtime.context import WorkerContext, raw_key
+from memstream.streams.runtime.handling import Handling, raw_key
+from memstream.streams.runtime.output import Output
 from memstream.streams.stages import compress, consolidate, query
 from memstream.streams.stages.api import Handler, Record, StageResult
 from memstream.tracing import Tracing
@@ -143,16 +144,15 @@ def test_a_wrongly_keyed_query_is_refused_and_its_asker_told_why():
 def test_a_consumed_key_reaches_the_handler_and_a_mismatch_is_dead_lettered_once_not_retried():
     assert raw_key(None) is None and raw_key(b"t1/c1") == b"t1/c1"
     assert raw_key(bytearray(b"t1/c1")) == b"t1/c1" and raw_key("t1/c1") == b"t1/c1"
-    ctx = WorkerContext.__new__(WorkerContext)
-    ctx.s, ctx.metrics = Settings(), Metrics()
-    ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
+    settings, tracing, metrics = Settings(), Tracing(enabled=False), Metrics()
+    output = Output(None, settings, tracing, metrics, None)  # type: ignore[arg-type]
     sent: list[tuple[str, bytes, bytes]] = []
 
     async def send(topic: str, key: bytes, value: bytes, *_: Any, **__: Any) -> Any:
         sent.append((topic, key, value))
         return asyncio.sleep(0)
 
-    ctx.send = send  # type: ignore[method-assign]
+    output.send = send  # type: ignore[method-assign]
     seen: list[bytes | None] = []
 
     async def handler(record: Record) -> StageResult:
@@ -161,13 +161,14 @@ def test_a_consumed_key_reaches_the_handler_and_a_mismatch_is_dead_lettered_once
         return StageResult()
 
     message = SimpleNamespace(topic="memory.turns", partition=0, offset=3, timestamp=1.0, key=b"t1/c2", headers=[])
-    asyncio.run(ctx._handle("compress", SimpleNamespace(value=b"{}", message=message), handler))
+    handling = Handling(settings, tracing, metrics, output)
+    asyncio.run(handling.run("compress", SimpleNamespace(value=b"{}", message=message), handler))
     assert seen == [b"t1/c2"]  # once: a wrong key is no failure to try again
     [(topic, key, value)] = sent
     letter = DeadLetter.from_bytes(value)
     assert (topic, key, letter.key, letter.tenant_id) == ("memory.dlq", b"t1/c2", "t1/c2", "t1")
     assert (letter.reason, letter.error_type) == ("key 't1/c2' does not match the payload's 't1/c1'", "KeyMismatch")
-    assert ctx.metrics.dead_letters.labels("compress", "wrong key")._value.get() == 1  # no key in the label
+    assert metrics.dead_letters.labels("compress", "wrong key")._value.get() == 1  # no key in the label
 
 
 def test_a_wrongly_keyed_read_is_refused_and_its_asker_told_why():

@@ -1,5 +1,5 @@
 """A vector-store outage holds a message and tries it again; only other failures dead-letter it
-(the stage context without Kafka: a fake event, the real retry loop)."""
+(a message's handling without Kafka: a fake event and output, the real retry loop)."""
 
 from __future__ import annotations
 
@@ -11,27 +11,21 @@ import pytest
 from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.ports import StoreUnavailable
-from memstream.streams.runtime import context as context_module
-from memstream.streams.runtime.context import WorkerContext
+from memstream.streams.runtime import handling as handling_module
+from memstream.streams.runtime.handling import Handling
 from memstream.streams.stages.api import StageResult
 from memstream.tracing import Tracing
 
 
-def bare_context(letters: list[str]) -> WorkerContext:
-    ctx = WorkerContext.__new__(WorkerContext)
-    ctx.s = Settings(processing_retries=2)
-    ctx.metrics = Metrics()
-    ctx.services = SimpleNamespace(tracing=Tracing(enabled=False))  # type: ignore[assignment]
-
+def bare_handling(letters: list[str]) -> Handling:
     async def dead_letter(stage, event, raw, reason, exc):
         letters.append(reason)
 
     async def produce(stage, outputs):
         return None
 
-    ctx.dead_letter = dead_letter  # type: ignore[method-assign]
-    ctx.produce = produce  # type: ignore[method-assign]
-    return ctx
+    output = SimpleNamespace(dead_letter=dead_letter, produce=produce)
+    return Handling(Settings(processing_retries=2), Tracing(enabled=False), Metrics(), output)  # type: ignore[arg-type]
 
 
 EVENT = SimpleNamespace(
@@ -45,7 +39,7 @@ def no_waiting(monkeypatch):
     async def instant(_seconds: float) -> None:
         return None
 
-    monkeypatch.setattr(context_module.asyncio, "sleep", instant)
+    monkeypatch.setattr(handling_module.asyncio, "sleep", instant)
 
 
 def failing(times: int, error: Exception, calls: list[int]):
@@ -61,18 +55,18 @@ def failing(times: int, error: Exception, calls: list[int]):
 def test_an_outage_longer_than_every_retry_is_waited_out_and_never_dead_lettered():
     letters: list[str] = []
     calls: list[int] = []
-    ctx = bare_context(letters)
-    asyncio.run(ctx._handle("index", EVENT, failing(25, StoreUnavailable("no Qdrant node answers"), calls)))
+    handling = bare_handling(letters)
+    asyncio.run(handling.run("index", EVENT, failing(25, StoreUnavailable("no Qdrant node answers"), calls)))
     assert len(calls) == 26 and letters == []  # 25 outages (more than processing_retries), then done
-    assert ctx.metrics.store_outages.labels("index")._value.get() == 25
-    assert ctx.metrics.errors.labels("index")._value.get() == 0
+    assert handling.metrics.store_outages.labels("index")._value.get() == 25
+    assert handling.metrics.errors.labels("index")._value.get() == 0
 
 
 def test_any_other_failure_is_retried_then_dead_lettered_with_its_reason():
     letters: list[str] = []
     calls: list[int] = []
-    ctx = bare_context(letters)
-    asyncio.run(ctx._handle("index", EVENT, failing(99, ValueError("bad card"), calls)))
+    handling = bare_handling(letters)
+    asyncio.run(handling.run("index", EVENT, failing(99, ValueError("bad card"), calls)))
     assert len(calls) == 3 and letters == ["processing failed: bad card"]  # 1 + processing_retries
 
 
