@@ -50,6 +50,7 @@ import httpx
 
 from memstream.bench import clusters
 from memstream.bench.deployment import Deployment, free_port
+from memstream.bench.dev_data import locomo_dev_if_present
 from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
@@ -298,8 +299,7 @@ class Asked:
 def chaos_turns(options: ChaosOptions) -> tuple[list[Turn], list[tuple[str, str, str]]]:
     """The turns to stream (conversations interleaved, each in order) and the questions to ask
     (tenant, conversation, question)."""
-    shared = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-    path = options.data or (shared if shared.exists() else None)
+    path = options.data or locomo_dev_if_present()
     sources: list[tuple[str, LocomoSample, int | None]] = []
     if path is not None:
         for i, sample in enumerate(load_locomo(path)[: options.conversations]):

@@ -2,53 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-import json
 import logging
 import signal
 import sys
 import time
-from dataclasses import replace
+import typing
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from memstream.bench.cli_shared import (
+    JSON_OUT,
+    JSON_OUT_AND_PNG,
+    comma_ints,
+    comma_list,
+    console,
+    print_figures,
+    progress_bar,
+    write_json,
+)
+from memstream.bench.dev_data import LOCOMO_DEV, LONGMEMEVAL_DEV
 from memstream.config import Settings
-from memstream.streams.runtime import REPO_ROOT
 
 bench = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks: figures on the console and in JSON")
-console = Console()
-
-# The development data sits beside the repository (../shared); every command takes another path.
-LONGMEMEVAL_DEV = REPO_ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json"
-LOCOMO_DEV = REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    )
-
-
-def _print_figures(title: str, result: dict, keys: tuple[str, ...]) -> None:
-    """A two-column table of these figures of a result."""
-    table = Table(title=title)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key in keys:
-        table.add_row(key, str(result[key]))
-    console.print(table)
-
-
-def _write_json(result: dict, out: Optional[Path]) -> None:
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"JSON written to {out}")
 
 
 @bench.command("segment")
@@ -57,7 +38,7 @@ def segment(
         LONGMEMEVAL_DEV, help="LongMemEval JSON: each question's haystack sessions become one stream"
     ),
     questions: int = typer.Option(4, min=1, help="How many questions' haystacks to stream"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Boundary precision / recall / F1 (±1 turn) of similarity-only, attention-only and hybrid segmentation."""
     from memstream.bench.segment import METHODS, run_segment_bench
@@ -65,7 +46,7 @@ def segment(
 
     services = Services(Settings())
     params = services.segment_params
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("loading models", total=questions)
         embed, attention = services.embedder.embed, services.attention
         progress.update(task, description="streaming haystacks")
@@ -87,7 +68,7 @@ def segment(
         r = result["methods"][m]
         table.add_row(m, f"{r['precision']:.3f}", f"{r['recall']:.3f}", f"{r['f1']:.3f}", str(r["predicted"]))
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("calibrate-heads")
@@ -123,7 +104,7 @@ def ingest(
         help="LLMLingua model folder (default: MEMSTREAM_COMPRESSOR_MODEL; "
         "'smollm2' converts and uses the packaged SmolLM2, LLMLingua-1 mode)",
     ),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Stream LoCoMo conversations through the real Kafka pipeline; count calls, tokens, memories and speed."""
     from memstream.bench.ingest import IngestOptions, load_turns, run_ingest_bench
@@ -136,7 +117,7 @@ def ingest(
         model = str(convert_gguf_to_hf(smollm2_gguf_path(), DEFAULT_SMOLLM2_HF_DIR))
     options = IngestOptions(
         data=data,
-        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+        conversations=comma_list(conversations),
         sessions=sessions,
         llm=llm,
         compressor_model=model or None,
@@ -144,7 +125,7 @@ def ingest(
     total = len(load_turns(options))
     # SIGTERM unwinds like Ctrl-C, so the worker, LLM server and broker this run started are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_ingest_bench(
             options,
@@ -174,7 +155,7 @@ def ingest(
     ):
         table.add_row(key, str(result[key]))
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("flame")
@@ -183,7 +164,7 @@ def flame(
     turns: int = typer.Option(..., min=1, help="Turns the profiled run ingested (for ms per turn)"),
     rate: float = typer.Option(50.0, help="py-spy's sampling rate (-r) in Hz"),
     process: str = typer.Option("worker --no-supervise", help="Text of the profiled process's command line"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Fold a py-spy profile of a worker into the parts a turn pays for: model, Kafka, Qdrant, Python."""
     from memstream.bench.flame import fold_file, per_turn_ms
@@ -198,14 +179,14 @@ def flame(
     for name, row in result["parts"].items():
         table.add_row(name, str(row["cpu_s"]), f"{row['share']:.1%}", str(result["cpu_ms_per_turn"].get(name, "-")))
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("compare")
 def compare_runs(
     results: list[Path] = typer.Argument(..., help="results.json of bench locomo/longmemeval runs, the baseline first"),
     label: list[str] = typer.Option([], "--label", help="A name per run, in order (default: its commits)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+    json_out: Optional[Path] = JSON_OUT_AND_PNG,
 ) -> None:
     """Ingest speed and recall at every K of several runs on the same data, against the first."""
     from memstream.bench.compare import compare, load, plot_compare, run_summary
@@ -227,7 +208,7 @@ def compare_runs(
             run["label"], run["commit"], str(run["ingest_s"]), str(run["turns_per_s"]), f"{run['speedup']}x", *recall
         )
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out:
         console.print(f"plot: {plot_compare(result, json_out.with_suffix('.png'))}")
 
@@ -250,7 +231,7 @@ def scale(
         1200, "--turns", "--max-turns", min=50, help="Turns to ingest in each run (whole sessions)"
     ),
     torch_threads: int = typer.Option(1, min=1, help="Model threads per worker process"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
     cluster: bool = typer.Option(
         False,
         "--cluster",
@@ -325,7 +306,7 @@ def scale(
         options.workdir = workdir
     total = len(scale_turns(options))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_scale_bench(
             options,
@@ -343,7 +324,7 @@ def scale(
     console.print(table)
     if "speedup" in result:
         console.print(f"speedup with 2 workers: {result['speedup']}x ({result['machine']})")
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 def _ms(per_unit: dict, key: str) -> str:
@@ -359,7 +340,7 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
         options.workdir = workdir
     total = len(load_turns(options))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_cluster_bench(
             options,
@@ -432,7 +413,7 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
             + f"; every run within {summary['tolerance']:.0%}: {'yes' if summary['within'] else 'no'}",
             highlight=False,
         )
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out:
         console.print(f"plot: {plot_cluster(result, json_out.with_suffix('.png'))}")
 
@@ -442,16 +423,16 @@ def fuzz(
     n: int = typer.Option(10_000, "--n", min=10, help="Messages to send (about 40% good turns)"),
     seed: int = typer.Option(0, help="Seed of the generator"),
     workdir: Path = typer.Option(Path(".data/bench/fuzz"), help="Data folder of the deployment"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Hostile input on turns, queries and control, interleaved with good turns: every bad message
     must be dead-lettered with its reason, every good turn stored, no worker crash."""
     from memstream.bench.fuzz import run_fuzz_bench
 
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=None)
         result = run_fuzz_bench(n, seed=seed, workdir=workdir, status=lambda t: progress.update(task, description=t))
-    _print_figures(
+    print_figures(
         f"fuzz: {n} messages, seed {seed}",
         result,
         (
@@ -467,7 +448,7 @@ def fuzz(
             "good_queries_answered",
         ),
     )
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("erasure")
@@ -477,7 +458,7 @@ def erasure(
     sessions: Optional[int] = typer.Option(2, help="Sessions of each LoCoMo conversation (0 = all)"),
     tenants: int = typer.Option(3, min=1, help="Every conversation streams under each of these tenants"),
     workdir: Path = typer.Option(Path(".data/bench/erasure"), help="Data folder of the deployment"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Forget (a speaker, turn ids, a conversation, a tenant) while conversations stream in, then a
     kill -9 and a replay of every turn: remaining_copies (must be 0) and the forget latency."""
@@ -486,7 +467,7 @@ def erasure(
     options = ErasureOptions(
         data=data, conversations=conversations, sessions=sessions or None, tenants=tenants, workdir=workdir
     )
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=None)
         result = run_erasure_bench(options, status=lambda text: progress.update(task, description=text))
     table = Table(title="erasure")
@@ -503,7 +484,7 @@ def erasure(
         f"kept turns {result['kept_turns_found']}/{result['kept_turns_expected']}; "
         f"dead letters {result['dead_letters']}"
     )
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("ablate")
@@ -512,7 +493,7 @@ def ablate(
     data: Path = typer.Option(LOCOMO_DEV, help="The LoCoMo JSON that run used"),
     k: int = typer.Option(10, min=1, help="Evidence K of the fixed-K variants"),
     adaptive_budget: int = typer.Option(1000, min=16, help="Token budget of the adaptive variants"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
     only: list[str] = typer.Option([], "--only", help="Run only the variants whose name contains this (repeatable)"),
     split: Optional[str] = typer.Option(None, help="Only this split's questions: tune (for choosing) or report"),
 ) -> None:
@@ -525,7 +506,7 @@ def ablate(
     questions = locomo_set(data)
     asked = [q for q in questions.questions if split is None or questions.split(q.qid) == split]
     total = len(asked) * variant_count(options)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("variants × questions", total=total)
         result = run_ablation_bench(options, on_question=lambda: progress.advance(task))
     for shown in ("report", "tune"):
@@ -558,7 +539,7 @@ def ablate(
                 str(r["baselines"]["rrf_sentences"]["evidence_recall"]),
             )
         console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out and not only and split is None:  # the plot needs the fixed-K and adaptive rows
         console.print(f"plot: {plot_budget(result, json_out.with_suffix('.png'))}")
 
@@ -571,7 +552,7 @@ def embed(
     threads: int = typer.Option(1, min=1, help="CPU threads per backend (the worker's default is 1)"),
     batch_size: int = typer.Option(64, min=1),
     batch_tokens: int = typer.Option(512, min=0, help="onnx: padded tokens per forward pass at most (0 = no limit)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Embedding backends: texts/s, agreement with torch's vectors, and dense top-K recall on LoCoMo per split."""
     from memstream.bench.embed import BACKENDS, EmbedOptions, run_embed_bench
@@ -617,12 +598,12 @@ def embed(
             if budget not in ("conversations", "texts"):
                 grid_table.add_row(budget, str(row["turns_per_s"]), str(row["sentences_per_s"]))
         console.print(grid_table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("profile")
 def profile(
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Precision and recall of the extractive profile (is a filed sentence its speaker's own taste?)
     on labelled lines: the rules' tuning file and the held-out report file, against the old keyword rule."""
@@ -638,7 +619,7 @@ def profile(
                 f"{split} ({r['lines']})", rule, str(r["filed"]), str(r["precision"]), str(r["recall"]), str(r["f1"])
             )
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("gateway")
@@ -654,7 +635,7 @@ def gateway(
     from memstream.bench.gateway import GatewayBenchOptions, plot_latencies, run_gateway_bench
 
     options = GatewayBenchOptions(requests=requests, concurrency=concurrency, batch=batch, workdir=workdir)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=2 * requests)
         result = run_gateway_bench(
             options,
@@ -670,7 +651,7 @@ def gateway(
             label, str(r["requests"]), str(r["failed"]), str(r["requests_per_s"]), str(r["p50_ms"]), str(r["p99_ms"])
         )
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out:
         plot_latencies(result, json_out.with_suffix(".png"))
 
@@ -688,7 +669,7 @@ def freshness(
     ),
     fresh: bool = typer.Option(True, "--fresh/--no-fresh", help="--no-fresh: without fresh turns (a baseline)"),
     workdir: Path = typer.Option(Path(".data/bench/freshness"), help="Data folder of the deployment"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """From produce to first retrievable, p50 and p99, for the raw turn (fresh turns) and for its
     cards (after the STM flush): the packaged conversation streamed turn by turn, and the last
@@ -707,7 +688,7 @@ def freshness(
     )
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=2 * probe_count(options))
         result = run_freshness_bench(
             options,
@@ -729,7 +710,7 @@ def freshness(
                 continue
             table.add_row(label, what, str(f["n"]), str(f["p50_s"]), str(f["p99_s"]), str(f["max_s"]), str(f["missed"]))
     console.print(table)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("llm-throughput")
@@ -747,7 +728,7 @@ def llm_throughput(
     provider_rpm: float = typer.Option(0.0, min=0.0, help="Calls a minute the provider takes (0 = no limit)"),
     seed: int = typer.Option(0, help="Seed of the latency draws"),
     workdir: Path = typer.Option(Path(".data/bench/llm-throughput"), help="Data folder (the recording is kept here)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+    json_out: Optional[Path] = JSON_OUT_AND_PNG,
 ) -> None:
     """LLM mode at a provider's latency: ingest turns/s (the extract stage) and LLM-answered questions/s
     (the query stage) of one worker at 1, 4, 16 and 64 calls in flight, calls and tokens per 1,000
@@ -772,7 +753,7 @@ def llm_throughput(
     )
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=None)
         result = run_llm_throughput_bench(options, status=lambda text: progress.update(task, description=text))
     table = Table(title=f"one worker, LLM latency p50 {latency_p50:g} s / p99 {latency_p99:g} s (replayed)")
@@ -791,7 +772,7 @@ def llm_throughput(
     console.print(table)
     for n, seconds in result["eight_at_once_s"].items():
         console.print(f"eight questions at once, {n} in flight, each call 1 s: replies after {seconds} s")
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out:
         plot(result, json_out.with_suffix(".png"))
 
@@ -820,7 +801,7 @@ def chaos(
         "bandwidth limit",
     ),
     workdir: Path = typer.Option(Path(".data/bench/chaos"), help="Data folder of both deployments"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Delivery under failure: workers in two stage groups, a producer and an asker, with kill -9,
     SIGSTOP past the session timeout, a broker restart (and an LLM server restart with --llm; with
@@ -846,14 +827,14 @@ def chaos(
     # expected here, and counted in the result instead.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_chaos_bench(
             options,
             status=lambda text: progress.update(task, description=text),
             on_progress=lambda _elapsed, sent: progress.update(task, completed=sent),
         )
-    _print_figures(
+    print_figures(
         f"chaos: {minutes:g} min, seed {seed}",
         result,
         (
@@ -879,7 +860,7 @@ def chaos(
             "reply_p99_ms",
         ),
     )
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out is not None:
         from memstream.bench.chaos import plot_timeline
 
@@ -898,7 +879,7 @@ def retrieval(
         "5,10,20,40,60", help="Evidence K values for recall against context tokens ('' = none)"
     ),
     plot: Optional[Path] = typer.Option(None, help="PNG of the sweep (default: beside --json)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Evidence recall of adaptive / Lookup / Compose / Replay against dense and BM25 top-K over raw
     turns at the same context tokens, LoCoMo categories 1–4, extractive memories; query latency."""
@@ -907,17 +888,17 @@ def retrieval(
 
     options = RetrievalOptions(
         data=data,
-        conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
+        conversations=comma_list(conversations),
         reply_queries=reply_queries,
         scale_cards=scale_cards,
-        sweep_k=[int(k) for k in sweep_k.split(",") if k.strip()],
+        sweep_k=comma_ints(sweep_k),
         plot=plot or (json_out.with_suffix(".png") if json_out else None),
     )
     samples = [s for s in load_locomo(data) if not options.conversations or s.sample_id in options.conversations]
     turns = sum(s.turn_count for s in samples)
     questions = len(load_questions(samples, options.categories))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=turns)
         asked = progress.add_task("questions", total=questions * (1 + len(options.sweep_k)), visible=False)
         grown = progress.add_task("synthetic cards", total=max(scale_cards, 1), visible=False)
@@ -979,7 +960,7 @@ def retrieval(
     ):
         if key in result:
             console.print(f"{key}: {result[key]}")
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 @bench.command("consolidate")
@@ -1009,18 +990,18 @@ def consolidate(
         "the LLM (MEMSTREAM_LLM_BASE_URL, else the local server): cost per queue, agreement "
         "with the rules (0 = skip)",
     ),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here"),
+    json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Time and LLM calls to consolidate N synthetic cards (one update queue each), for growing N; and
     on LongMemEval's knowledge-update questions, newest value ranked above the stale one before and
     after consolidation, with ingestion measured while consolidation runs."""
     from memstream.bench.consolidate import GENERATOR, run_consolidate_bench
 
-    counts = [int(n) for n in sizes.split(",") if n.strip()]
+    counts = comma_ints(sizes)
     result: dict = {}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if counts:
-        with _progress() as progress:
+        with progress_bar() as progress:
             task = progress.add_task("consolidating", total=sum(counts))
             result = run_consolidate_bench(counts, parallel=parallel, progress=lambda k: progress.advance(task, k))
         table = Table(title=f"consolidation at size (rules, no LLM); generator: {GENERATOR}")
@@ -1042,7 +1023,7 @@ def consolidate(
         result["llm_decider"] = _llm_decider(llm_people)
     if longmemeval.strip():
         result["knowledge_update"] = _knowledge_update(Path(longmemeval), tau, k, reopen)
-    _write_json(result, json_out)
+    write_json(result, json_out)
 
 
 def _llm_decider(people: int) -> dict:
@@ -1069,7 +1050,7 @@ def _llm_decider(people: int) -> dict:
             )
         runtime.apply_torch_threads(settings)
         embedder = SentenceTransformerEmbedder.from_settings(settings)
-        with _progress() as progress:
+        with progress_bar() as progress:
             task = progress.add_task(f"LLM decisions ({llm.model})", total=6 * people)
             run = consolidate_stories(
                 people,
@@ -1095,7 +1076,7 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
     questions = load_longmemeval(data)
     cases = [c for c in map(update_case, questions) if c is not None]
     turns = sum(len(longmemeval_turns(q, tenant_id="count")) for q in questions if update_case(q) is not None)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=None if reopen else turns)  # a reopened run streams nothing
         asked = progress.add_task("questions", total=2 * len(cases), visible=False)
         ku = run_knowledge_update_bench(
@@ -1127,59 +1108,121 @@ def _knowledge_update(data: Path, tau: Optional[float], k: Optional[int], reopen
     return ku
 
 
-def _e2e_options(
-    *,
-    out: Path,
-    extract: str,
-    consolidate: bool,
-    llm: bool,
-    judge_base_url: Optional[str],
-    judge_model: Optional[str],
-    planner: Optional[str],
-    k: Optional[int],
-    sweep_k: str,
-    sweep_tokens: str,
-    torch_threads: int,
-    seed: int,
-):
-    from memstream.bench.e2e_state import E2EOptions
-
-    if extract not in ("extractive", "llm"):
-        raise typer.BadParameter("--extract is 'extractive' or 'llm'")
-    if planner not in (None, "auto", "llm", "rules", "hybrid"):
-        raise typer.BadParameter("--planner is 'auto', 'llm', 'rules' or 'hybrid'")
-    budgets = tuple(int(x) for x in sweep_tokens.split(",") if x.strip())
-    if any(not 1 <= b <= 32_000 for b in budgets):
-        raise typer.BadParameter("--sweep-tokens takes budgets of 1 to 32,000 evidence tokens")
-    import os
-
-    return E2EOptions(
-        out=out,
-        extract=extract,
-        consolidate=consolidate,
-        llm=llm,
-        judge_base_url=judge_base_url,
-        judge_model=judge_model,
-        judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
-        planner=planner,
-        k=k,
-        sweep_k=tuple(int(x) for x in sweep_k.split(",") if x.strip()),
-        sweep_tokens=budgets,
-        torch_threads=torch_threads,
-        seed=seed,
-    )
+_LLM_HELP = (
+    "Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODEL / _API_KEY, else the local "
+    "SmolLM2 server) and judge the answers"
+)
+# The options both end-to-end commands take, declared once (typer reads these; they are never mutated).
+E2E_OPTIONS: dict[str, Any] = {
+    "extract": typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm"),
+    "consolidate": typer.Option(True, help="Consolidate after ingestion, as at sleep time"),
+    "llm": typer.Option(False, "--llm/--no-llm", help=_LLM_HELP),
+    "judge_base_url": typer.Option(
+        None, help="Judge endpoint (default: the answer endpoint); key in MEMSTREAM_JUDGE_API_KEY"
+    ),
+    "judge_model": typer.Option(None, help="Judge model (default: the answer model)"),
+    "planner": typer.Option(
+        None,
+        help="Query planner for the questions: auto, llm, rules or hybrid "
+        "(default: configured; rules with the local LLM)",
+    ),
+    "k": typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)"),
+    "sweep_k": typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)"),
+    "sweep_tokens": typer.Option(
+        "300,1000", help="Evidence-token budgets: each question asked again for its items until one ('' = none)"
+    ),
+    "torch_threads": typer.Option(
+        1,
+        min=0,
+        help="Model threads of the worker (0 = every core; 1 lets its stages embed in parallel, one core each)",
+    ),
+    "seed": typer.Option(0, help="Seed of the question draw"),
+    "split": typer.Option(
+        None,
+        help="Only this tuning split's questions: tune or report (the headline part; only their conversations stream)",
+    ),
+    "fresh": typer.Option(False, help="Start over instead of resuming what --out holds"),
+}
 
 
-def _e2e_options_from(given: dict):  # E2EOptions, imported lazily
-    """The shared options from a bench command's parameters, which carry ``_e2e_options``'s names."""
-    return _e2e_options(**{name: given[name] for name in inspect.signature(_e2e_options).parameters})
+@dataclass(frozen=True)
+class E2EArgs:
+    """The values of ``E2E_OPTIONS`` (same names), as a command decorated with ``e2e_command`` gets them."""
+
+    extract: str
+    consolidate: bool
+    llm: bool
+    judge_base_url: Optional[str]
+    judge_model: Optional[str]
+    planner: Optional[str]
+    k: Optional[int]
+    sweep_k: str
+    sweep_tokens: str
+    torch_threads: int
+    seed: int
+    split: Optional[str]
+    fresh: bool
+
+    def options(self, out: Path):  # E2EOptions, imported lazily
+        """The run's options, checked (a bad one is refused before anything runs)."""
+        import os
+
+        from memstream.bench.e2e_state import E2EOptions
+
+        if self.extract not in ("extractive", "llm"):
+            raise typer.BadParameter("--extract is 'extractive' or 'llm'")
+        if self.planner not in (None, "auto", "llm", "rules", "hybrid"):
+            raise typer.BadParameter("--planner is 'auto', 'llm', 'rules' or 'hybrid'")
+        budgets = tuple(comma_ints(self.sweep_tokens))
+        if any(not 1 <= b <= 32_000 for b in budgets):
+            raise typer.BadParameter("--sweep-tokens takes budgets of 1 to 32,000 evidence tokens")
+        return E2EOptions(
+            out=out,
+            extract=self.extract,
+            consolidate=self.consolidate,
+            llm=self.llm,
+            judge_base_url=self.judge_base_url,
+            judge_model=self.judge_model,
+            judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
+            planner=self.planner,
+            k=self.k,
+            sweep_k=tuple(comma_ints(self.sweep_k)),
+            sweep_tokens=budgets,
+            torch_threads=self.torch_threads,
+            seed=self.seed,
+        )
+
+
+def e2e_command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``bench.command(name)`` for a command that takes, after its own options, every one of
+    ``E2E_OPTIONS``: its function declares only its own and gets the shared ones as ``e2e: E2EArgs``."""
+    types = typing.get_type_hints(E2EArgs)
+
+    def register(command: Callable[..., None]) -> Callable[..., None]:
+        own = [p for p in inspect.signature(command).parameters.values() if p.name != "e2e"]
+        shared = [
+            inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, default=declared, annotation=types[option])
+            for option, declared in E2E_OPTIONS.items()
+        ]
+
+        @functools.wraps(command)
+        def with_shared(**given: Any) -> None:
+            e2e = E2EArgs(**{option: given.pop(option) for option in E2E_OPTIONS})
+            command(**given, e2e=e2e)
+
+        # What typer reads: the command's own parameters, then the shared ones (and their types).
+        setattr(with_shared, "__signature__", inspect.Signature([*own, *shared]))
+        with_shared.__annotations__ = {p.name: command.__annotations__[p.name] for p in own} | types
+        return bench.command(name)(with_shared)
+
+    return register
 
 
 def _run_e2e(bench_set, options, fresh: bool) -> None:
     from memstream.bench.e2e import Runner, Ui
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with _progress() as progress:
+    with progress_bar() as progress:
         status = progress.add_task("starting", total=None)
         ingest = progress.add_task("turns ingested", total=bench_set.turns, visible=False)
         asked = progress.add_task("questions", total=len(bench_set.questions), visible=False)
@@ -1249,40 +1292,9 @@ def _print_e2e(result: dict) -> None:
 
 
 _OUT_HELP = "Output folder: results.json, report.md, plots, and the run's state (a rerun resumes it)"
-_LLM_HELP = (
-    "Answer every question with the LLM (MEMSTREAM_LLM_BASE_URL / _MODEL / _API_KEY, else the local "
-    "SmolLM2 server) and judge the answers"
-)
 
 
-# Options both end-to-end commands take (typer reads these declarations; they are never mutated).
-_EXTRACT = typer.Option("extractive", help="How memories are built: extractive (no LLM) or llm")
-_CONSOLIDATE = typer.Option(True, help="Consolidate after ingestion, as at sleep time")
-_LLM = typer.Option(False, "--llm/--no-llm", help=_LLM_HELP)
-_JUDGE_BASE_URL = typer.Option(
-    None, help="Judge endpoint (default: the answer endpoint); key in MEMSTREAM_JUDGE_API_KEY"
-)
-_JUDGE_MODEL = typer.Option(None, help="Judge model (default: the answer model)")
-_PLANNER = typer.Option(
-    None,
-    help="Query planner for the questions: auto, llm, rules or hybrid (default: configured; rules with the local LLM)",
-)
-_K = typer.Option(None, min=1, max=100, help="Evidence items per question (default: configured)")
-_SWEEP_K = typer.Option("5,10,20,40", help="K values of the recall-against-budget curve ('' = none)")
-_SWEEP_TOKENS = typer.Option(
-    "300,1000", help="Evidence-token budgets: each question asked again for its items until one ('' = none)"
-)
-_TORCH_THREADS = typer.Option(
-    1, min=0, help="Model threads of the worker (0 = every core; 1 lets its stages embed in parallel, one core each)"
-)
-_SEED = typer.Option(0, help="Seed of the question draw")
-_SPLIT = typer.Option(
-    None, help="Only this tuning split's questions: tune or report (the headline part; only their conversations stream)"
-)
-_FRESH = typer.Option(False, help="Start over instead of resuming what --out holds")
-
-
-@bench.command("locomo")
+@e2e_command("locomo")
 def locomo(
     data: Path = typer.Option(
         LOCOMO_DEV, help="LoCoMo JSON (the dev set beside the repo, or the official locomo10.json)"
@@ -1295,43 +1307,23 @@ def locomo(
         help="Ask only this many questions, drawn with --seed, "
         "every category represented (their conversations are ingested)",
     ),
-    extract: str = _EXTRACT,
-    consolidate: bool = _CONSOLIDATE,
-    llm: bool = _LLM,
-    judge_base_url: Optional[str] = _JUDGE_BASE_URL,
-    judge_model: Optional[str] = _JUDGE_MODEL,
-    planner: Optional[str] = _PLANNER,
-    k: Optional[int] = _K,
-    sweep_k: str = _SWEEP_K,
-    sweep_tokens: str = _SWEEP_TOKENS,
-    torch_threads: int = _TORCH_THREADS,
-    seed: int = _SEED,
-    split: Optional[str] = _SPLIT,
-    fresh: bool = _FRESH,
+    *,
+    e2e: E2EArgs,
 ) -> None:
     """LoCoMo end to end: ingest through Kafka, ask over request/reply, recall per category against
     dense / BM25 / full-context baselines at the same tokens, costs, speed; with --llm, judged answers."""
-    given = dict(locals())  # the parameters, before any other local
     from memstream.bench.cases import locomo_set
 
     try:
         bench_set = locomo_set(
-            data,
-            conversations=[c.strip() for c in (conversations or "").split(",") if c.strip()],
-            questions=questions,
-            seed=seed,
-            split=split,
+            data, conversations=comma_list(conversations), questions=questions, seed=e2e.seed, split=e2e.split
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    _run_e2e(
-        bench_set,
-        _e2e_options_from(given),
-        fresh,
-    )
+    _run_e2e(bench_set, e2e.options(out), e2e.fresh)
 
 
-@bench.command("longmemeval")
+@e2e_command("longmemeval")
 def longmemeval(
     data: Path = typer.Option(
         LONGMEMEVAL_DEV, help="LongMemEval JSON (the dev set beside the repo, or the official longmemeval_s.json)"
@@ -1343,35 +1335,19 @@ def longmemeval(
         help="Ask only this many questions, drawn with --seed, "
         "every type represented (only their haystacks are ingested)",
     ),
-    extract: str = _EXTRACT,
-    consolidate: bool = _CONSOLIDATE,
-    llm: bool = _LLM,
-    judge_base_url: Optional[str] = _JUDGE_BASE_URL,
-    judge_model: Optional[str] = _JUDGE_MODEL,
-    planner: Optional[str] = _PLANNER,
-    k: Optional[int] = _K,
-    sweep_k: str = _SWEEP_K,
-    sweep_tokens: str = _SWEEP_TOKENS,
-    torch_threads: int = _TORCH_THREADS,
-    seed: int = _SEED,
-    split: Optional[str] = _SPLIT,
-    fresh: bool = _FRESH,
+    *,
+    e2e: E2EArgs,
 ) -> None:
     """LongMemEval end to end: each question's haystack streamed as its own conversation, the question
     asked over request/reply; session and turn recall per type against the baselines, costs, speed;
     with --llm, answers judged with per-type rubrics (abstention apart)."""
-    given = dict(locals())  # the parameters, before any other local
     from memstream.bench.cases import longmemeval_set
 
     try:
-        bench_set = longmemeval_set(data, questions=questions, seed=seed, split=split)
+        bench_set = longmemeval_set(data, questions=questions, seed=e2e.seed, split=e2e.split)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    _run_e2e(
-        bench_set,
-        _e2e_options_from(given),
-        fresh,
-    )
+    _run_e2e(bench_set, e2e.options(out), e2e.fresh)
 
 
 @bench.command("planner")
@@ -1383,15 +1359,15 @@ def planner(
     conversations: str = typer.Option("conv-26,conv-41", help="Comma-separated sample ids: one tune, one report"),
     longmemeval: Optional[Path] = typer.Option(None, help="LongMemEval JSON: its questions' plans too (no recall)"),
     k: int = typer.Option(10, min=1, help="Evidence items per question"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result here (and a PNG beside it)"),
+    json_out: Optional[Path] = JSON_OUT_AND_PNG,
 ) -> None:
     """LLM calls per question for each query planner mode (rules, llm, hybrid): how often the LLM plan
     differs from the rule plan, evidence recall, planner calls and latency, tune and report splits."""
     from memstream.bench.planner import MODES, TUNED, PlannerBenchOptions, plot, run_planner_bench
 
-    ids = tuple(c.strip() for c in conversations.split(",") if c.strip())
+    ids = tuple(comma_list(conversations))
     options = PlannerBenchOptions(data=data, run=run, conversations=ids, longmemeval=longmemeval, k=k)
-    with _progress() as progress:
+    with progress_bar() as progress:
         task = progress.add_task("questions × modes", total=None)
         result = run_planner_bench(options, on_question=lambda: progress.advance(task))
     for part in ("locomo", "longmemeval"):
@@ -1414,6 +1390,6 @@ def planner(
                 )
         console.print(table)
         console.print(f"{part}: doubts worth a call on tune: {result[part]['triggers'][TUNED] or 'none'}")
-    _write_json(result, json_out)
+    write_json(result, json_out)
     if json_out and result.get("run"):
         console.print(f"plot: {plot(result, json_out.with_suffix('.png'))}")

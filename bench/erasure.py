@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from memstream.bench.deployment import Deployment
+from memstream.bench.dev_data import locomo_dev_if_present
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
 from memstream.ports import StoreFilter
@@ -47,8 +48,7 @@ class ErasureOptions:
 
 def erasure_turns(options: ErasureOptions) -> dict[tuple[str, str], list[Turn]]:
     """(tenant, conversation) -> its turns in order."""
-    shared = runtime.REPO_ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-    path = options.data or (shared if shared.exists() else None)
+    path = options.data or locomo_dev_if_present()
     samples: list[tuple[LocomoSample, int | None]] = []
     if path is not None:
         samples += [(s, options.sessions) for s in load_locomo(path)[: options.conversations]]

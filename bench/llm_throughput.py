@@ -40,6 +40,7 @@ import orjson
 
 from memstream.bench.deploy import llm_costs, worker_samples
 from memstream.bench.deployment import Deployment
+from memstream.bench.dev_data import locomo_dev_if_present
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.client import AsyncMemoryClient
@@ -50,7 +51,6 @@ from memstream.schemas import StmFlush
 from memstream.schemas.topics import Topic
 from memstream.streams import runtime
 
-LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 RECORDING = "recording"  # the work folder's recording run: deployment, store, flushes, questions, answers
 
 
@@ -124,7 +124,7 @@ class Run:
 
 
 def default_data() -> Path:
-    return LOCOMO_DEV if LOCOMO_DEV.exists() else demo_conversation_path()
+    return locomo_dev_if_present() or demo_conversation_path()
 
 
 def bench_samples(options: LlmThroughputOptions) -> list[LocomoSample]:

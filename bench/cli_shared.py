@@ -1,0 +1,53 @@
+"""What the ``memstream bench`` commands share: the console, progress bars, figure tables, the JSON
+result file, and the options many of them declare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+
+# `--json`: where a command writes its result (typer reads these declarations; they are never mutated).
+JSON_HELP = "Write the result here"
+JSON_OUT = typer.Option(None, "--json", help=JSON_HELP)
+JSON_OUT_AND_PNG = typer.Option(None, "--json", help=f"{JSON_HELP} (and a PNG beside it)")
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
+def print_figures(title: str, result: dict, keys: tuple[str, ...]) -> None:
+    """A two-column table of these figures of a result."""
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in keys:
+        table.add_row(key, str(result[key]))
+    console.print(table)
+
+
+def write_json(result: dict, out: Optional[Path]) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"JSON written to {out}")
+
+
+def comma_list(text: Optional[str]) -> list[str]:
+    """``"a, b,"`` -> ``["a", "b"]`` (an option of comma-separated ids; none given: none)."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def comma_ints(text: str) -> list[int]:
+    """``"5,10,"`` -> ``[5, 10]`` (``''``: none)."""
+    return [int(part) for part in comma_list(text)]
