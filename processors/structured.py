@@ -120,3 +120,48 @@ def call_with_repair(
                     {"role": "user", "content": repair_user(attempt.error)},
                 ]
     return attempt
+
+
+def chat(system: str, user: str) -> list[dict[str, str]]:
+    """The messages of a one-turn call: the instructions, then the input."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+@dataclass(frozen=True)
+class StructuredCall(Generic[Model]):
+    """One kind of JSON-schema call, declared once: the stage its cost is billed to, the schema's
+    name, the model its output must validate as, the error unusable output raises (its message goes
+    back in the repair prompt) and how much of the output that prompt quotes."""
+
+    stage: str
+    schema_name: str
+    output: type[Model]
+    invalid: type[Exception]
+    echo_chars: int = 2000
+
+    def parse(self, result: LlmResult) -> Model:
+        return parse_output(result, self.output, self.invalid)
+
+    def ask(
+        self,
+        llm: LLM,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any],
+        *,
+        max_tokens: int,
+        read: Callable[[LlmResult], Value],
+        timeout_s: float | None = None,
+    ) -> Attempt[Value]:
+        """:func:`call_with_repair` for this kind of call; ``read`` starts from :meth:`parse`."""
+        return call_with_repair(
+            llm,
+            messages,
+            stage=self.stage,
+            schema=schema,
+            schema_name=self.schema_name,
+            max_tokens=max_tokens,
+            read=read,
+            invalid=self.invalid,
+            echo_chars=self.echo_chars,
+            timeout_s=timeout_s,
+        )

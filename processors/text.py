@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
+
+Label = TypeVar("Label")
+# A rule of a classifier by patterns: a test of the text (a pattern's ``search``, any predicate) and
+# the label it gives.
+Rule = tuple[Callable[[str], object], Label]
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being
@@ -73,3 +78,8 @@ def without_names(text: str, drop: Iterable[str], word: str = "someone") -> str:
         out = re.sub(rf"\b{quoted}(?:['’]s\b|(?<=s)['’](?!\w))", POSSESSIVE[word], out)  # Ann's, James'
         out = re.sub(rf"\b{quoted}\b", word, out)
     return out
+
+
+def first_match(text: str, rules: Iterable[Rule[Label]], default: Label) -> Label:
+    """The label of the first rule whose test holds for ``text``; ``default`` when none does."""
+    return next((label for test, label in rules if test(text)), default)

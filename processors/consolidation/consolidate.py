@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Literal, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,7 @@ from memstream.ports import LLM, Embedder, StoreFilter, StoreHit, StorePoint, Ve
 from memstream.processors.consolidation import prompts
 from memstream.processors.consolidation.versioning import (
     ACTIONS,
+    Action,
     CardView,
     NewCard,
     apply_patches,
@@ -29,7 +30,7 @@ from memstream.processors.consolidation.versioning import (
     rule_decision,
 )
 from memstream.processors.ids import stable_id
-from memstream.processors.structured import call_with_repair, parse_output
+from memstream.processors.structured import StructuredCall, chat
 from memstream.processors.write.index import CARDS, card_spec
 from memstream.schemas import (
     Card,
@@ -114,13 +115,19 @@ class RuleDecider:
     def rule(self, card: CardView, c: Candidate) -> PairDecision:
         older, newer = oriented(card, c.card)
         action = rule_decision(older, newer, c.similarity, duplicate_similarity=self.params.duplicate_similarity)
-        return PairDecision(
-            older_card_id=older.card_id,
-            newer_card_id=newer.card_id,
-            similarity=c.similarity,
-            action=action,
-            decided_by="rules",
-        )
+        return pair_decision(older, newer, c, action, "rules")
+
+
+def pair_decision(
+    older: CardView, newer: CardView, c: Candidate, action: Action, decided_by: Literal["llm", "rules"]
+) -> PairDecision:
+    return PairDecision(
+        older_card_id=older.card_id,
+        newer_card_id=newer.card_id,
+        similarity=c.similarity,
+        action=action,
+        decided_by=decided_by,
+    )
 
 
 class _LlmChoice(BaseModel):
@@ -139,6 +146,9 @@ class DecisionsInvalid(ValueError):
     """The LLM's consolidation output could not be used."""
 
 
+_DECIDE = StructuredCall("consolidate", "consolidation", _LlmDecisions, DecisionsInvalid)
+
+
 class LlmDecider:
     """One JSON-schema call per queue; invalid output gets one repair, then the rules decide."""
 
@@ -155,25 +165,12 @@ class LlmDecider:
         if not queue:
             return [], {}, None
         labels = prompts.consolidate_labels(len(queue))
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": prompts.CONSOLIDATE_SYSTEM},
-            {
-                "role": "user",
-                "content": prompts.consolidate_user(card, [(lab, c.card) for lab, c in zip(labels, queue)]),
-            },
-        ]
+        user = prompts.consolidate_user(card, [(lab, c.card) for lab, c in zip(labels, queue)])
         schema = prompts.consolidate_schema(
             prompts.consolidate_labels(len(queue), self.schema_labels_up_to), list(ACTIONS)
         )
-        attempt = call_with_repair(
-            self.llm,
-            messages,
-            stage="consolidate",
-            schema=schema,
-            schema_name="consolidation",
-            max_tokens=self.max_tokens,
-            invalid=DecisionsInvalid,
-            read=lambda result: parse_output(result, _LlmDecisions, DecisionsInvalid),
+        attempt = _DECIDE.ask(
+            self.llm, chat(prompts.CONSOLIDATE_SYSTEM, user), schema, max_tokens=self.max_tokens, read=_DECIDE.parse
         )
         if attempt.value is None:
             log.warning("consolidation of %s fell back to the rules: %s", card.card_id, attempt.error)
@@ -187,15 +184,7 @@ class LlmDecider:
                 decisions.append(self.rules.rule(card, c))
                 continue
             older, newer = oriented(card, c.card)
-            decisions.append(
-                PairDecision(
-                    older_card_id=older.card_id,
-                    newer_card_id=newer.card_id,
-                    similarity=c.similarity,
-                    action=d.action,
-                    decided_by="llm",
-                )
-            )  # type: ignore[arg-type]
+            decisions.append(pair_decision(older, newer, c, d.action, "llm"))  # type: ignore[arg-type]  # in ACTIONS
             if d.action == "merge" and d.merged.strip():
                 merged[f"{older.card_id}|{newer.card_id}"] = d.merged.strip()
         return decisions, merged, attempt.cost

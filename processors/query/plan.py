@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM
 from memstream.processors.query import prompts
-from memstream.processors.structured import call_with_repair, clean_strings, parse_output
-from memstream.processors.text import PRONOUNS, STOPWORDS, names
+from memstream.processors.structured import StructuredCall, chat, clean_strings
+from memstream.processors.text import PRONOUNS, STOPWORDS, Rule, first_match, names
 from memstream.processors.timeparse import MONTHS, WEEKDAYS, TimeMention, find_time_mentions
 from memstream.schemas import Plan, StageCost
 from memstream.schemas.query import AccessProfile, Operation
@@ -52,6 +52,13 @@ _AGGREGATE = re.compile(r"\b(how many|in total|count|all)\b", re.I)
 _TEMPORAL = re.compile(r"\b(when|what (date|day|year|month)|how long|before|after|first|last)\b", re.I)
 _COMPARE = re.compile(r"\b(compare|more than|less than|better|worse|difference)\b", re.I)
 _SORT = re.compile(r"\b(order|earliest|latest|sort|rank)\b", re.I)
+# In order: the first operation whose pattern matches is the rule plan's.
+_OPERATIONS: tuple[Rule[Operation], ...] = (
+    (_AGGREGATE.search, "aggregate"),
+    (_COMPARE.search, "compare"),
+    (_SORT.search, "sort"),
+    (_TEMPORAL.search, "temporal_select"),
+)
 # The time itself is what is asked: a range filter would hide the answer.
 _ASKS_TIME = re.compile(
     r"^\W*when\b|\bwhen (did|do|does|was|were|is|are|will|would|had|has|have)\b"
@@ -71,6 +78,13 @@ _SAID_BY_YOU = re.compile(
     r"|\bdid\s+you\s+(?:\w+ly\s+)?(recommend|suggest|tell|say|mention|provide|give|share|list|explain|advise"
     r"|offer|propose|write|name|come up with)\b",
     re.I,
+)
+# Whose words the question is about, the first that matches.
+_PARTICIPANTS: tuple[Rule[Participants], ...] = (
+    (_BOTH.search, "both"),
+    (_SAID_BY_YOU.search, "assistant"),
+    (_ME.search, "user"),
+    (_YOU.search, "assistant"),
 )
 
 # Sentence-initial verbs that names() would take for a proper name ("Tell", "Compare Melanie").
@@ -255,30 +269,6 @@ def _mask(text: str, spans: list[tuple[int, int, datetime, datetime, str | None]
     return "".join(chars)
 
 
-def _operation(masked: str) -> Operation:
-    if _AGGREGATE.search(masked):
-        return "aggregate"
-    if _COMPARE.search(masked):
-        return "compare"
-    if _SORT.search(masked):
-        return "sort"
-    if _TEMPORAL.search(masked):
-        return "temporal_select"
-    return "lookup"
-
-
-def _participants(question: str) -> Participants:
-    if _BOTH.search(question):
-        return "both"
-    if _SAID_BY_YOU.search(question):
-        return "assistant"
-    if _ME.search(question):
-        return "user"
-    if _YOU.search(question):
-        return "assistant"
-    return "ambiguous"
-
-
 def _entities(masked: str) -> list[str]:
     out: list[str] = []
     for span in names(masked):
@@ -365,13 +355,13 @@ def rule_plan(question: str, now: datetime) -> Plan:
     masked = _mask(question, spans)
     fidelity = bool(_FIDELITY.search(question))
     distributed = bool(_DISTRIBUTED.search(masked) or _PLURAL_OBJECT.search(masked))
-    operation = _operation(masked)
+    operation = first_match(masked, _OPERATIONS, "lookup")
     time_from, time_to = (None, None) if _ASKS_TIME.search(question) else _combine(spans)
     entities = _entities(masked)
     return Plan(
         planner="rules",
         entities=entities,
-        participants=_participants(question),
+        participants=first_match(question, _PARTICIPANTS, "ambiguous"),
         time_from=time_from,
         time_to=time_to,
         operation=operation,
@@ -413,7 +403,6 @@ _TIME_CUE = re.compile(
 )
 # What may stand between two time mentions that are one list ("in March and April").
 _LIST_GAP = re.compile(r"^(\s|,|&|\band\b|\bor\b|\bto\b|\bthrough\b)*$", re.I)
-_OPERATION_PATTERNS = (_AGGREGATE, _COMPARE, _SORT, _TEMPORAL)
 
 
 def rule_doubts(question: str, now: datetime, plan: Plan | None = None) -> tuple[Doubt, ...]:
@@ -436,7 +425,7 @@ def rule_doubts(question: str, now: datetime, plan: Plan | None = None) -> tuple
         found.add("time_unresolved")
     if not asks_time and any(not _LIST_GAP.match(question[a[1] : b[0]]) for a, b in zip(spans, spans[1:])):
         found.add("time_several")
-    if sum(bool(p.search(masked)) for p in _OPERATION_PATTERNS) > 1:
+    if sum(bool(test(masked)) for test, _ in _OPERATIONS) > 1:
         found.add("operation_conflict")
     if not plan.entities and plan.participants == "ambiguous":
         found.add("no_subject")
@@ -481,6 +470,9 @@ class PlanInvalid(ValueError):
     pass
 
 
+_PLAN = StructuredCall("plan", "query_plan", _LlmPlan, PlanInvalid)
+
+
 def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", re.sub(r"'s\b", "", text.casefold())))
 
@@ -513,21 +505,13 @@ class LlmPlanner:
         self.fallbacks = 0
 
     def plan(self, question: str, now: datetime, *, timeout_s: float | None = None) -> tuple[Plan, StageCost]:
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": prompts.PLAN_SYSTEM},
-            {"role": "user", "content": prompts.plan_user(question)},
-        ]
-        schema = prompts.plan_schema(max_rewrites=MAX_REWRITES)
-        attempt = call_with_repair(
+        attempt = _PLAN.ask(
             self.llm,
-            messages,
-            stage="plan",
-            schema=schema,
-            schema_name="query_plan",
+            chat(prompts.PLAN_SYSTEM, prompts.plan_user(question)),
+            prompts.plan_schema(max_rewrites=MAX_REWRITES),
             max_tokens=self.max_tokens,
             timeout_s=timeout_s,
-            invalid=PlanInvalid,
-            read=lambda result: self._plan(question, now, parse_output(result, _LlmPlan, PlanInvalid)),
+            read=lambda result: self._plan(question, now, _PLAN.parse(result)),
         )
         self.repairs += attempt.repaired
         if attempt.value is not None:

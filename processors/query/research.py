@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM
 from memstream.processors.query import prompts
-from memstream.processors.structured import call_with_repair, clean_strings, parse_output
+from memstream.processors.structured import StructuredCall, chat, clean_strings
 from memstream.processors.text import keywords
 from memstream.schemas import Plan, StageCost
 
@@ -70,6 +70,9 @@ class _Reflection(BaseModel):
     queries: list[str] = Field(default_factory=list)
 
 
+_REFLECT = StructuredCall("research", "research_reflection", _Reflection, ReflectionInvalid)
+
+
 class LlmReflector:
     """The research loop's reflection by one structured LLM call per round."""
 
@@ -89,19 +92,13 @@ class LlmReflector:
         """The next round's queries (at most ``limit``) and what the call cost; on a failed call or
         output with no usable query, the rule path's follow-ups (and the cost of the call made)."""
         lines = [f"- {p.get('text', '')}" for p in found]
-        attempt = call_with_repair(
+        attempt = _REFLECT.ask(
             self.llm,
-            [
-                {"role": "system", "content": prompts.RESEARCH_SYSTEM},
-                {"role": "user", "content": prompts.research_user(question, lines)},
-            ],
-            stage="research",
-            schema=prompts.research_schema(limit),
-            schema_name="research_reflection",
+            chat(prompts.RESEARCH_SYSTEM, prompts.research_user(question, lines)),
+            prompts.research_schema(limit),
             max_tokens=self.max_tokens,
             timeout_s=timeout_s,
-            invalid=ReflectionInvalid,
-            read=lambda result: parse_output(result, _Reflection, ReflectionInvalid),
+            read=_REFLECT.parse,
         )
         if attempt.value is None:
             self.fallbacks += 1

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memstream.ports import LLM
 from memstream.processors.ids import point_id, stable_id
-from memstream.processors.structured import call_with_repair, clean_strings, parse_output
-from memstream.processors.text import keywords, names, sentences
+from memstream.processors.structured import StructuredCall, chat, clean_strings
+from memstream.processors.text import Rule, first_match, keywords, names, sentences
 from memstream.processors.timeparse import resolve_first
 from memstream.processors.write import prompts
 from memstream.processors.write.provenance import capped_provenance
@@ -47,6 +47,13 @@ _EVENT = re.compile(
     r"\b(went|did|took|made|got|had|was|were|visited|started|finished|joined|bought|moved|met|saw|ran|painted)\b", re.I
 )
 _MIN_CARD_WORDS = 4
+# A user's sentence's card type, the first that matches ("fact" when none does).
+_CARD_TYPES: tuple[Rule[CardType], ...] = (
+    (_PLAN.search, "plan"),
+    (states_preference, "preference"),
+    (_EVENT.search, "event"),
+    (_STATE.search, "state"),
+)
 
 
 def card_sentences(text: str) -> list[str]:
@@ -58,15 +65,7 @@ def card_sentences(text: str) -> list[str]:
 def classify(sentence: str, role: str) -> CardType:
     if role == "assistant":
         return "assistant_output"
-    if _PLAN.search(sentence):
-        return "plan"
-    if states_preference(sentence):
-        return "preference"
-    if _EVENT.search(sentence):
-        return "event"
-    if _STATE.search(sentence):
-        return "state"
-    return "fact"
+    return first_match(sentence, _CARD_TYPES, "fact")
 
 
 def source_turns(flush: StmFlush) -> list[SourceTurn]:
@@ -264,6 +263,9 @@ class ExtractionInvalid(ValueError):
     pass
 
 
+_EXTRACT = StructuredCall("extract", "memory_extraction", _LlmOutput, ExtractionInvalid, echo_chars=4000)
+
+
 class LlmUnavailable(RuntimeError):
     """The LLM could not be reached (timeout, connection, rate limit, server error): the flush is
     worth extracting again later rather than falling back to the extractive mode for good."""
@@ -297,22 +299,14 @@ class LlmExtractor:
         """The flush's memory write. Unusable output falls back to the extractive mode; so does an
         unreachable LLM, unless ``fallback_when_unavailable`` is False: then LlmUnavailable is raised
         and the caller may try again once the LLM is back."""
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": prompts.EXTRACT_SYSTEM},
-            {"role": "user", "content": prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])},
-        ]
+        user = prompts.extract_user([(seg.topic_label, seg.turns) for seg in flush.segments])
         turn_ids = None if self.stable_schema else [t.turn.turn_id for t in flush.turns()]
-        schema = prompts.extract_schema(turn_ids, len(flush.segments), max_cards=self.max_cards)
-        attempt = call_with_repair(
+        attempt = _EXTRACT.ask(
             self.llm,
-            messages,
-            stage="extract",
-            schema=schema,
-            schema_name="memory_extraction",
+            chat(prompts.EXTRACT_SYSTEM, user),
+            prompts.extract_schema(turn_ids, len(flush.segments), max_cards=self.max_cards),
             max_tokens=self.max_tokens,
-            invalid=ExtractionInvalid,
-            echo_chars=4000,
-            read=lambda result: self._write(flush, parse_output(result, _LlmOutput, ExtractionInvalid)),
+            read=lambda result: self._write(flush, _EXTRACT.parse(result)),
         )
         self.repairs += attempt.repaired
         if attempt.value is not None:

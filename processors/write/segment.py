@@ -18,7 +18,6 @@ supplies embeddings and attention cohesion through two small callables.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from memstream.processors.ids import stable_id
 from memstream.processors.text import topic_label
+from memstream.processors.write.table_entry import TableEntry
 from memstream.schemas import CompressedTurn, SegmentedTurn, Turn
 
 Method = Literal["hybrid", "similarity", "attention"]
@@ -152,7 +152,7 @@ def select_heads(cohesion: np.ndarray, sims: np.ndarray, top_n: int = 6) -> list
 
 
 @dataclass
-class SegmenterState:
+class SegmenterState(TableEntry):
     """Per-conversation state, JSON-serialisable for the changelog-backed table."""
 
     session_id: str | None = None
@@ -164,27 +164,6 @@ class SegmenterState:
     seen: list[str] = field(default_factory=list)  # recent turn ids, to drop redeliveries
     last_activity: float = 0.0  # wall-clock seconds of the last turn added
     next_seq: int = 0  # the position the conversation's next turn gets (``metadata.seq``)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "segment_id": self.segment_id,
-            "topic_label": self.topic_label,
-            "segment_index": self.segment_index,
-            "pending": self.pending,
-            "head_reason": self.head_reason,
-            "seen": self.seen,
-            "last_activity": self.last_activity,
-            "next_seq": self.next_seq,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> SegmenterState:
-        if not data:
-            return cls()
-        # A copy: the live table entry must not change before the stage writes the new one.
-        known = {k: copy.deepcopy(v) for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
 
 
 METADATA_ENTRIES = Turn.model_fields["metadata"].metadata[0].max_length  # a turn's metadata holds at most these

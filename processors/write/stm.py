@@ -10,12 +10,12 @@ would overflow the buffer flushes what is pending first. Duplicate turn ids (red
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from memstream.processors.ids import stable_id
+from memstream.processors.write.table_entry import TableEntry
 from memstream.schemas import CompressedTurn, FlushSegment, SegmentedTurn, StmFlush, StmTick
 
 
@@ -27,7 +27,7 @@ class StmPolicy:
 
 
 @dataclass
-class StmState:
+class StmState(TableEntry):
     """Per-conversation buffer, JSON-serialisable for the changelog-backed table."""
 
     tenant_id: str = ""
@@ -36,25 +36,6 @@ class StmState:
     tokens: int = 0
     seen: list[str] = field(default_factory=list)
     last_activity: float = 0.0  # wall-clock seconds of the last buffered turn
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tenant_id": self.tenant_id,
-            "conversation_id": self.conversation_id,
-            "groups": self.groups,
-            "tokens": self.tokens,
-            "seen": self.seen,
-            "last_activity": self.last_activity,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> StmState:
-        if not data:
-            return cls()
-        known = {f.name for f in fields(cls)}  # a buffer saved by an older worker has a session_id
-        # A copy: the live table entry must not change before the stage writes the new one (a
-        # handler tried again after a failed produce would otherwise see its turn as seen).
-        return cls(**{k: copy.deepcopy(v) for k, v in data.items() if k in known})
 
     @property
     def pending_turns(self) -> int:

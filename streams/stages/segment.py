@@ -9,13 +9,13 @@ import time
 from datetime import datetime, timezone
 from typing import Any, get_args
 
-from memstream.processors.forgetting.forget import ForgetScope, scrub_window
+from memstream.processors.forgetting.forget import scrub_window
 from memstream.processors.write.segment import Segmenter, SegmenterState, window_is_idle
-from memstream.schemas import Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
+from memstream.schemas import CompressedTurn, Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
-from .forgetting import onward, scrub_table
+from .held import held_turns_forget, held_turns_handler
 
 log = logging.getLogger(__name__)
 
@@ -41,29 +41,16 @@ def register(ctx: StageContext) -> None:
         list(params.heads) or "upper layers",
     )
 
+    forget_in_windows = held_turns_forget(ctx, states, SegmenterState, scrub_window, "window:segmenter", out_topic)
+
     async def on_forget(record: Record, forget: Forget) -> StageResult:
         # Every window of the scope in this partition drops the covered turns; cached embeddings
         # of their text go too.
-        scope = ForgetScope.of(forget)
-
-        def scrub(data: Any) -> tuple[Any, int]:
-            state = SegmenterState.from_dict(data)
-            removed = scrub_window(state, scope)
-            return state.to_dict(), removed
-
-        removed = await scrub_table(ctx, states, record.partition, scope, scrub, source=record)
+        result = await forget_in_windows(record, forget)
         services.embedder.clear_cache()
-        ctx.metrics.forgotten.labels("window").inc(removed)
-        passed = onward(forget, {"window:segmenter": removed})
-        return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
+        return result
 
-    async def handler(record: Record) -> StageResult:
-        message = decode_compressed_message(record.value)
-        if isinstance(message, Forget):
-            return await on_forget(record, message)
-        data = states.get(message.key)
-        if ctx.already_applied(STAGE, data, record):  # a replay: a tick again would drain another window
-            return StageResult()
+    async def handle(record: Record, message: CompressedTurn | WindowTick, data: Any) -> StageResult:
         state = SegmenterState.from_dict(data)
         traces: dict[str, str] = dict((data or {}).get(TRACES, {}))  # held turn id -> its trace context
         outs: list[Out] = []
@@ -105,7 +92,7 @@ def register(ctx: StageContext) -> None:
         await ctx.save_state(states, message.key, entry, source=record)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, handler)
+    ctx.agent(STAGE, INPUT, held_turns_handler(ctx, STAGE, states, decode_compressed_message, handle, on_forget))
     init_series(
         ctx.metrics.segment_boundaries,
         [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"],

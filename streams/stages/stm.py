@@ -7,14 +7,14 @@ import time
 from datetime import datetime, timezone
 from typing import Any, get_args
 
-from memstream.processors.forgetting.forget import ForgetScope, scrub_buffer
+from memstream.processors.forgetting.forget import scrub_buffer
 from memstream.processors.write.stm import StmPolicy, StmState, buffer_step, is_idle
-from memstream.schemas import Forget, SegmentedTurn, StmTick, decode_segments_message
+from memstream.schemas import SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
-from .forgetting import onward, scrub_table
+from .held import held_turns_forget, held_turns_handler
 
 STAGE = "stm"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
@@ -28,26 +28,9 @@ def register(ctx: StageContext) -> None:
     out_topic = s.topic(OUTPUTS[0])
     in_topic = s.topic(INPUT)
 
-    async def on_forget(record: Record, forget: Forget) -> StageResult:
-        scope = ForgetScope.of(forget)
+    on_forget = held_turns_forget(ctx, buffers, StmState, scrub_buffer, "buffer:stm", out_topic)
 
-        def scrub(data: Any) -> tuple[Any, int]:
-            state = StmState.from_dict(data)
-            removed = scrub_buffer(state, scope)
-            return state.to_dict(), removed
-
-        removed = await scrub_table(ctx, buffers, record.partition, scope, scrub, source=record)
-        ctx.metrics.forgotten.labels("buffer").inc(removed)
-        passed = onward(forget, {"buffer:stm": removed})
-        return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
-
-    async def handler(record: Record) -> StageResult:
-        message = decode_segments_message(record.value)
-        if isinstance(message, Forget):
-            return await on_forget(record, message)
-        data = buffers.get(message.key)
-        if ctx.already_applied(STAGE, data, record):  # a replay: a tick again would flush other turns
-            return StageResult()
+    async def handle(record: Record, message: SegmentedTurn | StmTick, data: Any) -> StageResult:
         state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
         if duplicate:
             ctx.metrics.stm_duplicates.inc()
@@ -71,7 +54,7 @@ def register(ctx: StageContext) -> None:
         await ctx.save_state(buffers, message.key, state, source=record)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, handler)
+    ctx.agent(STAGE, INPUT, held_turns_handler(ctx, STAGE, buffers, decode_segments_message, handle, on_forget))
     init_series(ctx.metrics.stm_flushes, get_args(FlushReason))
 
     async def buffer_gauges() -> None:
