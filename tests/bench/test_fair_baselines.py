@@ -279,7 +279,7 @@ def test_reader_tokens_render_the_answer_prompt_as_the_query_engine_does() -> No
     ]
     plan = Plan(planner="rules", operation="temporal_select", profile="lookup")
     engine = QueryEngine(SimpleNamespace(), SimpleNamespace(), Capture(), QueryOptions())  # type: ignore[arg-type]
-    engine._answer("Where?", plan, evidence, "- Mel (likes): tea", None)
+    engine.answerer.complete("Where?", plan, evidence, "- Mel (likes): tea", None)
     reply = Reply(
         tenant_id="bench",
         conversation_id="c",
