@@ -71,7 +71,7 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
     settings = Settings()
     client = AsyncMemoryClient(settings)
     producer = RecordingProducer()
-    client._producer = producer  # type: ignore[assignment]
+    client.kafka._producer = producer  # type: ignore[assignment]
     turn = {
         "tenant_id": "acme",
         "conversation_id": "c1",
@@ -99,10 +99,10 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
         async def no_reader() -> None:
             return None
 
-        client._replies = no_reader  # type: ignore[method-assign]
+        client.replies.start = no_reader  # type: ignore[method-assign]
         asked = asyncio.ensure_future(client.ask("Dog?", tenant_id="acme", conversation_id="c1", timeout_s=5))
         await asyncio.sleep(0.05)
-        [(correlation_id, waiting)] = client._waiting.items()
+        [(correlation_id, waiting)] = client.replies.waiting.items()
         replied = "2024-05-01T10:00:01Z"
         waiting.set_result(
             Reply(tenant_id="acme", conversation_id="c1", correlation_id=correlation_id, replied_at=replied)
