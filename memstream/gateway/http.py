@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from datetime import datetime
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal
+from typing import TYPE_CHECKING, Any, AsyncContextManager, AsyncIterator, Awaitable, Callable, Literal
 
 import orjson
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
@@ -24,6 +24,9 @@ from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.text import isolated_reply
 
 from .auth import TenantKeys, bearer, verify_slack
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 ROUTES = frozenset({"/v1/turns", "/v1/ask", "/v1/forget", "/v1/webhooks/slack", "/healthz", "/metrics", "/mcp"})
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -197,6 +200,29 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
 
         mcp_server = build_mcp_server(shared, keys)
 
+    app = FastAPI(title="memstream gateway", version="1", lifespan=_lifespan(shared, mcp_server))
+    app.state.shared = shared
+    _count_requests(app, keys, metrics)
+    _refusals(app, settings)
+    _memory_routes(app, shared, _caller(keys))
+    _slack_route(app, settings, shared)
+    _health_routes(app, settings, shared, metrics)
+    if mcp_server is not None:
+        # Stateless: any gateway process can serve any MCP request (they share nothing).
+        mcp_app = mcp_server.streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, host=settings.gateway_host
+        )
+        app.router.routes.extend(mcp_app.routes)
+    from .ui import mount_ui
+
+    mount_ui(app, settings, keys, shared)
+    app.add_middleware(BodyLimit, limit=settings.gateway_max_request_bytes)
+    return app
+
+
+def _lifespan(shared: SharedClient, mcp_server: MCPServer | None) -> Callable[[FastAPI], AsyncContextManager[None]]:
+    """The MCP server's sessions run while the app does; the SDK client is closed when it stops."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
@@ -207,8 +233,12 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
             finally:
                 await shared.reset()
 
-    app = FastAPI(title="memstream gateway", version="1", lifespan=lifespan)
-    app.state.shared = shared
+    return lifespan
+
+
+def _count_requests(app: FastAPI, keys: TenantKeys, metrics: GatewayMetrics) -> None:
+    """Every request counted and timed by route; ``/mcp`` without a valid key refused here (the MCP
+    app has no dependencies of its own)."""
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -227,13 +257,19 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
         metrics.requests.labels(route, str(response.status_code)).inc()
         return response
 
+
+def _unavailable(content: dict[str, Any], settings: Settings) -> JSONResponse:
+    """A 503 that says when to try again."""
+    return JSONResponse(content, status_code=503, headers={"Retry-After": str(settings.gateway_retry_after_s)})
+
+
+def _refusals(app: FastAPI, settings: Settings) -> None:
+    """The SDK's failures as HTTP statuses: broker down 503, no reply in time 504, an error reply 502,
+    an invalid payload 422."""
+
     @app.exception_handler(BrokerUnavailable)
     async def broker_down(_request: Request, exc: BrokerUnavailable) -> JSONResponse:
-        return JSONResponse(
-            {"detail": f"the broker is unavailable, try again: {exc}"},
-            status_code=503,
-            headers={"Retry-After": str(settings.gateway_retry_after_s)},
-        )
+        return _unavailable({"detail": f"the broker is unavailable, try again: {exc}"}, settings)
 
     @app.exception_handler(QueryTimeout)
     async def timed_out(_request: Request, exc: QueryTimeout) -> JSONResponse:
@@ -247,6 +283,10 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
     async def bad_payload(_request: Request, exc: SchemaError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=422)
 
+
+def _caller(keys: TenantKeys) -> Callable[..., str]:
+    """The dependency that gives a request's tenant, by its API key."""
+
     def caller(authorization: str | None = Header(None)) -> str:
         """The tenant of the request's API key (401 without a valid one)."""
         if not keys:
@@ -257,6 +297,12 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
         if tenant is None:
             raise HTTPException(401, "missing or unknown API key (Authorization: Bearer <key>)")
         return tenant
+
+    return caller
+
+
+def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str]) -> None:
+    """Turns, questions and forgets of the caller's tenant."""
 
     @app.post("/v1/turns", status_code=202)
     async def post_turns(body: TurnsIn, tenant: str = Depends(caller)) -> dict[str, Any]:
@@ -311,6 +357,10 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
             "retained": {topic: until.isoformat() for topic, until in outcome.retained.items()},
         }
 
+
+def _slack_route(app: FastAPI, settings: Settings, shared: SharedClient) -> None:
+    """Slack's Events API webhook (Slack signs it: no API key)."""
+
     @app.post("/v1/webhooks/slack")
     async def slack_webhook(request: Request) -> Response:
         """Slack's Events API: answers the url_verification challenge; message events become turns
@@ -346,29 +396,17 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
             }
         )
 
+
+def _health_routes(app: FastAPI, settings: Settings, shared: SharedClient, metrics: GatewayMetrics) -> None:
+    """Health (the broker's) and the gateway's Prometheus series, both open."""
+
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         """200 while the broker answers; 503 (with Retry-After) while it does not."""
         if await shared.reachable():
             return JSONResponse({"status": "ok", "broker": "up"})
-        return JSONResponse(
-            {"status": "unavailable", "broker": "down"},
-            status_code=503,
-            headers={"Retry-After": str(settings.gateway_retry_after_s)},
-        )
+        return _unavailable({"status": "unavailable", "broker": "down"}, settings)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    if mcp_server is not None:
-        # Stateless: any gateway process can serve any MCP request (they share nothing).
-        mcp_app = mcp_server.streamable_http_app(
-            streamable_http_path="/mcp", stateless_http=True, json_response=True, host=settings.gateway_host
-        )
-        app.router.routes.extend(mcp_app.routes)
-    from .ui import mount_ui
-
-    mount_ui(app, settings, keys, shared)
-    app.add_middleware(BodyLimit, limit=settings.gateway_max_request_bytes)
-    return app

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 from importlib import resources
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, NamedTuple
 
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -63,7 +63,18 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
         if settings.gateway_session_secret
         else secrets.token_bytes(32)
     )
+    _security_headers(app)
+    guards = _session_guards(secret, keys)
     router = APIRouter(prefix="/ui")
+    _page_routes(router)
+    _session_routes(router, settings, keys, secret, guards)
+    _read_routes(router, shared, guards.tenant_of)
+    _change_routes(router, shared, guards.changing)
+    app.include_router(router)
+
+
+def _security_headers(app: FastAPI) -> None:
+    """Every response under /ui gets ``SECURITY_HEADERS`` (where a route set none of its own)."""
 
     @app.middleware("http")
     async def secure(request: Request, call_next: Callable) -> Response:
@@ -73,6 +84,16 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
                 response.headers.setdefault(name, value)
         return response
 
+
+class SessionGuards(NamedTuple):
+    """The inspector's dependencies: the request's session, its tenant, the tenant of a change."""
+
+    session: Callable[..., tuple[str, str]]
+    tenant_of: Callable[..., str]
+    changing: Callable[..., str]
+
+
+def _session_guards(secret: bytes, keys: TenantKeys) -> SessionGuards:
     def session(request: Request) -> tuple[str, str]:
         """(tenant, session token) of the request's cookie; 401 when there is none or its key was revoked."""
         token = request.cookies.get(SESSION_COOKIE)
@@ -90,10 +111,11 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
     def tenant_of(who: tuple[str, str] = Depends(session)) -> str:
         return who[0]
 
-    def owned(reply: ReadReply, what: str) -> dict[str, Any]:
-        if not reply.found:  # another tenant's id reads exactly like one that does not exist
-            raise HTTPException(404, f"no such {what}")
-        return reply.model_dump(mode="json")
+    return SessionGuards(session, tenant_of, changing)
+
+
+def _page_routes(router: APIRouter) -> None:
+    """The page and its script and style, from the package."""
 
     @router.get("")
     async def page() -> Response:
@@ -104,6 +126,12 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
         if name not in ASSETS:
             raise HTTPException(404, "no such file")
         return Response(asset(name), media_type=ASSETS[name])
+
+
+def _session_routes(
+    router: APIRouter, settings: Settings, keys: TenantKeys, secret: bytes, guards: SessionGuards
+) -> None:
+    """Sign in with an API key (a session cookie and its CSRF token back), sign out, who am I."""
 
     @router.post("/login")
     async def login(body: LoginIn, request: Request) -> JSONResponse:
@@ -124,14 +152,18 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
         return response
 
     @router.post("/logout")
-    async def logout(_tenant: str = Depends(changing)) -> JSONResponse:
+    async def logout(_tenant: str = Depends(guards.changing)) -> JSONResponse:
         response = JSONResponse({"ok": True})
         response.delete_cookie(SESSION_COOKIE, path="/ui")
         return response
 
     @router.get("/api/session")
-    async def whoami(who: tuple[str, str] = Depends(session)) -> dict[str, Any]:
+    async def whoami(who: tuple[str, str] = Depends(guards.session)) -> dict[str, Any]:
         return {"tenant_id": who[0], "csrf": csrf_token(secret, who[1])}
+
+
+def _read_routes(router: APIRouter, shared: Any, tenant_of: Callable[..., str]) -> None:
+    """The tenant's conversations, a timeline, a memory's lineage, a conversation's export."""
 
     @router.get("/api/conversations")
     async def conversations(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
@@ -146,13 +178,13 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
                 "timeline", tenant_id=tenant, conversation_id=conversation_id, cursor=cursor, limit=min(limit, 5000)
             )
         )
-        return owned(reply, "conversation")
+        return _owned(reply, "conversation")
 
     @router.get("/api/memories/{point_id}")
     async def memory(point_id: str, tenant: str = Depends(tenant_of)) -> dict[str, Any]:
         _check_id(point_id)
         reply = await shared.call(lambda c: c.read("lineage", tenant_id=tenant, point_id=point_id))
-        return owned(reply, "memory")
+        return _owned(reply, "memory")
 
     @router.get("/api/conversations/{conversation_id}/export")
     async def export(conversation_id: str, tenant: str = Depends(tenant_of)) -> StreamingResponse:
@@ -173,6 +205,10 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
             media_type="application/x-ndjson",
             headers={"Content-Disposition": f'attachment; filename="{tenant}-{conversation_id}.jsonl"'},
         )
+
+
+def _change_routes(router: APIRouter, shared: Any, changing: Callable[..., str]) -> None:
+    """Questions and forgets from the page (each with the session's CSRF token)."""
 
     @router.post("/api/conversations/{conversation_id}/ask")
     async def ask(conversation_id: str, body: AskIn, tenant: str = Depends(changing)) -> dict[str, Any]:
@@ -198,7 +234,11 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
         )
         return {"forget_id": outcome.forget_id, "counts": outcome.counts}
 
-    app.include_router(router)
+
+def _owned(reply: ReadReply, what: str) -> dict[str, Any]:
+    if not reply.found:  # another tenant's id reads exactly like one that does not exist
+        raise HTTPException(404, f"no such {what}")
+    return reply.model_dump(mode="json")
 
 
 def _check_id(value: str) -> None:
