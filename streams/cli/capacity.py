@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from .. import runtime
 from ._app import cli, console
+
+if TYPE_CHECKING:
+    from memstream.processors.operations.capacity import Assumptions, CapacityPlan, Load, MeasuredCosts
 
 CAPACITY_RESULTS = runtime.REPO_ROOT / "docs" / "results" / "capacity"
 LLM_RESULTS = runtime.REPO_ROOT / "docs" / "results" / "llm-throughput" / "llm-throughput.json"
@@ -69,6 +72,46 @@ def capacity(
 
     from memstream.processors.operations.capacity import Assumptions, Load, measured_costs, plan
 
+    scale_result, embed_result, sources = _read_results(results)
+    costs = measured_costs(scale_result, embed=embed_result, source=", ".join(sources))
+    load = Load(turns_per_s=turns_per_s, cards=cards, retention_days=retention_days, queries_per_s=queries_per_s)
+    assume = Assumptions(
+        cpu_utilisation=cpu_utilisation,
+        kafka_replication=kafka_replication,
+        qdrant_replication=qdrant_replication,
+        qdrant_node_ram_gib=node_ram_gib,
+        qdrant_node_cores=node_cores,
+        qdrant_node_disk_tib=node_disk_tib,
+        broker_cores=broker_cores,
+        broker_disk_tib=broker_disk_tib,
+        shards_per_node=shards_per_node,
+    )
+    result = plan(costs, load, assume)
+    _print_plan(result, costs, load, assume)
+    _print_assumptions(assume, costs, scale_result)
+    out = {"load": asdict(load), "assumptions": asdict(assume), "costs": asdict(costs), "plan": result.as_dict()}
+    if llm_results.exists() or llm_results != LLM_RESULTS:
+        out["llm"] = _llm_capacity(
+            llm_results,
+            turns_per_s,
+            queries_per_s if llm_questions_per_s is None else llm_questions_per_s,
+            latency_s=llm_latency_s,
+            in_flight=llm_in_flight,
+            rpm=llm_rpm,
+            tpm=llm_tpm,
+            prices=(price_prompt, price_completion),
+        )
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(out, indent=2) + "\n")
+        console.print(f"JSON written to {json_out}")
+
+
+def _read_results(results: list[Path]) -> tuple[dict, dict | None, list[str]]:
+    """The ``bench scale --cluster`` result and the embedder result (if any) among ``results``, and
+    the files read; exit 2 on a missing or unknown file (the default embedder result may be missing)."""
+    import json
+
     scale_result, embed_result, sources = None, None, []
     for path in results:
         if not path.exists():
@@ -88,27 +131,22 @@ def capacity(
     if scale_result is None:
         console.print("[red]no `bench scale --cluster` result among --results[/]")
         raise typer.Exit(2)
-    costs = measured_costs(scale_result, embed=embed_result, source=", ".join(sources))
-    load = Load(turns_per_s=turns_per_s, cards=cards, retention_days=retention_days, queries_per_s=queries_per_s)
-    assume = Assumptions(
-        cpu_utilisation=cpu_utilisation,
-        kafka_replication=kafka_replication,
-        qdrant_replication=qdrant_replication,
-        qdrant_node_ram_gib=node_ram_gib,
-        qdrant_node_cores=node_cores,
-        qdrant_node_disk_tib=node_disk_tib,
-        broker_cores=broker_cores,
-        broker_disk_tib=broker_disk_tib,
-        shards_per_node=shards_per_node,
-    )
-    result = plan(costs, load, assume)
-    table = Table(
-        title=f"capacity for {turns_per_s:,.0f} turns/s, {queries_per_s:,.0f} questions/s, {cards:,} cards, "
-        f"{retention_days:g} days of Kafka retention"
-    )
+    return scale_result, embed_result, sources
+
+
+def _print_table(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """A plan as a table: what, how much is needed, and what that comes from."""
+    table = Table(title=title)
     table.add_column("what")
     table.add_column("needed", justify="right")
     table.add_column("from")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _print_plan(result: CapacityPlan, costs: MeasuredCosts, load: Load, assume: Assumptions) -> None:
+    """The CPU plan's table."""
     rows = [
         ("topic partitions", str(result.partitions), result.limits["partitions"]),
         ("ingest workers (1 core each)", str(result.ingest_workers), f"{costs.ingest_cpu_ms_per_turn:.1f} CPU-ms/turn"),
@@ -122,21 +160,21 @@ def capacity(
         (
             "Kafka disk (all replicas)",
             _bytes(result.kafka_disk_bytes),
-            f"{costs.kafka_bytes_per_turn:,.0f} B/turn per copy x {kafka_replication}",
+            f"{costs.kafka_bytes_per_turn:,.0f} B/turn per copy x {assume.kafka_replication}",
         ),
         ("Qdrant nodes", str(result.qdrant_nodes), f"limited by {result.limits['qdrant_nodes']}"),
-        ("Qdrant shards per collection", str(result.qdrant_shards), f"{shards_per_node} per node"),
+        ("Qdrant shards per collection", str(result.qdrant_shards), f"{assume.shards_per_node} per node"),
         ("Qdrant cores", f"{result.qdrant_cores:,.1f}", f"{costs.qdrant_cpu_ms_per_turn:.2f} CPU-ms/turn"),
         (
             "Qdrant RAM (all replicas)",
             _bytes(result.qdrant_ram_bytes),
-            f"{costs.qdrant_ram_bytes_per_card:,.0f} B/card per copy x {qdrant_replication}",
+            f"{costs.qdrant_ram_bytes_per_card:,.0f} B/card per copy x {assume.qdrant_replication}",
         ),
-        ("Qdrant RAM per node", _bytes(result.qdrant_ram_per_node_bytes), f"of {node_ram_gib:g} GiB"),
+        ("Qdrant RAM per node", _bytes(result.qdrant_ram_per_node_bytes), f"of {assume.qdrant_node_ram_gib:g} GiB"),
         (
             "Qdrant disk (all replicas)",
             _bytes(result.qdrant_disk_bytes),
-            f"{costs.qdrant_disk_bytes_per_card:,.0f} B/card per copy x {qdrant_replication}",
+            f"{costs.qdrant_disk_bytes_per_card:,.0f} B/card per copy x {assume.qdrant_replication}",
         ),
         ("cores in all", f"{result.total_cores:,.1f}", "workers + brokers + Qdrant"),
     ]
@@ -148,14 +186,20 @@ def capacity(
                 f"{costs.embed_gpu_turns_per_s:,.0f} turns/s per GPU (workers' CPU then drops)",
             )
         )
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    _print_table(
+        f"capacity for {load.turns_per_s:,.0f} turns/s, {load.queries_per_s:,.0f} questions/s, {load.cards:,} cards, "
+        f"{load.retention_days:g} days of Kafka retention",
+        rows,
+    )
+
+
+def _print_assumptions(assume: Assumptions, costs: MeasuredCosts, scale_result: dict) -> None:
+    """What the plan assumed, and the measuring run's check of the model."""
     console.print(
-        f"assumptions: {cpu_utilisation:.0%} CPU utilisation, {assume.ram_utilisation:.0%} of a node's RAM and "
-        f"{assume.disk_utilisation:.0%} of a disk used, Kafka replication {kafka_replication}, Qdrant replication "
-        f"{qdrant_replication}, costs linear in the load (measured on one machine: {scale_result.get('machine')}); "
-        f"costs from {costs.source}",
+        f"assumptions: {assume.cpu_utilisation:.0%} CPU utilisation, {assume.ram_utilisation:.0%} of a node's RAM and "
+        f"{assume.disk_utilisation:.0%} of a disk used, Kafka replication {assume.kafka_replication}, Qdrant "
+        f"replication {assume.qdrant_replication}, costs linear in the load (measured on one machine: "
+        f"{scale_result.get('machine')}); costs from {costs.source}",
         highlight=False,
     )
     for row in scale_result.get("check", []):
@@ -164,22 +208,6 @@ def capacity(
             f"measured {row['measured_turns_per_s']} turns/s, the model {row['predicted_turns_per_s']}",
             highlight=False,
         )
-    out = {"load": asdict(load), "assumptions": asdict(assume), "costs": asdict(costs), "plan": result.as_dict()}
-    if llm_results.exists() or llm_results != LLM_RESULTS:
-        out["llm"] = _llm_capacity(
-            llm_results,
-            turns_per_s,
-            queries_per_s if llm_questions_per_s is None else llm_questions_per_s,
-            latency_s=llm_latency_s,
-            in_flight=llm_in_flight,
-            rpm=llm_rpm,
-            tpm=llm_tpm,
-            prices=(price_prompt, price_completion),
-        )
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(out, indent=2) + "\n")
-        console.print(f"JSON written to {json_out}")
 
 
 def _llm_capacity(
@@ -217,13 +245,6 @@ def _llm_capacity(
         price_completion_per_m=prices[1],
     )
     result = llm_plan(costs, provider, turns_per_s, questions_per_s)
-    table = Table(
-        title=f"LLM mode: {turns_per_s:,.0f} turns/s extracted, {questions_per_s:,.0f} questions/s answered, "
-        f"{latency_s:.2f} s a call, {in_flight} in flight per worker"
-    )
-    table.add_column("what")
-    table.add_column("needed", justify="right")
-    table.add_column("from")
     per_k = costs.extract_calls_per_1000_turns
     rows = [
         ("extract workers (LLM-bound)", str(result.extract_workers), result.limits["workers"]),
@@ -249,9 +270,11 @@ def _llm_capacity(
         ),
         ("cost per hour", f"{result.cost_per_hour:,.2f}", f"at {prices[0]:g} / {prices[1]:g} per million tokens"),
     ]
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    _print_table(
+        f"LLM mode: {turns_per_s:,.0f} turns/s extracted, {questions_per_s:,.0f} questions/s answered, "
+        f"{latency_s:.2f} s a call, {in_flight} in flight per worker",
+        rows,
+    )
     console.print(
         f"the workers are the LLM waits' alone: each group needs the larger of these and its CPU plan above; "
         f"calls and tokens from {costs.source}",
