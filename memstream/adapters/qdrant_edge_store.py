@@ -129,33 +129,27 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
             raise ValueError(f"Collection {self._name(collection)} not found")
         return shard
 
-    def ensure_collections(self, names: Sequence[str], dim: int) -> None:
-        with self._lock:
-            for name in names:
-                full = self._name(name)
-                if full in self._ready:
-                    continue
-                saved = self.path / full / _CONFIG_FILE
-                if saved.exists():  # a clear error, also for a shard a read has already opened
-                    stored = json.loads(saved.read_text()).get("vectors", {}).get("", {}).get("size")
-                    if stored != dim:
-                        raise shared.dimension_mismatch(full, stored, dim)
-                shard = self._shard(name, dim=dim)
-                assert shard is not None
-                have = shard.info().payload_schema
-                for field, schema in _INDEXES:
-                    if field not in have:
-                        shard.update(qe.UpdateOperation.create_field_index(field, schema))
-                if full not in self._lexical:  # a shard created before BM25 support: add the vector
-                    shard.update(qe.UpdateOperation.create_sparse_vector(BM25_VECTOR, modifier=qe.Modifier.Idf))
-                    self._lexical.add(full)
-                    log.info(
-                        "added the %s sparse vector to %s; its older points are not lexically "
-                        "searchable until upserted again with text",
-                        BM25_VECTOR,
-                        full,
-                    )
-                self._ready.add(full)
+    def _prepare(self, collection: str, full: str, dim: int) -> None:
+        saved = self.path / full / _CONFIG_FILE
+        if saved.exists():  # a clear error, also for a shard a read has already opened
+            stored = json.loads(saved.read_text()).get("vectors", {}).get("", {}).get("size")
+            if stored != dim:
+                raise shared.dimension_mismatch(full, stored, dim)
+        shard = self._shard(collection, dim=dim)
+        assert shard is not None
+        have = shard.info().payload_schema
+        for field, schema in _INDEXES:
+            if field not in have:
+                shard.update(qe.UpdateOperation.create_field_index(field, schema))
+        if full not in self._lexical:  # a shard created before BM25 support: add the vector
+            shard.update(qe.UpdateOperation.create_sparse_vector(BM25_VECTOR, modifier=qe.Modifier.Idf))
+            self._lexical.add(full)
+            log.info(
+                "added the %s sparse vector to %s; its older points are not lexically "
+                "searchable until upserted again with text",
+                BM25_VECTOR,
+                full,
+            )
 
     def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
         if not points:

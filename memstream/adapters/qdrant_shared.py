@@ -132,8 +132,17 @@ class TenantScopedStore(Generic[Handle, Filter]):
     _patch_lock: contextlib.AbstractContextManager[Any]  # across set_payload's read and write
     _bm25: Any  # memstream.adapters.bm25.Bm25Encoder (its module loads the Edge bindings)
     _sparse_name: str  # the BM25 sparse vector's name in a collection (bm25.BM25_VECTOR)
+    _ready: set[str]  # collections (full names) ensure_collections has made ready
 
     # -- primitives ---------------------------------------------------------------------------
+    def _name(self, collection: str) -> str:
+        """The collection's name in the engine (prefixed)."""
+        raise NotImplementedError
+
+    def _prepare(self, collection: str, full: str, dim: int) -> None:
+        """Make the collection ready for ``dim``-d vectors: created, or checked and brought up to date."""
+        raise NotImplementedError
+
     def _filter(self, conditions: Conditions) -> Filter:
         raise NotImplementedError
 
@@ -188,6 +197,14 @@ class TenantScopedStore(Generic[Handle, Filter]):
         return dense  # no bm25 vector: the point is simply not lexically searchable
 
     # -- the port -----------------------------------------------------------------------------
+    def ensure_collections(self, names: Sequence[str], dim: int) -> None:
+        with self._lock:
+            for name in names:
+                full = self._name(name)
+                if full not in self._ready:
+                    self._prepare(name, full, dim)
+                    self._ready.add(full)
+
     def tenant_filter(
         self, tenant_id: str | None, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None
     ) -> Filter:

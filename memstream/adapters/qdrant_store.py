@@ -90,14 +90,8 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
     def _name(self, collection: str) -> str:
         return self._prefix + collection
 
-    def ensure_collections(self, names: Sequence[str], dim: int) -> None:
-        with self._lock:
-            for name in names:
-                full = self._name(name)
-                if full in self._ready:
-                    continue
-                self._settling(lambda: self._ensure(full, dim))
-                self._ready.add(full)
+    def _prepare(self, collection: str, full: str, dim: int) -> None:
+        self._settling(lambda: self._ensure(full, dim))
 
     def _ensure(self, full: str, dim: int) -> None:
         if not self._client.collection_exists(full):
