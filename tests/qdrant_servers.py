@@ -6,29 +6,33 @@ in a temporary folder on ports of their own (the binary: MEMSTREAM_QDRANT_BIN, e
 from __future__ import annotations
 
 import os
-import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from memstream.bench import clusters
 from memstream.streams import runtime
+from tests.node_scripts import NodeScript
 
 TESTED_VERSION = "1.18.3"  # the server the cluster tests run (../shared/bin/qdrant); compose's image too
 
 
 @dataclass
-class QdrantNodes:
+class QdrantNodes(NodeScript):
     """A running Qdrant deployment: ``run`` any of the script's verbs on it (``kill-node 2``,
     ``start-node 2``, ``status``)."""
 
-    data: Path
-    base_port: int
+    script = runtime.INFRA / "qdrant" / "qdrant.sh"
     nodes: int = 1
 
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("MEMSTREAM_QDRANT_DATA", "MEMSTREAM_QDRANT_PORT")}
         return env | {"MEMSTREAM_QDRANT_DATA": str(self.data), "MEMSTREAM_QDRANT_PORT": str(self.base_port)}
+
+    def argv(self, args: tuple[str, ...]) -> list[str]:
+        return [*args, "--nodes", str(self.nodes)]
 
     @property
     def urls(self) -> list[str]:
@@ -39,21 +43,6 @@ class QdrantNodes:
         """MEMSTREAM_QDRANT_URL: every node, so a client fails over when one is lost."""
         return ",".join(self.urls)
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        script = runtime.INFRA / "qdrant" / "qdrant.sh"
-        done = subprocess.run(
-            ["bash", str(script), *args, "--nodes", str(self.nodes)], env=self.env, capture_output=True, text=True
-        )
-        if check and done.returncode != 0:
-            raise RuntimeError(f"qdrant.sh {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        return done
-
-    def kill(self, node: int) -> None:
-        self.run("kill-node", str(node))
-
-    def start(self, node: int) -> None:
-        self.run("start-node", str(node))
-
 
 def started(data: Path, first_port: int, nodes: int) -> QdrantNodes:
     deployment = QdrantNodes(
@@ -61,3 +50,13 @@ def started(data: Path, first_port: int, nodes: int) -> QdrantNodes:
     )
     deployment.run("start")
     return deployment
+
+
+@contextmanager
+def running(data: Path, first_port: int, nodes: int) -> Iterator[QdrantNodes]:
+    """``started``, and stopped on the way out."""
+    deployment = started(data, first_port, nodes)
+    try:
+        yield deployment
+    finally:
+        deployment.run("stop", check=False)

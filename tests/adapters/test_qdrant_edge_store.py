@@ -218,14 +218,19 @@ def test_count_with_and_without_a_tenant(store):
     assert store.count("never_created") == 0
 
 
+def closed_and_reopened(kind: str, path, filling):
+    """A store ``filling`` filled, closed, and opened again (its collections not yet ensured)."""
+    s = _open(kind, path)
+    s.ensure_collections([COLL], DIM)
+    filling(s)
+    s.close()
+    return _open(kind, path)
+
+
 @pytest.fixture
 def reopened(kind, tmp_path):
-    """A store filled with ROWS, closed, and opened again (its collections not yet ensured)."""
-    s = _open(kind, tmp_path / "q")
-    s.ensure_collections([COLL], DIM)
-    fill(s)
-    s.close()
-    s = _open(kind, tmp_path / "q")
+    """A store filled with ROWS, closed, and opened again."""
+    s = closed_and_reopened(kind, tmp_path / "q", fill)
     yield s
     s.close()
 
@@ -390,11 +395,7 @@ def test_with_vectors_returns_the_stored_dense_vector(store):
 
 
 def test_bm25_survives_close_and_reopen(kind, tmp_path):
-    s = _open(kind, tmp_path / "q")
-    s.ensure_collections([COLL], DIM)
-    fill_docs(s)
-    s.close()
-    s = _open(kind, tmp_path / "q")
+    s = closed_and_reopened(kind, tmp_path / "q", fill_docs)
     try:
         assert [h.id for h in s.search_text(COLL, "t1", "alps")] == [pid(12)]  # before ensure_collections
         s.ensure_collections([COLL], DIM)

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from memstream.config import Settings
 from memstream.gateway.auth import hash_key, slack_signature
 from memstream.gateway.http import create_app
+from tests import factories
 
 TURN = {
     "conversation_id": "c1",
@@ -66,21 +67,8 @@ def test_an_invisible_speaker_is_a_422_naming_the_rule(http):
 
 
 def test_an_answer_shows_its_bidi_controls_isolated(http):
-    from memstream.schemas import Evidence, Reply
-
     rlo, fsi, pdf, pdi = "\u202e", "\u2068", "\u202c", "\u2069"
-    reply = Reply(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        answer="the " + rlo + "cat",
-        evidence=[
-            Evidence(
-                evidence_id="E1", kind="turn", point_id="p", text="Ana: " + rlo + "cat", score=1.0, found_by=["dense"]
-            )
-        ],
-        replied_at="2024-05-01T10:00:01Z",
-    )  # type: ignore[arg-type]
+    reply = factories.reply(factories.evidence("Ana: " + rlo + "cat"), answer="the " + rlo + "cat")
 
     async def asked(_use):  # the SDK's ask, answered at once
         return reply

@@ -5,7 +5,6 @@ data folder, so tests never see each other's messages or memories."""
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +19,7 @@ from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.schemas import Turn
 from memstream.streams import runtime
+from tests.node_scripts import NodeScript
 
 pytestmark = pytest.mark.integration
 
@@ -39,13 +39,12 @@ def kafka() -> Iterator[Settings]:
 
 
 @dataclass
-class KafkaCluster:
+class KafkaCluster(NodeScript):
     """A 3-broker KRaft cluster on loopback started by ``infra/kafka/kafka.sh --brokers 3`` in a
     temporary folder, on ports of its own: ``run`` any of the script's verbs on it (``kill-node 2``,
     ``start-node 2``, ``node-pid 2``, ``status``)."""
 
-    data: Path
-    base_port: int
+    script = runtime.INFRA / "kafka" / "kafka.sh"
     brokers: int = 3
 
     @property
@@ -53,24 +52,12 @@ class KafkaCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_KAFKA_")}
         return env | {"MEMSTREAM_KAFKA_DATA": str(self.data), "MEMSTREAM_KAFKA_PORT": str(self.base_port)}
 
+    def argv(self, args: tuple[str, ...]) -> list[str]:
+        return ["--brokers", str(self.brokers), *args]
+
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.base_port + 2 * i}" for i in range(self.brokers))
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        script = runtime.INFRA / "kafka" / "kafka.sh"
-        done = subprocess.run(
-            ["bash", str(script), "--brokers", str(self.brokers), *args], env=self.env, capture_output=True, text=True
-        )
-        if check and done.returncode != 0:
-            raise RuntimeError(f"kafka.sh {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        return done
-
-    def kill(self, node: int) -> None:
-        self.run("kill-node", str(node))
-
-    def start(self, node: int) -> None:
-        self.run("start-node", str(node))
 
 
 @pytest.fixture(scope="session")

@@ -11,21 +11,25 @@ from memstream.bench.chaos import ChaosOptions, run_chaos_bench
 pytestmark = pytest.mark.integration
 
 
+def assert_delivered(result: dict, more_queries_than: int) -> None:
+    # Nothing lost, nothing doubled, no point the reference lacks (or the reverse), no good input dead-lettered.
+    assert result["turns"] == result["turns_planned"] > 100
+    assert (result["lost"], result["duplicated"]) == (0, 0)
+    assert (result["extra_points"], result["missing_points"]) == (0, 0), result
+    assert result["dead_letters"] == 0, result["dead_letter_reasons"]
+    # Every question got a reply or a clear error (counted apart, with its reason); none went unanswered.
+    assert result["queries"] > more_queries_than and result["answered"] > 0
+    assert result["unanswered"] == 0, [t for t in result["timeline"] if t[2] != "ok"]
+    assert result["answered"] + result["error_replies"] + result["send_errors"] == result["queries"]
+
+
 @pytest.mark.timeout(1500)  # a reference run, two minutes of failures, then the drains (about 6 min here)
 def test_two_minutes_of_failures_lose_double_and_drop_nothing(kafka, tmp_path):
     result = run_chaos_bench(ChaosOptions(minutes=2.0, seed=0, workdir=tmp_path))
     # The failures happened.
     assert result["kills"] >= 3 and result["stops"] >= 1 and result["broker_restarts"] == 1
     assert result["rebalances"] > 3
-    # Nothing lost, nothing doubled, no point the reference lacks (or the reverse), no good input dead-lettered.
-    assert result["turns"] == result["turns_planned"] > 100
-    assert (result["lost"], result["duplicated"]) == (0, 0)
-    assert (result["extra_points"], result["missing_points"]) == (0, 0), result
-    assert result["dead_letters"] == 0, result["dead_letter_reasons"]
-    # Every question got a reply or a clear error; none went unanswered.
-    assert result["queries"] > 20 and result["answered"] > 0
-    assert result["unanswered"] == 0, [t for t in result["timeline"] if t[2] != "ok"]
-    assert result["answered"] + result["error_replies"] + result["send_errors"] == result["queries"]
+    assert_delivered(result, more_queries_than=20)
 
 
 @pytest.mark.cluster
@@ -35,11 +39,4 @@ def test_three_minutes_of_failures_on_the_clusters_lose_double_and_drop_nothing(
     # The failures happened: workers, a broker, a Qdrant node, and a whole group at once.
     assert result["kills"] >= 3 and result["stops"] >= 1
     assert result["broker_kills"] >= 1 and result["qdrant_kills"] >= 1 and result["group_kills"] == 1
-    assert result["turns"] == result["turns_planned"] > 100
-    assert (result["lost"], result["duplicated"]) == (0, 0)
-    assert (result["extra_points"], result["missing_points"]) == (0, 0), result
-    assert result["dead_letters"] == 0, result["dead_letter_reasons"]
-    # Every question got a reply or a clear error (counted apart, with its reason); none went unanswered.
-    assert result["queries"] > 30 and result["answered"] > 0
-    assert result["unanswered"] == 0, [t for t in result["timeline"] if t[2] != "ok"]
-    assert result["answered"] + result["error_replies"] + result["send_errors"] == result["queries"]
+    assert_delivered(result, more_queries_than=30)

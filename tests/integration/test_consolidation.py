@@ -12,6 +12,7 @@ from memstream.bench.consolidate import life_stories
 from memstream.processors.ids import point_id
 from memstream.processors.write.index import CARDS
 from memstream.schemas import Card, ConsolidationUpdate, MemoryWrite, Provenance, SourceTurn
+from tests.factories import memory_write, source
 
 pytestmark = pytest.mark.integration
 
@@ -23,15 +24,7 @@ def write(tenant: str, day: int, texts: list[str]) -> MemoryWrite:
     """One session's memory write: a card per text, said by Maria on that day."""
     when = T0 + timedelta(days=day)
     turns = [
-        SourceTurn(
-            turn_id=f"D{day}:{i + 1}",
-            session_id=f"S{day}",
-            speaker="Maria",
-            role="user",
-            text=text,
-            event_time=when + timedelta(minutes=i),
-            seq=day * 100 + i,
-        )
+        source(f"D{day}:{i + 1}", "Maria", text, day * 100 + i, at=when + timedelta(minutes=i), session_id=f"S{day}")
         for i, text in enumerate(texts)
     ]
     cards = [
@@ -48,17 +41,13 @@ def write(tenant: str, day: int, texts: list[str]) -> MemoryWrite:
         )
         for t in turns
     ]
-    return MemoryWrite(
-        tenant_id=tenant,
-        conversation_id=CONV,
-        write_id=f"w{day}",
-        flush_id=f"f{day}",
-        mode="llm",
-        cards=cards,
-        scenes=[],
-        source_turns=turns,
-        written_at=when,
-    )
+    return day_write(tenant, day, cards, turns)
+
+
+def day_write(tenant: str, day: int, cards: list[Card], turns: list[SourceTurn]) -> MemoryWrite:
+    """The day's write, ids w<day> and f<day>, written as the day starts."""
+    fields = {"write_id": f"w{day}", "flush_id": f"f{day}", "mode": "llm", "written_at": T0 + timedelta(days=day)}
+    return memory_write(tenant, cards, turns, conversation=CONV, **fields)
 
 
 def texts(reply) -> list[str]:
@@ -137,14 +126,8 @@ def many_lives(tenant: str) -> list[MemoryWrite]:
     for day, said in sorted(by_day.items()):
         when = T0 + timedelta(days=day)
         turns = [
-            SourceTurn(
-                turn_id=f"D{day}:{i + 1}",
-                session_id=f"S{day}",
-                speaker=name,
-                role="user",
-                text=text,
-                event_time=when + timedelta(seconds=i),
-                seq=day * 10_000 + i,
+            source(
+                f"D{day}:{i + 1}", name, text, day * 10_000 + i, at=when + timedelta(seconds=i), session_id=f"S{day}"
             )
             for i, (name, text) in enumerate(said)
         ]
@@ -161,19 +144,7 @@ def many_lives(tenant: str) -> list[MemoryWrite]:
             )
             for t in turns
         ]
-        writes.append(
-            MemoryWrite(
-                tenant_id=tenant,
-                conversation_id=CONV,
-                write_id=f"w{day}",
-                flush_id=f"f{day}",
-                mode="llm",
-                cards=cards,
-                scenes=[],
-                source_turns=turns,
-                written_at=when,
-            )
-        )
+        writes.append(day_write(tenant, day, cards, turns))
     return writes
 
 

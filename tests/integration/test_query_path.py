@@ -8,7 +8,9 @@ import pytest
 
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.processors.ids import point_id
-from memstream.schemas import Card, MemoryWrite, Provenance, Scene, SourceTurn
+from memstream.schemas import Card, MemoryWrite, Provenance
+from tests.factories import memory_write, scene
+from tests.factories import source as source_turn
 
 pytestmark = pytest.mark.integration
 
@@ -52,16 +54,7 @@ def write_with_triggers(tenant: str, conversation: str) -> MemoryWrite:
         *[("Kim", text) for text in DISTRACTORS],
     ]
     source = [
-        SourceTurn(
-            turn_id=f"D1:{i + 1}",
-            session_id="S1",
-            speaker=spk,
-            role="user",
-            text=text,
-            event_time=T0 + timedelta(minutes=i),
-            seq=i,
-        )
-        for i, (spk, text) in enumerate(turns)
+        source_turn(f"D1:{i + 1}", spk, text, i, at=T0 + timedelta(minutes=i)) for i, (spk, text) in enumerate(turns)
     ]
     allergy_scene = point_id("scene", tenant, conversation, ["D1:1"], "allergy")
     knee_scene = point_id("scene", tenant, conversation, ["D1:2"], "knee")
@@ -92,47 +85,22 @@ def write_with_triggers(tenant: str, conversation: str) -> MemoryWrite:
         card(1, "Sam", "Sam has knee surgery next week and must avoid long walks for three months.", knee_scene),
         *[card(i + 2, text.split()[0], text, other_scene) for i, text in enumerate(DISTRACTORS)],
     ]
+    office = [t.turn_id for t in source[2:]]
     scenes = [
-        Scene(
-            scene_id=allergy_scene,
-            topic_label="allergy",
-            summary="Dana mentions a food allergy.",
-            participants=["Dana"],
-            start_time=T0,
-            end_time=T0,
-            turn_ids=["D1:1"],
-        ),
-        Scene(
-            scene_id=knee_scene,
-            topic_label="surgery",
-            summary="Sam talks about an upcoming knee operation.",
-            participants=["Sam"],
-            start_time=T0,
-            end_time=T0,
-            turn_ids=["D1:2"],
+        scene(allergy_scene, "allergy", "Dana mentions a food allergy.", ["Dana"], ["D1:1"], at=T0),
+        scene(
+            knee_scene,
+            "surgery",
+            "Sam talks about an upcoming knee operation.",
+            ["Sam"],
+            ["D1:2"],
+            at=T0,
             horizon_triggers=["planning a mountain hike with friends"],
         ),
-        Scene(
-            scene_id=other_scene,
-            topic_label="office news",
-            summary="Kim shares assorted office news.",
-            participants=["Kim"],
-            start_time=T0,
-            end_time=T0,
-            turn_ids=[t.turn_id for t in source[2:]],
-        ),
+        scene(other_scene, "office news", "Kim shares assorted office news.", ["Kim"], office, at=T0),
     ]
-    return MemoryWrite(
-        tenant_id=tenant,
-        conversation_id=conversation,
-        write_id="w-triggers",
-        flush_id="f-triggers",
-        mode="llm",
-        cards=cards,
-        scenes=scenes,
-        source_turns=source,
-        written_at=T0,
-    )
+    fields = {"write_id": "w-triggers", "flush_id": "f-triggers", "mode": "llm", "scenes": scenes, "written_at": T0}
+    return memory_write(tenant, cards, source, conversation=conversation, **fields)
 
 
 def found(reply, turn_id: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -17,6 +18,7 @@ from pydantic import SecretStr
 from memstream.bench import clusters
 from memstream.bench.deployment import Deployment
 from memstream.config import Settings
+from memstream.schemas import Turn
 from memstream.streams import runtime
 from memstream.streams.topics import broker_reachable
 
@@ -79,26 +81,28 @@ def secured_broker(tmp_path_factory) -> Iterator[Settings]:
         subprocess.run(["bash", str(script), "stop"], env=env, capture_output=True, text=True)
 
 
-def test_a_worker_ingests_and_answers_over_sasl_ssl_with_scram(secured_broker, tmp_path):
+@contextmanager
+def ingested(settings: Settings, folder: Path) -> Iterator[tuple[Deployment, str, list[Turn]]]:
+    """A worker on the broker with one conversation's first session ingested and drained; stopped after."""
     conversation, turns, _ = first_sessions(1)
-    pipe = Deployment(secured_broker, tmp_path / "p", {"MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
+    pipe = Deployment(settings, folder, {"MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
     try:
         pipe.start_worker()
         pipe.produce(turns)
         pipe.drain()
-        reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation, answer=False)
-        assert reply.ok and turns[1].turn_id in {t for e in reply.evidence for t in e.turn_ids}
+        yield pipe, conversation, turns
     finally:
         pipe.stop_workers()
 
 
+def test_a_worker_ingests_and_answers_over_sasl_ssl_with_scram(secured_broker, tmp_path):
+    with ingested(secured_broker, tmp_path / "p") as (pipe, conversation, turns):
+        reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation, answer=False)
+        assert reply.ok and turns[1].turn_id in {t for e in reply.evidence for t in e.turn_ids}
+
+
 def test_the_node_client_asks_over_sasl_ssl_with_the_same_settings(secured_broker, tmp_path, node):  # noqa: F811
-    conversation, turns, _ = first_sessions(1)
-    pipe = Deployment(secured_broker, tmp_path / "p", {"MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
-    try:
-        pipe.start_worker()
-        pipe.produce(turns)
-        pipe.drain()
+    with ingested(secured_broker, tmp_path / "p") as (pipe, conversation, turns):
         env = {k: v for k, v in pipe.env.items() if k.startswith(("MEMSTREAM_KAFKA", "MEMSTREAM_TOPIC"))}
         asked = ["ask", "--tenant", "acme", "--conversation", conversation, "--question", turns[1].text]
         done = run(node, *asked, env=env)
@@ -106,8 +110,6 @@ def test_the_node_client_asks_over_sasl_ssl_with_the_same_settings(secured_broke
         assert turns[1].turn_id in {t for e in orjson.loads(done.stdout)["evidence"] for t in e["turn_ids"]}
         refused = run(node, *asked, "--timeout-ms", "8000", env={**env, "MEMSTREAM_KAFKA_SASL_PASSWORD": "wrong"})
         assert refused.returncode == 3
-    finally:
-        pipe.stop_workers()
 
 
 def test_without_the_password_or_without_tls_the_broker_refuses(secured_broker):

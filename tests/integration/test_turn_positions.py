@@ -20,17 +20,13 @@ FIRST = ["I moved to Porto in March.", "The flat is near the river.", "My sister
 SECOND = ["I started learning the cello.", "Lessons are on Tuesday evenings.", "My teacher is called Ines."]
 
 
+NORA = {"tenant_id": TENANT, "conversation_id": "positions", "session_id": "S1", "speaker": "Nora"}
+
+
 def said(i: int, text: str) -> Turn:
-    return Turn(
-        tenant_id=TENANT,
-        conversation_id="positions",
-        session_id="S1",
-        turn_id=f"m{i}",
-        speaker="Nora",
-        text=text,
-        event_time=datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc) + timedelta(minutes=i),
-        metadata={"platform": "sdk"},  # no seq
-    )
+    """Nora's turn ``i``, a minute after the one before, as the SDK sends it: no seq."""
+    at = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc) + timedelta(minutes=i)
+    return Turn(**NORA, turn_id=f"m{i}", text=text, event_time=at, metadata={"platform": "sdk"})
 
 
 @pytest.mark.timeout(600)

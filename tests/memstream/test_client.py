@@ -7,22 +7,25 @@ import asyncio
 import pytest
 
 from memstream.client import AsyncMemoryClient, MemoryClient, MemstreamError, ReplyError, as_turn
-from memstream.schemas import Reply, SchemaError
+from memstream.schemas import SchemaError
+from tests import factories
+
+# A turn as a mapping, as an SDK user may give it.
+TURN = {
+    "tenant_id": "acme",
+    "conversation_id": "c1",
+    "session_id": "S1",
+    "turn_id": "D1:1",
+    "speaker": "Ana",
+    "text": "hello",
+    "event_time": "2024-05-01T10:00:00Z",
+}
 
 
 def test_a_turn_given_as_a_mapping_is_validated_before_anything_is_sent():
-    good = {
-        "tenant_id": "acme",
-        "conversation_id": "c1",
-        "session_id": "S1",
-        "turn_id": "D1:1",
-        "speaker": "Ana",
-        "text": "hello",
-        "event_time": "2024-05-01T10:00:00Z",
-    }
-    assert as_turn(good).key == "acme/c1"
+    assert as_turn(TURN).key == "acme/c1"
     with pytest.raises(SchemaError, match="tenant_id"):
-        as_turn({k: v for k, v in good.items() if k != "tenant_id"})
+        as_turn({k: v for k, v in TURN.items() if k != "tenant_id"})
 
 
 def test_a_client_used_before_it_is_started_says_so():
@@ -33,14 +36,7 @@ def test_a_client_used_before_it_is_started_says_so():
 
 
 def test_an_error_reply_carries_the_reply_and_its_reason():
-    reply = Reply(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        ok=False,
-        error="past its deadline",
-        replied_at="2024-05-01T10:00:00Z",
-    )  # type: ignore[arg-type]
+    reply = factories.reply(ok=False, error="past its deadline")
     err = ReplyError(reply)
     assert err.reply is reply and "q1" in str(err) and "past its deadline" in str(err)
 
@@ -72,15 +68,6 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
     client = AsyncMemoryClient(settings)
     producer = RecordingProducer()
     client.kafka._producer = producer  # type: ignore[assignment]
-    turn = {
-        "tenant_id": "acme",
-        "conversation_id": "c1",
-        "session_id": "S1",
-        "turn_id": "D1:1",
-        "speaker": "Ana",
-        "text": "hello",
-        "event_time": "2024-05-01T10:00:00Z",
-    }
     slack = {
         "type": "event_callback",
         "team_id": "T1",
@@ -88,7 +75,7 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
     }
 
     async def send_everything() -> None:
-        await client.remember([turn])
+        await client.remember([TURN])
         await client.consolidate(tenant_id="acme", conversation_id="c1")
         await client.consolidate(tenant_id="acme")
         await client.consolidate()
@@ -103,10 +90,7 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
         asked = asyncio.ensure_future(client.ask("Dog?", tenant_id="acme", conversation_id="c1", timeout_s=5))
         await asyncio.sleep(0.05)
         [(correlation_id, waiting)] = client.replies.waiting.items()
-        replied = "2024-05-01T10:00:01Z"
-        waiting.set_result(
-            Reply(tenant_id="acme", conversation_id="c1", correlation_id=correlation_id, replied_at=replied)
-        )  # type: ignore[arg-type]
+        waiting.set_result(factories.reply(correlation_id=correlation_id))
         await asked
 
     asyncio.run(send_everything())

@@ -6,6 +6,7 @@ from memstream.instrumented import MeteredLLM, MeteredStore
 from memstream.llm_limits import ProviderLimiter
 from memstream.metrics import Metrics
 from memstream.ports import LLMError, LlmResult
+from tests.fakes import Clock
 
 OK = LlmResult(content="fine", prompt_tokens=10, completion_tokens=2, model="m")
 
@@ -70,14 +71,6 @@ def test_store_calls_are_timed_by_operation_and_collection():
     assert store.search("cards", "acme", [0.1], limit=3) == ["cards", "acme", 3]
     assert store.location == "here"
     assert value(m, "memstream_store_seconds_count", operation="search", collection="cards") == 1
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 def test_retries_stay_within_the_callers_timeout():

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memstream.platforms import load_events
+from memstream.platforms import Mapped, load_events
 from memstream.processors.forgetting.forget import ForgetScope
 from memstream.schemas import Turn
 from memstream.schemas.base import ID_PATTERN
@@ -29,3 +29,12 @@ def covered(removal: Any, turn: Turn) -> bool:
 
 def valid_id(value: str) -> bool:
     return re.match(ID_PATTERN, value) is not None
+
+
+def by_id(result: Mapped) -> dict[str, Turn]:
+    return {t.turn_id: t for t in result.turns}
+
+
+def rejections(result: Mapped) -> list[tuple[int, str, str | None]]:
+    """Each rejected event's place in the input, reason and tenant."""
+    return [(r.index, r.reason, r.tenant_id) for r in result.rejected]

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 from memstream.platforms import TurnRemoval, map_events
 from memstream.schemas import Turn
 from memstream.schemas.base import base_turn_id
-from tests.platforms import covered, events
+from tests.platforms import by_id, covered, events, rejections
 
 NOW = datetime(2024, 7, 12, 20, 0, tzinfo=timezone.utc)
 GUILD, CHANNEL, THREAD = "1070131367116931072", "1070132625408131073", "1261394146099331081"
@@ -14,10 +14,6 @@ PACKING, OOPS, LEE = "1261394397757571079", "1261394649415811079", "126140421242
 
 def mapped(**kwargs):
     return map_events("discord", events("discord"), now=NOW, **kwargs)
-
-
-def by_id(result):
-    return {t.turn_id: t for t in result.turns}
 
 
 def test_fixture_maps_to_the_expected_items():
@@ -36,7 +32,7 @@ def test_fixture_maps_to_the_expected_items():
             "discord:MESSAGE_CREATE:no_text": 1,
         }
     )
-    assert [(r.index, r.reason, r.tenant_id) for r in result.rejected] == [
+    assert rejections(result) == [
         (13, "d.guild_id: missing (a direct message): pass tenant_id for DMs", None),
         (15, "d.timestamp: unparseable time 'last tuesday'", GUILD),
         (16, "event.d: missing", None),

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memstream.platforms import map_events
-from tests.platforms import events
+from tests.platforms import by_id, events, rejections
 
 START = datetime(2024, 6, 10, 9, 0, tzinfo=timezone.utc)
 RESPONSE_ID = "msg_6650a1b2c3d4e5f60718293a4b5c6d7e"
@@ -13,10 +13,6 @@ RESPONSE_ID = "msg_6650a1b2c3d4e5f60718293a4b5c6d7e"
 def mapped(**kwargs):
     kwargs = {"tenant_id": "acme", "conversation_id": "nora-memo", "start_time": START, **kwargs}
     return map_events("openai", events("openai"), **kwargs)
-
-
-def by_id(result):
-    return {t.turn_id: t for t in result.turns}
 
 
 def test_fixture_maps_to_the_expected_items():
@@ -32,7 +28,7 @@ def test_fixture_maps_to_the_expected_items():
             "openai:function_call_output": 1,
         }
     )
-    assert [(r.index, r.reason, r.tenant_id) for r in result.rejected] == [
+    assert rejections(result) == [
         (14, "message.content: missing", "acme"),
         (15, "message: expected an object, got str", "acme"),
         (16, "message.role: unknown role 'critic' (user, assistant, system, developer, tool)", "acme"),

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 from memstream.platforms import TurnRemoval, map_events
 from memstream.schemas import Turn
 from memstream.schemas.base import base_turn_id
-from tests.platforms import covered, events
+from tests.platforms import by_id, covered, events, rejections
 
 NOW = datetime(2024, 6, 4, tzinfo=timezone.utc)
 THREAD = "1717408862.000200"
@@ -12,10 +12,6 @@ THREAD = "1717408862.000200"
 
 def mapped(**kwargs):
     return map_events("slack", events("slack"), now=NOW, **kwargs)
-
-
-def by_id(result):
-    return {t.turn_id: t for t in result.turns}
 
 
 def test_fixture_maps_to_the_expected_items():
@@ -47,7 +43,7 @@ def test_fixture_maps_to_the_expected_items():
             "slack:message_changed:not_edited": 1,
         }
     )
-    assert [(r.index, r.reason, r.tenant_id) for r in result.rejected] == [
+    assert rejections(result) == [
         (13, "event.ts: missing", "T04MEMSTRM"),
         (14, "event.text: empty", "T04MEMSTRM"),
         (16, "event: expected an object, got str", None),

@@ -6,7 +6,7 @@ import pytest
 from memstream.platforms import TurnRemoval, map_events
 from memstream.schemas import Turn
 from memstream.schemas.base import base_turn_id
-from tests.platforms import covered, events, valid_id
+from tests.platforms import by_id, covered, events, rejections, valid_id
 
 NOW = datetime(2024, 6, 16, tzinfo=timezone.utc)
 GROUP = "chat-1001987654321"
@@ -14,10 +14,6 @@ GROUP = "chat-1001987654321"
 
 def mapped(**kwargs):
     return map_events("telegram", events("telegram"), tenant_id="acme", now=NOW, **kwargs)
-
-
-def by_id(result):
-    return {t.turn_id: t for t in result.turns}
 
 
 def test_fixture_maps_to_the_expected_items():
@@ -42,7 +38,7 @@ def test_fixture_maps_to_the_expected_items():
             "telegram:message_reaction": 1,
         }
     )
-    assert [(r.index, r.reason, r.tenant_id) for r in result.rejected] == [
+    assert rejections(result) == [
         (11, "update.message.date: expected unix seconds, got str", "acme"),
         (12, "update: expected an object, got int", "acme"),
         (13, "update.message.chat: missing", "acme"),

@@ -18,8 +18,7 @@ from memstream.processors.query.research import LlmReflector
 from memstream.processors.write import prompts as write_prompts
 from memstream.processors.write.extract import LlmExtractor
 from memstream.schemas.query import Evidence
-from tests.factories import turn
-from tests.processors.write.test_extract import flush_of
+from tests.factories import flush_of, turn
 
 NOW = datetime(2026, 12, 5, tzinfo=timezone.utc)
 

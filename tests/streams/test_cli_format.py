@@ -4,6 +4,7 @@ from datetime import datetime, timezone
 
 from memstream.schemas import Plan
 from memstream.streams.cli.memory import plan_line
+from tests import factories
 
 
 def test_the_plan_line_shows_every_decision_the_planner_made():
@@ -37,23 +38,10 @@ def test_the_plan_line_shows_every_decision_the_planner_made():
 def test_memstream_ask_shows_a_memorys_bidi_controls_isolated(monkeypatch):
     from rich.console import Console
 
-    from memstream.schemas import Evidence, Reply
     from memstream.streams.cli import memory as cli
 
     rlo, fsi, pdf, pdi = "\u202e", "\u2068", "\u202c", "\u2069"
-    reply = Reply(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        answer="the " + rlo + "tac",
-        evidence=[
-            Evidence(
-                evidence_id="E1", kind="turn", point_id="p", text="Ana: " + rlo + "tac", score=1.0, found_by=["dense"]
-            )
-        ],
-        answer_mode="llm",
-        replied_at=datetime(2024, 5, 1, tzinfo=timezone.utc),
-    )
+    reply = factories.reply(factories.evidence("Ana: " + rlo + "tac"), answer="the " + rlo + "tac", answer_mode="llm")
     console = Console(width=200, record=True, color_system=None)
     monkeypatch.setattr(cli, "console", console)
     cli.print_reply(reply, "What?")

@@ -3,18 +3,11 @@
 import pytest
 
 from memstream.streams.runtime.fence import Fenced, FreezeFence
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
+from tests.fakes import Clock
 
 
 def test_a_freeze_fences_writes_until_a_rebalance():
-    clock = Clock()
+    clock = Clock(100.0)
     fence = FreezeFence(10.0, clock=clock)
     for _ in range(8):  # a busy but live process: the ticker runs every quarter second
         clock.now += 0.25
@@ -33,7 +26,7 @@ def test_a_freeze_fences_writes_until_a_rebalance():
 
 
 def test_a_short_freeze_without_a_rebalance_is_forgiven_after_three_session_timeouts():
-    clock = Clock()
+    clock = Clock(100.0)
     fence = FreezeFence(10.0, clock=clock)
     clock.now += 6.0  # longer than half the session timeout: maybe expelled, maybe not
     fence.tick()
@@ -45,7 +38,7 @@ def test_a_short_freeze_without_a_rebalance_is_forgiven_after_three_session_time
 
 
 def test_a_gap_under_half_the_session_timeout_is_not_a_freeze():
-    clock = Clock()
+    clock = Clock(100.0)
     fence = FreezeFence(10.0, clock=clock)
     clock.now += 4.0
     fence.tick()
@@ -53,7 +46,7 @@ def test_a_gap_under_half_the_session_timeout_is_not_a_freeze():
 
 
 def test_a_noticed_freeze_calls_on_freeze_once_with_its_gap_and_live_ticks_never():
-    clock = Clock()
+    clock = Clock(100.0)
     gaps: list[float] = []
     fence = FreezeFence(10.0, clock=clock, on_freeze=gaps.append)
     for _ in range(40):  # ten seconds of a live process

@@ -73,6 +73,11 @@ def put(store, tenant, c, vector, **extra):
     )
 
 
+def put_superseded(store, c, vector, retired_ts: float):
+    """Tenant t1's card ``c``, superseded (retired, valid until T0) by the run at ``retired_ts``."""
+    put(store, "t1", c, vector, valid_to=T0.isoformat(), retired=True, retired_ts=retired_ts)
+
+
 def view(c):
     return CardView(c.card_id, c.subject, c.type, c.content, c.event_time.timestamp(), c.valid_from.timestamp())
 
@@ -89,24 +94,8 @@ def test_queue_holds_similar_cards_current_at_the_run_start_of_the_same_subject_
     put(store, "t2", card(IDS["d"], "Maria", 3), unit(1, 0, 0))  # other tenant: out
     put(store, "t1", card(IDS["e"], "Maria", 40), unit(1, 0.02, 0))  # newer: in (the pair is oriented later)
     earlier_run = AS_OF.timestamp() - 3600
-    put(
-        store,
-        "t1",
-        card(IDS["g"], "Maria", 5),
-        unit(1, 0.01, 0),
-        valid_to=T0.isoformat(),
-        retired=True,
-        retired_ts=earlier_run,
-    )  # superseded by an earlier run: out
-    put(
-        store,
-        "t1",
-        card(IDS["h"], "Maria", 6),
-        unit(1, 0.03, 0),
-        valid_to=T0.isoformat(),
-        retired=True,
-        retired_ts=AS_OF.timestamp(),
-    )  # superseded in this very run: in
+    put_superseded(store, card(IDS["g"], "Maria", 5), unit(1, 0.01, 0), earlier_run)  # by an earlier run: out
+    put_superseded(store, card(IDS["h"], "Maria", 6), unit(1, 0.03, 0), AS_OF.timestamp())  # in this very run: in
     put(
         store, "t1", card(IDS["i"], "Maria", 7), unit(1, 0.04, 0), created_ts=AS_OF.timestamp()
     )  # merged in this run: out

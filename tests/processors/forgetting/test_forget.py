@@ -3,14 +3,10 @@ the store with lineage repaired (on the real embedded Qdrant, in a temp folder).
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 import pytest
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.ports import StoreFilter
 from memstream.processors.consolidation.consolidate import refers_to_erased_cards
 from memstream.processors.forgetting.forget import (
@@ -25,35 +21,16 @@ from memstream.processors.forgetting.forget import (
     scrub_window,
     tombstoned,
 )
-from memstream.processors.write.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRIGGERS, TURNS, index_write
+from memstream.processors.write.index import CARDS, COLLECTIONS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.processors.write.segment import SegmenterState
 from memstream.processors.write.stm import StmState
-from memstream.schemas import (
-    Card,
-    CardPatch,
-    ConsolidationUpdate,
-    Forget,
-    MemoryWrite,
-    ProfileUpdate,
-    Provenance,
-    Scene,
-    SchemaError,
-    SourceTurn,
-    decode_message,
-)
+from memstream.schemas import CardPatch, ConsolidationUpdate, Forget, SchemaError, decode_message
 from memstream.schemas.topics import Topic
-from tests.factories import T0, compressed, turn
+from tests.factories import T0, compressed, sample_ids, sample_write, turn
+from tests.stores import edge_store
 
 NOW = T0 + timedelta(days=30)
-# Card and scene ids are their points' ids: UUIDs, as the pipeline makes them.
-NAMES = ("card-caroline", "card-mixed", "card-mel", "scene1", "scene2")
-
-
-def ids_of(tenant: str, conversation: str) -> dict[str, str]:
-    return {name: str(uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}/{conversation}/{name}")) for name in NAMES}
-
-
-ID = ids_of("t1", "c1")
+ID = sample_ids("t1", "c1")
 
 
 def forget(**kw) -> Forget:
@@ -122,95 +99,11 @@ def test_windows_and_buffers_drop_only_the_covered_turns():
 
 # --- the store ------------------------------------------------------------------------------------
 
-DIM = 8
-
-
-class HashEmbedder:
-    """Deterministic unit vectors from the text (the store needs vectors, not meaning)."""
-
-    dim = DIM
-    name = "hash"
-
-    def embed(self, texts):
-        rows = []
-        for t in texts:
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
-            v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-            rows.append(v / np.linalg.norm(v))
-        return np.stack(rows) if rows else np.zeros((0, DIM), np.float32)
-
-    def clear_cache(self) -> None:
-        pass
-
-
-def source(turn_id: str, speaker: str, text: str, seq: int) -> SourceTurn:
-    return SourceTurn(turn_id=turn_id, session_id="S1", speaker=speaker, role="user", text=text, event_time=T0, seq=seq)
-
-
-def card(card_id: str, turn_ids: list[str], text: str, scene_id: str, **kw) -> Card:
-    return Card(
-        card_id=card_id,
-        subject="Caroline",
-        type="fact",
-        content=text,
-        provenance=Provenance(turn_ids=turn_ids, scene_id=scene_id),
-        entity_triggers=["Lisbon"],
-        valid_from=T0,
-        **kw,
-    )
-
-
-def write(tenant: str = "t1", conversation: str = "c1") -> MemoryWrite:
-    ID = ids_of(tenant, conversation)  # the module's name for the same thing
-    return MemoryWrite(
-        tenant_id=tenant,
-        conversation_id=conversation,
-        write_id=f"w-{tenant}-{conversation}",
-        flush_id="fl1",
-        mode="extractive",
-        cards=[
-            card(ID["card-caroline"], ["D1:1"], "Caroline went to the museum in Lisbon.", ID["scene1"]),
-            card(ID["card-mixed"], ["D1:1", "D1:2"], "Caroline and Mel talked about Lisbon.", ID["scene1"]),
-            card(ID["card-mel"], ["D1:2"], "Mel likes painting.", ID["scene1"]),
-        ],
-        scenes=[
-            Scene(
-                scene_id=ID["scene1"],
-                topic_label="trip",
-                summary="A trip to Lisbon.",
-                participants=["Caroline", "Mel"],
-                start_time=T0,
-                end_time=T0,
-                turn_ids=["D1:1", "D1:2"],
-                scene_triggers=["Lisbon trip"],
-            ),
-            Scene(
-                scene_id=ID["scene2"],
-                topic_label="art",
-                summary="Painting.",
-                participants=["Mel"],
-                start_time=T0,
-                end_time=T0,
-                turn_ids=["D1:2"],
-            ),
-        ],
-        profile_updates=[ProfileUpdate(speaker="Caroline", traits=["curious"], source_turn_ids=["D1:1"])],
-        source_turns=[
-            source("D1:1", "Caroline", "I went to the museum in Lisbon.", 0),
-            source("D1:2", "Mel", "I like painting.", 1),
-        ],
-        written_at=T0,
-    )
-
 
 @pytest.fixture
 def store(tmp_path):
-    s = QdrantEdgeStore(tmp_path / "q")
-    s.ensure_collections(COLLECTIONS, DIM)
-    for w in (write(), write(conversation="c2"), write(tenant="t2")):
-        index_write(w, HashEmbedder(), s)
-    yield s
-    s.close()
+    with edge_store(tmp_path / "q", sample_write(), sample_write(conversation="c2"), sample_write(tenant="t2")) as s:
+        yield s
 
 
 def counts(store, tenant: str) -> dict[str, int]:

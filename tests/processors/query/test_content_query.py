@@ -8,15 +8,13 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.ports import StoreHit
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.query.graph import GraphParams
 from memstream.processors.query.retrieve import Pool, RetrievalParams, pool_speakers, speakers_named
 from memstream.processors.text import without_names
-from memstream.processors.write.index import COLLECTIONS, index_write
-from memstream.schemas import Query
-from tests.processors.query.test_graph import card, source, write
+from tests.factories import card, memory_write, query, source
+from tests.stores import edge_store
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -91,20 +89,18 @@ class TableEmbedder:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    store = QdrantEdgeStore(tmp_path_factory.mktemp("content") / "q")
-    store.ensure_collections(COLLECTIONS, 4)
     turns = [
         source("D1:1", "Melanie", "Take care of yourself.", 0),
         source("D1:2", "Melanie", "I run far to relax.", 1),
     ]
     # No word of the question is in a card's text: BM25 votes for neither, the ranking is semantic.
     cards = [
-        card(1, "Melanie", "Melanie", "Take care of yourself.", "D1:1", []),
-        card(2, "Melanie", "Melanie", "I run far to relax.", "D1:2", []),
+        card(1, "Melanie", "Take care of yourself.", "D1:1", [], speaker="Melanie"),
+        card(2, "Melanie", "I run far to relax.", "D1:2", [], speaker="Melanie"),
     ]
-    index_write(write("acme", cards, turns), TableEmbedder(), store)
-    yield store
-    store.close()
+    written = memory_write("acme", cards, turns)
+    with edge_store(tmp_path_factory.mktemp("content") / "q", written, embedder=TableEmbedder()) as store:
+        yield store
 
 
 QUESTION = "How does Melanie unwind?"
@@ -117,17 +113,7 @@ def engine(store, mode: str) -> tuple[QueryEngine, TableEmbedder]:
 
 
 def first_turn(engine: QueryEngine) -> str:
-    query = Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        reply_topic="memory.replies",
-        question=QUESTION,
-        sent_at=NOW,
-        answer=False,
-        k=2,
-    )
-    return engine.run(query, clock=lambda: NOW).evidence[0].turn_ids[0]
+    return engine.run(query(QUESTION, NOW, k=2), clock=lambda: NOW).evidence[0].turn_ids[0]
 
 
 def test_the_content_query_ranks_the_answer_above_a_card_that_only_shares_the_name(store):

@@ -8,13 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.ports import StoreFilter
 from memstream.processors.forgetting.forget import ForgetScope, erase
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.write.compress import fresh_turn
 from memstream.processors.write.index import (
-    COLLECTIONS,
     TURNS,
     fresh_turn_spec,
     index_fresh_turn,
@@ -32,8 +30,10 @@ from memstream.schemas import (
     decode_cards_message,
     memory_writes,
 )
-from tests.factories import T0, compressed, turn
-from tests.processors.forgetting.test_forget import DIM, HashEmbedder, write
+from tests import factories
+from tests.factories import T0, compressed, memory_write, sample_write, turn
+from tests.fakes import HashEmbedder
+from tests.stores import edge_store
 
 NOW = T0 + timedelta(days=1)
 SAID = "I adopted a greyhound called Biscuit this morning."
@@ -45,37 +45,16 @@ def said(turn_id: str = "D1:9", text: str = SAID, **kw) -> FreshTurn:
 
 def flush_write(fresh: FreshTurn, seq: int = 9) -> MemoryWrite:
     """The write a flush of this one turn gives (no cards: only the raw turn matters here)."""
-    t = fresh.turn
-    source = SourceTurn(
-        turn_id=t.turn_id,
-        session_id=t.session_id,
-        speaker=t.speaker,
-        role=t.role,
-        text=t.text,
-        event_time=t.event_time,
-        seq=seq,
-        received_at=fresh.received_at,
-    )
-    return MemoryWrite(
-        tenant_id=fresh.tenant_id,
-        conversation_id=fresh.conversation_id,
-        write_id="w-flush",
-        flush_id="fl-9",
-        mode="extractive",
-        cards=[],
-        scenes=[],
-        source_turns=[source],
-        written_at=NOW,
-    )
+    said_as = fresh.turn.model_dump(include={"turn_id", "session_id", "speaker", "role", "text", "event_time"})
+    source = SourceTurn(**said_as, seq=seq, received_at=fresh.received_at)
+    flushed = {"write_id": "w-flush", "flush_id": "fl-9", "written_at": NOW}
+    return memory_write(fresh.tenant_id, [], [source], conversation=fresh.conversation_id, **flushed)
 
 
 @pytest.fixture
 def store(tmp_path):
-    s = QdrantEdgeStore(tmp_path / "q")
-    s.ensure_collections(COLLECTIONS, DIM)
-    index_write(write("t1", "c1"), HashEmbedder(), s)  # D1:1 and D1:2, flushed, with their cards
-    yield s
-    s.close()
+    with edge_store(tmp_path / "q", sample_write("t1", "c1")) as s:  # D1:1 and D1:2, flushed, with their cards
+        yield s
 
 
 def turn_payload(store, fresh: FreshTurn) -> dict | None:
@@ -86,8 +65,7 @@ def turn_payload(store, fresh: FreshTurn) -> dict | None:
 
 
 def query(question: str, **kw) -> Query:
-    base = {"tenant_id": "t1", "conversation_id": "c1", "correlation_id": "q1", "reply_topic": "r"}
-    return Query(**base, question=question, answer=False, sent_at=NOW, **kw)
+    return factories.query(question, NOW, tenant="t1", reply_topic="r", **kw)
 
 
 def engine(store, fresh_k: int = 3) -> QueryEngine:

@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.query.graph import (
     GraphParams,
@@ -22,9 +21,10 @@ from memstream.processors.query.graph import (
     seed_nodes,
 )
 from memstream.processors.query.retrieve import RetrievalParams
-from memstream.processors.write.index import COLLECTIONS, index_write
-from memstream.schemas import Card, MemoryWrite, Provenance, Query
-from tests.processors.forgetting.test_forget import DIM, T0, HashEmbedder, source
+from memstream.schemas import Card, MemoryWrite
+from tests.factories import card, memory_write, query, source
+from tests.fakes import HashEmbedder
+from tests.stores import edge_store
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -87,38 +87,12 @@ def test_adjacent_turns_are_the_neighbours_by_position():
     assert adjacent_turns(seq_of, turn_of_seq, ["D7:7"]) == set()
 
 
-def card(n: int, subject: str, speaker: str, text: str, turn: str, triggers: list[str]) -> Card:
-    return Card(
-        card_id=f"00000000-0000-5000-8000-{n:012d}",
-        subject=subject,
-        type="fact",
-        content=text,
-        speaker=speaker,
-        provenance=Provenance(turn_ids=[turn], scene_id=None),
-        entity_triggers=triggers,
-        valid_from=T0,
-    )
-
-
 def write(tenant: str, cards: list[Card], turns) -> MemoryWrite:
-    return MemoryWrite(
-        tenant_id=tenant,
-        conversation_id="c1",
-        write_id=f"w-{tenant}",
-        flush_id=f"f-{tenant}",
-        mode="extractive",
-        cards=cards,
-        scenes=[],
-        profile_updates=[],
-        source_turns=turns,
-        written_at=T0,
-    )
+    return memory_write(tenant, cards, turns, write_id=f"w-{tenant}", flush_id=f"f-{tenant}")
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    store = QdrantEdgeStore(tmp_path_factory.mktemp("graph") / "q")
-    store.ensure_collections(COLLECTIONS, DIM)
     turns = [
         source("D1:1", "Caroline", "My sister lives in Lisbon.", 0),
         source("D1:2", "Melanie", "That sounds lovely.", 1),
@@ -126,34 +100,23 @@ def store(tmp_path_factory):
         source("D1:9", "Melanie", "I bought a bike.", 8),
     ]
     cards = [
-        card(1, "Caroline", "Caroline", "Caroline's sister lives in Lisbon.", "D1:1", ["Caroline", "Lisbon"]),
-        card(2, "Melanie", "Melanie", "Melanie finds that lovely.", "D1:2", ["Melanie"]),
-        card(3, "Caroline", "Caroline", "The flat has a blue door.", "D1:5", ["Lisbon"]),
-        card(4, "Melanie", "Melanie", "Melanie bought a bike.", "D1:9", ["bike"]),
+        card(1, "Caroline", "Caroline's sister lives in Lisbon.", "D1:1", ["Caroline", "Lisbon"], speaker="Caroline"),
+        card(2, "Melanie", "Melanie finds that lovely.", "D1:2", ["Melanie"], speaker="Melanie"),
+        card(3, "Caroline", "The flat has a blue door.", "D1:5", ["Lisbon"], speaker="Caroline"),
+        card(4, "Melanie", "Melanie bought a bike.", "D1:9", ["bike"], speaker="Melanie"),
     ]
-    index_write(write("acme", cards, turns), HashEmbedder(), store)
     # Another tenant, same conversation id, naming the same city: never a node of acme's graph.
-    other = [card(5, "Zed", "Zed", "Zed's door in Lisbon is red.", "D1:3", ["Lisbon"])]
-    index_write(write("other", other, [source("D1:3", "Zed", "My door in Lisbon is red.", 2)]), HashEmbedder(), store)
-    yield store
-    store.close()
+    other = [card(5, "Zed", "Zed's door in Lisbon is red.", "D1:3", ["Lisbon"], speaker="Zed")]
+    others = write("other", other, [source("D1:3", "Zed", "My door in Lisbon is red.", 2)])
+    with edge_store(tmp_path_factory.mktemp("graph") / "q", write("acme", cards, turns), others) as store:
+        yield store
 
 
 def ask(store, graph: GraphParams):
     # min_similarity above 1: the random hash vectors score nothing, only BM25 and the graph do.
     params = RetrievalParams(graph=graph, min_similarity=1.1, trigger_threshold=1.1, new_turns_only=False)
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params))
-    query = Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        reply_topic="memory.replies",
-        question="Where does Caroline's sister live?",
-        sent_at=NOW,
-        answer=False,
-        k=10,
-    )
-    return engine.run(query, clock=lambda: NOW)
+    return engine.run(query("Where does Caroline's sister live?", NOW, k=10), clock=lambda: NOW)
 
 
 def found(reply) -> dict[str, list[str]]:

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions
-from memstream.processors.write.index import COLLECTIONS, index_write
-from memstream.schemas import Forget, Query, SchemaError, Turn, conversation_key
+from memstream.processors.write.index import COLLECTIONS
+from memstream.schemas import Forget, SchemaError, Turn, conversation_key
 from memstream.schemas.base import ID_PATTERN
-from tests.processors.forgetting.test_forget import DIM, HashEmbedder, write
+from tests.factories import query, sample_write
+from tests.fakes import HashEmbedder
+from tests.stores import edge_store
 
 TENANTS = ("t1", "t1.eu", "t1-eu")  # overlapping names, the same conversations and texts
 CONVERSATIONS = ("c1", "c2")
@@ -25,14 +26,10 @@ NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    store = QdrantEdgeStore(tmp_path_factory.mktemp("isolation") / "q")
-    store.ensure_collections(COLLECTIONS, DIM)
-    for tenant in TENANTS:
-        for conversation in CONVERSATIONS:
-            index_write(write(tenant, conversation), HashEmbedder(), store)
-    owned = {tenant: {h.id for c in COLLECTIONS for h in store.scroll(c, tenant, limit=10_000)} for tenant in TENANTS}
-    yield store, owned
-    store.close()
+    writes = [sample_write(tenant, conversation) for tenant in TENANTS for conversation in CONVERSATIONS]
+    with edge_store(tmp_path_factory.mktemp("isolation") / "q", *writes) as store:
+        owned = {t: {h.id for c in COLLECTIONS for h in store.scroll(c, t, limit=10_000)} for t in TENANTS}
+        yield store, owned
 
 
 ids = st.from_regex(ID_PATTERN, fullmatch=True)
@@ -49,17 +46,8 @@ questions = st.text(min_size=1, max_size=300).filter(lambda q: q.strip())
 def test_a_reply_holds_only_the_asking_tenants_evidence(stored, tenant, conversation, question, profile):
     store, owned = stored
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions())
-    query = Query(
-        tenant_id=tenant,
-        conversation_id=conversation,
-        correlation_id="q",
-        reply_topic="memory.replies",
-        question=question,
-        profile=profile,
-        answer=False,
-        sent_at=NOW,
-    )
-    reply = engine.run(query, clock=lambda: NOW)
+    asked = query(question, NOW, tenant=tenant, conversation=conversation, correlation_id="q", profile=profile)
+    reply = engine.run(asked, clock=lambda: NOW)
     assert reply.ok and reply.tenant_id == tenant
     mine = owned.get(tenant, set())
     assert {e.point_id for e in reply.evidence} <= mine
@@ -104,17 +92,8 @@ def test_each_tenant_finds_its_own_copy_of_the_same_text(stored, profile):
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions())
     found = {}
     for tenant in TENANTS:
-        query = Query(
-            tenant_id=tenant,
-            conversation_id="c1",
-            correlation_id="q",
-            reply_topic="memory.replies",
-            question="Caroline went to the museum in Lisbon.",
-            profile=profile,
-            answer=False,
-            sent_at=NOW,
-        )
-        evidence = {e.point_id for e in engine.run(query, clock=lambda: NOW).evidence}
+        asked = query("Caroline went to the museum in Lisbon.", NOW, tenant=tenant, correlation_id="q", profile=profile)
+        evidence = {e.point_id for e in engine.run(asked, clock=lambda: NOW).evidence}
         assert evidence and evidence <= owned[tenant]
         found[tenant] = evidence
     assert not set.intersection(*found.values())

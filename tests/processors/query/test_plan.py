@@ -22,9 +22,10 @@ from memstream.processors.query.plan import (
     rules_unsure,
     time_range,
 )
-from memstream.schemas import Plan, Query, Reply
+from memstream.schemas import Plan, Reply
 from memstream.schemas.query import Operation
-from tests.factories import EmptyStore, ZeroEmbedder
+from tests.factories import query
+from tests.fakes import EmptyStore, ScriptedLLM, ZeroEmbedder
 
 NOW = datetime(2023, 8, 1, 15, 30, tzinfo=timezone.utc)  # a Tuesday
 
@@ -212,30 +213,6 @@ def test_rule_planner_class_spends_nothing():
 
 
 # --- LLM planner --------------------------------------------------------------------------------
-
-
-class ScriptedLLM:
-    """A test double of the LLM port: returns (or raises) prepared results in order."""
-
-    model = "scripted"
-
-    def __init__(self, *script: LlmResult | Exception):
-        self.script = list(script)
-        self.calls: list[dict] = []
-
-    def complete(self, messages, *, json_schema=None, schema_name="output", max_tokens=None, timeout_s=None):
-        self.calls.append(
-            {
-                "messages": list(messages),
-                "json_schema": json_schema,
-                "schema_name": schema_name,
-                "max_tokens": max_tokens,
-            }
-        )
-        step = self.script.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        return step
 
 
 def doc(**overrides) -> dict:
@@ -550,17 +527,7 @@ def test_settings_resolve_the_planner_mode():
 
 
 def ask(engine: QueryEngine, question: str) -> Reply:
-    query = Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        reply_topic="replies",
-        question=question,
-        question_time=NOW,
-        answer=False,
-        sent_at=NOW,
-    )
-    return engine.run(query, clock=lambda: NOW)
+    return engine.run(query(question, NOW, reply_topic="replies", question_time=NOW), clock=lambda: NOW)
 
 
 def test_the_engine_counts_only_the_planner_calls_made():

@@ -12,10 +12,14 @@ from memstream.processors.query.engine import (
     search_roles,
     seconds_left,
 )
+from memstream.processors.query.retrieve import RetrievalParams
 from memstream.processors.tokens import count_tokens
 from memstream.processors.write.index import CARDS
 from memstream.schemas import Query
-from tests.factories import EmptyStore, ZeroEmbedder
+from tests import factories
+from tests.factories import T0, sample_write
+from tests.fakes import EmptyStore, HashEmbedder, ZeroEmbedder
+from tests.stores import edge_store
 
 
 def test_budget_capping_keeps_order_and_at_least_one():
@@ -60,15 +64,7 @@ class SlowLLM:
 
 
 def query(deadline: datetime | None) -> Query:
-    return Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        reply_topic="memory.replies",
-        question="Where did I go?",
-        sent_at=NOW,
-        deadline=deadline,
-    )
+    return factories.query("Where did I go?", NOW, answer=True, deadline=deadline)
 
 
 def engine(llm: SlowLLM) -> QueryEngine:
@@ -105,22 +101,14 @@ def test_a_query_past_its_deadline_gets_an_error_reply():
 
 @pytest.fixture(scope="module")
 def stored_engine(tmp_path_factory):
-    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
-    from memstream.processors.query.retrieve import RetrievalParams
-    from memstream.processors.write.index import COLLECTIONS, index_write
-    from tests.processors.forgetting.test_forget import DIM, HashEmbedder, write
+    with edge_store(tmp_path_factory.mktemp("budget") / "q", sample_write("acme", "c1")) as store:
 
-    store = QdrantEdgeStore(tmp_path_factory.mktemp("budget") / "q")
-    store.ensure_collections(COLLECTIONS, DIM)
-    index_write(write("acme", "c1"), HashEmbedder(), store)
+        def make(**params: object) -> QueryEngine:
+            # Every card, even one whose turns an earlier one covers: this store is three cards small.
+            retrieval = RetrievalParams(**{"new_turns_only": False, **params})  # type: ignore[arg-type]
+            return QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval))
 
-    def make(**params: object) -> QueryEngine:
-        # Every card, even one whose turns an earlier one covers: this store is three cards small.
-        retrieval = RetrievalParams(**{"new_turns_only": False, **params})  # type: ignore[arg-type]
-        return QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval))
-
-    yield make
-    store.close()
+        yield make
 
 
 def budget_query(max_tokens: int | None) -> Query:
@@ -183,20 +171,11 @@ class CountingStore:
 
 
 def test_a_period_is_topped_up_when_it_holds_fewer_than_k_not_when_the_budget_cut_it(tmp_path):
-    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
-    from memstream.processors.query.retrieve import RetrievalParams
-    from memstream.processors.write.index import COLLECTIONS, index_write
-    from tests.factories import T0
-    from tests.processors.forgetting.test_forget import DIM, HashEmbedder, write
-
-    inner = QdrantEdgeStore(tmp_path / "q")
-    inner.ensure_collections(COLLECTIONS, DIM)
-    three = write("acme", "c1")
+    three = sample_write("acme", "c1")
     dated = [c.model_copy(update={"event_time": T0}) for c in three.cards]  # all three of May 2023
-    index_write(three.model_copy(update={"cards": dated}), HashEmbedder(), inner)
     in_may = budget_query(None).model_copy(update={"question": "Where did Caroline go in May 2023?"})
 
-    def asked(k: int, max_tokens: int | None) -> tuple[list[str], int]:
+    def asked(inner, k: int, max_tokens: int | None) -> tuple[list[str], int]:
         store = CountingStore(inner)
         retrieval = RetrievalParams(new_turns_only=False, evidence_k=k)
         reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(
@@ -205,42 +184,30 @@ def test_a_period_is_topped_up_when_it_holds_fewer_than_k_not_when_the_budget_cu
         assert reply.plan.time_from is not None  # the question names a period
         return [e.text for e in reply.evidence], store.text_searches
 
-    try:
-        assert asked(10, None)[1] == 2  # May holds 3 of the 10 asked: searched again outside it
-        two, searches = asked(2, None)
+    with edge_store(tmp_path / "q", three.model_copy(update={"cards": dated})) as inner:
+        assert asked(inner, 10, None)[1] == 2  # May holds 3 of the 10 asked: searched again outside it
+        two, searches = asked(inner, 2, None)
         assert len(two) == 2 and searches == 1  # May holds the 2 asked
         # The budget leaves room for the first only: May held 2, so nothing is looked for outside it.
-        assert asked(2, count_tokens(two[0])) == ([two[0]], 1)
-    finally:
-        inner.close()
+        assert asked(inner, 2, count_tokens(two[0])) == ([two[0]], 1)
 
 
 def test_the_side_a_question_names_is_topped_up_from_the_other_when_it_holds_fewer_than_k(tmp_path):
-    from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
-    from memstream.processors.query.retrieve import RetrievalParams
-    from memstream.processors.write.index import COLLECTIONS, index_write
-    from tests.processors.forgetting.test_forget import DIM, HashEmbedder, write
-
-    inner = QdrantEdgeStore(tmp_path / "q")
-    inner.ensure_collections(COLLECTIONS, DIM)
-    w = write("acme", "c1")
+    w = sample_write("acme", "c1")
     # D1:2 is the assistant's reply: the card citing it first ("Mel likes painting.") is the assistant's side.
     turns = [t.model_copy(update={"role": "assistant"}) if t.turn_id == "D1:2" else t for t in w.source_turns]
-    index_write(w.model_copy(update={"source_turns": turns}), HashEmbedder(), inner)
     mine = budget_query(None).model_copy(update={"question": "Where did I go in Lisbon?"})
 
-    def asked(k: int, **params: bool) -> tuple[list[str], int]:
+    def asked(inner, k: int, **params: bool) -> tuple[list[str], int]:
         store = CountingStore(inner)
         retrieval = RetrievalParams(new_turns_only=False, evidence_k=k, **params)
         reply = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=retrieval)).run(mine, clock=lambda: NOW)
         assert reply.plan.participants == "user"  # "I": the user's side
         return [e.text for e in reply.evidence], store.text_searches
 
-    try:
-        user_side, searches = asked(10, side_top_up=False)
+    with edge_store(tmp_path / "q", w.model_copy(update={"source_turns": turns})) as inner:
+        user_side, searches = asked(inner, 10, side_top_up=False)
         assert searches == 1 and "Mel likes painting." not in user_side and len(user_side) == 2
-        topped, searches = asked(10)  # the user's side holds 2 of the 10 asked: searched again over both
+        topped, searches = asked(inner, 10)  # the user's side holds 2 of the 10 asked: searched again over both
         assert searches == 2 and topped[:2] == user_side and topped[2:] == ["Mel likes painting."]
-        assert asked(2) == (user_side, 1)  # the user's side holds the 2 asked
-    finally:
-        inner.close()
+        assert asked(inner, 2) == (user_side, 1)  # the user's side holds the 2 asked

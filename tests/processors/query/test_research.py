@@ -8,17 +8,16 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memstream.adapters.qdrant_edge_store import QdrantEdgeStore
 from memstream.ports import LLMError, LlmResult
 from memstream.processors.query import prompts
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.query.graph import GraphParams
 from memstream.processors.query.research import LlmReflector, follow_ups, needs_research, turns_of
 from memstream.processors.query.retrieve import RetrievalParams
-from memstream.processors.write.index import COLLECTIONS, index_write
-from memstream.schemas import Card, MemoryWrite, Plan, Provenance, Query
-from tests.processors.forgetting.test_forget import DIM, T0, HashEmbedder, source
-from tests.processors.query.test_plan import ScriptedLLM
+from memstream.schemas import Plan
+from tests.factories import card, memory_write, query, source
+from tests.fakes import HashEmbedder, ScriptedLLM
+from tests.stores import edge_store
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 NO_GRAPH = GraphParams(hops=0)  # the graph would find D1:2 by its name alone: this measures the loop
@@ -42,55 +41,21 @@ def test_only_multi_hop_plans_research():
     assert needs_research(plan.model_copy(update={"distributed": True}))
 
 
-def card(card_id: str, subject: str, text: str, turn: str, triggers: list[str]) -> Card:
-    return Card(
-        card_id=card_id,
-        subject=subject,
-        type="fact",
-        content=text,
-        provenance=Provenance(turn_ids=[turn], scene_id=None),
-        entity_triggers=triggers,
-        valid_from=T0,
-    )
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    store = QdrantEdgeStore(tmp_path_factory.mktemp("research") / "q")
-    store.ensure_collections(COLLECTIONS, DIM)
-    write = MemoryWrite(
-        tenant_id="acme",
-        conversation_id="c1",
-        write_id="w1",
-        flush_id="f1",
-        mode="extractive",
-        cards=[
-            card(
-                "00000000-0000-5000-8000-000000000001",
-                "Caroline",
-                "Caroline's best friend is Melanie.",
-                "D1:1",
-                ["Caroline", "Melanie"],
-            ),
-            card(
-                "00000000-0000-5000-8000-000000000002",
-                "Melanie",
-                "Melanie is a nurse at the city hospital.",
-                "D1:2",
-                ["Melanie", "hospital"],
-            ),
-        ],  # fmt: skip
-        scenes=[],
-        profile_updates=[],
-        source_turns=[
-            source("D1:1", "Caroline", "My best friend is Melanie.", 0),
-            source("D1:2", "Melanie", "I am a nurse at the city hospital.", 1),
-        ],
-        written_at=T0,
-    )
-    index_write(write, HashEmbedder(), store)
-    yield store
-    store.close()
+    cards = [
+        card(1, "Caroline", "Caroline's best friend is Melanie.", "D1:1", ["Caroline", "Melanie"]),
+        card(2, "Melanie", "Melanie is a nurse at the city hospital.", "D1:2", ["Melanie", "hospital"]),
+    ]
+    turns = [
+        source("D1:1", "Caroline", "My best friend is Melanie.", 0),
+        source("D1:2", "Melanie", "I am a nurse at the city hospital.", 1),
+    ]
+    with edge_store(tmp_path_factory.mktemp("research") / "q", memory_write("acme", cards, turns)) as store:
+        yield store
+
+
+QUESTION = "How many shifts does Caroline's best friend work?"  # "how many": an aggregate
 
 
 def ask(store, rounds: int):
@@ -98,16 +63,7 @@ def ask(store, rounds: int):
         research_rounds=rounds, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1, graph=NO_GRAPH
     )
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params))
-    query = Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q1",
-        reply_topic="memory.replies",
-        question="How many shifts does Caroline's best friend work?",  # "how many": an aggregate
-        sent_at=NOW,
-        answer=False,
-    )
-    return engine.run(query, clock=lambda: NOW)
+    return engine.run(query(QUESTION, NOW), clock=lambda: NOW)
 
 
 def test_a_second_round_finds_what_the_first_rounds_evidence_names(store):
@@ -167,16 +123,7 @@ def test_with_the_llm_planner_the_research_rounds_reflect_by_llm_and_the_reply_c
         research_rounds=2, new_turns_only=False, min_similarity=1.1, trigger_threshold=1.1, graph=NO_GRAPH
     )
     engine = QueryEngine(store, HashEmbedder(), None, QueryOptions(retrieval=params, planner="llm"), planner_llm=llm)
-    query = Query(
-        tenant_id="acme",
-        conversation_id="c1",
-        correlation_id="q2",
-        reply_topic="memory.replies",
-        question="How many shifts does Caroline's best friend work?",
-        sent_at=NOW,
-        answer=False,
-    )
-    reply = engine.run(query, clock=lambda: NOW)
+    reply = engine.run(query(QUESTION, NOW, correlation_id="q2"), clock=lambda: NOW)
     assert reply.plan.planner == "llm" and reply.plan.rounds == 2
     assert [c.stage for c in reply.costs] == ["plan", "research"]
     assert {t for e in reply.evidence for t in e.turn_ids} == {"D1:1", "D1:2"}

@@ -4,22 +4,8 @@ import pytest
 from memstream.ports import LLMError, LlmResult
 from memstream.processors.write import prompts
 from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
-from memstream.processors.write.stm import StmPolicy, StmState, add_turn, on_tick
 from memstream.schemas import MemoryWrite
-from tests.factories import segmented, turn
-
-
-def flush_of(*turns, segment_ids=None):
-    state = StmState()
-    for i, t in enumerate(turns):
-        add_turn(
-            state,
-            segmented(t, segment_id=segment_ids[i] if segment_ids else "seg1"),
-            0.0,
-            StmPolicy(budget_tokens=10_000),
-        )
-    return on_tick(state, 1.0, StmPolicy(), force=True)
-
+from tests.factories import flush_of, turn
 
 FLUSH_TURNS = (
     turn("D1:1", "I went to the LGBTQ support group yesterday. It was so powerful.", speaker="Caroline"),

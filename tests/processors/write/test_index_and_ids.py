@@ -1,7 +1,8 @@
 from memstream.processors.ids import point_id
 from memstream.processors.write.extract import ExtractiveExtractor
 from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS, points_for_write
-from tests.processors.write.test_extract import FLUSH_TURNS, flush_of
+from tests.factories import flush_of
+from tests.processors.write.test_extract import FLUSH_TURNS
 
 
 def test_point_ids_are_uuid5_of_tenant_conversation_provenance_content():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor
 from memstream.processors.write.index import PROFILES, points_for_write
 from memstream.processors.write.provenance import capped_provenance, supporting_turns
-from tests.factories import turn
-from tests.processors.write.test_extract import GOOD, ScriptedLLM, flush_of
+from tests.factories import flush_of, turn
+from tests.processors.write.test_extract import GOOD, ScriptedLLM
 
 TURNS = [
     ("D1:1", "I started volunteering at the animal shelter on Sundays."),
