@@ -132,7 +132,7 @@ def bench_fill(budget: int) -> dict[str, Any]:
 def fill_params(budget: int) -> dict[str, Any]:
     """Items in rank order until ``budget`` evidence tokens (no drop-off), with a pool to fill them:
     the adaptive policy without its drop-off, as the content-query and graph grids were chosen
-    (scripts/content_query_grid.py); ``bench_fill`` is how the benches ask."""
+    (``bench content-query-grid``); ``bench_fill`` is how the benches ask."""
     return {
         "evidence_policy": "adaptive",
         "evidence_dropoff": 1e-6,
@@ -279,9 +279,11 @@ def run_ablation(
     base: QueryOptions,
     *,
     on_question: Callable[[], None] = lambda: None,
+    variants: dict[str, tuple[str, dict[str, Any], str | None]] | None = None,
 ) -> dict[str, Any]:
-    """Every variant on every question, and the baselines at each variant's tokens, per split."""
-    variants = chosen_variants(options)
+    """Every variant (default: ``chosen_variants``) on every question, and the baselines at each
+    variant's tokens, per split."""
+    variants = chosen_variants(options) if variants is None else variants
     if options.split is not None:
         bench = dataclasses.replace(
             bench, questions=[q for q in bench.questions if bench.split(q.qid) == options.split]

@@ -16,9 +16,11 @@ from typing import Any, Callable, Optional
 import typer
 from rich.table import Table
 
+from memstream.bench import cli_measures
 from memstream.bench.cli_shared import (
     JSON_OUT,
     JSON_OUT_AND_PNG,
+    LOCOMO_JSON,
     comma_ints,
     comma_list,
     console,
@@ -93,7 +95,7 @@ def calibrate_heads(
 
 @bench.command("ingest")
 def ingest(
-    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    data: Path = LOCOMO_JSON,
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions of each conversation"),
     llm: bool = typer.Option(
@@ -869,7 +871,7 @@ def chaos(
 
 @bench.command("retrieval")
 def retrieval(
-    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    data: Path = LOCOMO_JSON,
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all in the file)"),
     reply_queries: int = typer.Option(100, min=1, help="Questions asked over Kafka for the reply latency"),
     scale_cards: int = typer.Option(
@@ -1145,6 +1147,20 @@ E2E_OPTIONS: dict[str, Any] = {
 }
 
 
+# The shared options the run takes as they are (the sweeps are parsed; split and fresh are not the run's).
+RUN_AS_GIVEN = (
+    "extract",
+    "consolidate",
+    "llm",
+    "judge_base_url",
+    "judge_model",
+    "planner",
+    "k",
+    "torch_threads",
+    "seed",
+)
+
+
 @dataclass(frozen=True)
 class E2EArgs:
     """The values of ``E2E_OPTIONS`` (same names), as a command decorated with ``e2e_command`` gets them."""
@@ -1178,18 +1194,10 @@ class E2EArgs:
             raise typer.BadParameter("--sweep-tokens takes budgets of 1 to 32,000 evidence tokens")
         return E2EOptions(
             out=out,
-            extract=self.extract,
-            consolidate=self.consolidate,
-            llm=self.llm,
-            judge_base_url=self.judge_base_url,
-            judge_model=self.judge_model,
             judge_api_key=os.environ.get("MEMSTREAM_JUDGE_API_KEY"),
-            planner=self.planner,
-            k=self.k,
             sweep_k=tuple(comma_ints(self.sweep_k)),
             sweep_tokens=budgets,
-            torch_threads=self.torch_threads,
-            seed=self.seed,
+            **{name: getattr(self, name) for name in RUN_AS_GIVEN},
         )
 
 
@@ -1352,7 +1360,7 @@ def longmemeval(
 
 @bench.command("planner")
 def planner(
-    data: Path = typer.Option(LOCOMO_DEV, help="LoCoMo JSON"),
+    data: Path = LOCOMO_JSON,
     run: Optional[Path] = typer.Option(
         None, help="A finished `memstream bench locomo --out` folder holding the conversations (none: plans only)"
     ),
@@ -1393,3 +1401,6 @@ def planner(
     write_json(result, json_out)
     if json_out and result.get("run"):
         console.print(f"plot: {plot(result, json_out.with_suffix('.png'))}")
+
+
+cli_measures.register(bench)

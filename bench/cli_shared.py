@@ -12,12 +12,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from memstream.bench.dev_data import LOCOMO_DEV
+
 console = Console()
 
 # `--json`: where a command writes its result (typer reads these declarations; they are never mutated).
 JSON_HELP = "Write the result here"
 JSON_OUT = typer.Option(None, "--json", help=JSON_HELP)
 JSON_OUT_AND_PNG = typer.Option(None, "--json", help=f"{JSON_HELP} (and a PNG beside it)")
+LOCOMO_JSON = typer.Option(LOCOMO_DEV, help="LoCoMo JSON")  # `--data`, the dev set by default
 
 
 def progress_bar() -> Progress:

@@ -281,8 +281,9 @@ TEXTS_PER_TURN_BATCHED = 4.0
 
 
 def gpu_turns_per_s(embed: Mapping[str, Any], precision: str = "float32") -> float | None:
-    """Turns/s one GPU embeds for, from ``scripts/embed_device.py``'s result: per turn one text at the
-    batch-16 rate and four at the batch-64 rate (1 / 2,557 + 4 / 7,912 s on the H200: 1,100 turns/s)."""
+    """Turns/s one GPU embeds for, from ``memstream bench embed-device measure``'s result: per turn one
+    text at the batch-16 rate and four at the batch-64 rate (1 / 2,557 + 4 / 7,912 s on the H200:
+    1,100 turns/s)."""
     rates = {int(b): float(r) for b, r in embed.get("precisions", {}).get(precision, {}).get("texts_per_s", {}).items()}
     if not rates.get(16) or not rates.get(64):
         return None

@@ -1,21 +1,20 @@
-"""How many bytes each turn writes to the segmenter's and the STM's changelogs, and what sending that
-many bytes over loopback TCP costs in CPU (LoCoMo dev, extractive, today's state layout).
+"""``memstream bench changelog-bytes``: how many bytes each turn writes to the segmenter's and the
+STM's changelogs, and what sending that many bytes over loopback TCP costs in CPU (LoCoMo dev,
+extractive, today's state layout).
 
 The window's contents do not depend on the embedding, so a seeded random one stands in for the model
 (no model load); the STM gets the segmenter's output as in the worker.
-
-    .venv/bin/python scripts/changelog_bytes.py [LOCOMO_JSON] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -31,7 +30,7 @@ def state_bytes(data: Path, stm_tokens: int) -> dict[str, float]:
     bench = locomo_set(data)
     rng = np.random.default_rng(0)
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def embed(texts: Sequence[str]) -> np.ndarray:
         vectors = rng.normal(size=(len(texts), 384))
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
@@ -87,20 +86,10 @@ def loopback_send_ms(size: int, sends: int = 2000) -> float:
     return round(spent * 1000 / sends, 4)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data", nargs="?", type=Path, default=Path("../shared/data/locomo/locomo_dev.json"))
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+def run_changelog_bytes(data: Path) -> dict[str, Any]:
+    """The state bytes per turn of ``data``, and the CPU of sending 1 kB, a turn's state and 100 kB."""
     stm_tokens = Settings().stm_tokens
-    result = {"data": str(args.data), "stm_tokens": stm_tokens, **state_bytes(args.data, stm_tokens)}
+    result: dict[str, Any] = {"data": str(data), "stm_tokens": stm_tokens, **state_bytes(data, stm_tokens)}
     per_turn = int(result["segmenter_bytes_per_turn"] + result["stm_bytes_per_turn"])
     result["loopback_send_cpu_ms"] = {str(n): loopback_send_ms(n) for n in (1_000, per_turn, 100_000)}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return result
