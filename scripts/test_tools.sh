@@ -13,7 +13,13 @@ if command -v go >/dev/null 2>&1; then
 else
     echo "test tools: go not found: tests/infra/test_helm.py and the tracing tests will fail without Go (they build helm and Jaeger from the module proxy)"
 fi
-.venv/bin/python -m pip install -q -e ".[dev,browser]"
+# Once per pyproject change (like install.sh): CI runs this script from suites that run side by side,
+# and a pip install under a running suite would swap the package beneath it.
+stamp=.venv/.memstream-test-tools
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+    .venv/bin/python -m pip install -q -e ".[dev,browser]"
+    touch "$stamp"
+fi
 if ! command -v chromium >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         echo "test tools: installing Debian's chromium for the inspector's browser tests"

@@ -38,6 +38,17 @@ def kafka() -> Iterator[Settings]:
         yield settings
 
 
+@pytest.fixture
+def own_broker(kafka: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """A broker of the test's own (its ports, its data folder), for a test that stops or restarts
+    its broker: the shared one stays up for the tests running beside it (CI runs the cluster suite
+    beside make test). Ports below the kernel's ephemeral range, clear of the other brokers here."""
+    port = clusters.free_base_port(26092, [0, 1], step=10)
+    own = kafka.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{port}", "kafka_data": tmp_path / "own-kafka"})
+    with runtime.KAFKA.session(own):
+        yield own
+
+
 @dataclass
 class KafkaCluster(NodeScript):
     """A 3-broker KRaft cluster on loopback started by ``infra/kafka/kafka.sh --brokers 3`` in a
@@ -116,8 +127,9 @@ class Pipeline(Deployment):
 def make_pipeline(kafka: Settings, tmp_path: Path) -> Iterator:
     made: list[Pipeline] = []
 
-    def make(**extra_env: str) -> Pipeline:
-        p = Pipeline(kafka, tmp_path / f"p{len(made)}", {k: str(v) for k, v in extra_env.items()})
+    def make(base: Settings | None = None, **extra_env: str) -> Pipeline:
+        """A pipeline on the shared broker, or on ``base`` (e.g. ``own_broker``)."""
+        p = Pipeline(base or kafka, tmp_path / f"p{len(made)}", {k: str(v) for k, v in extra_env.items()})
         made.append(p)
         return p
 

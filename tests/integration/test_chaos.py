@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from memstream.bench import clusters
 from memstream.bench.chaos import ChaosOptions, run_chaos_bench
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,12 @@ def assert_delivered(result: dict, more_queries_than: int) -> None:
 
 
 @pytest.mark.timeout(1500)  # a reference run, two minutes of failures, then the drains (about 6 min here)
-def test_two_minutes_of_failures_lose_double_and_drop_nothing(kafka, tmp_path):
+def test_two_minutes_of_failures_lose_double_and_drop_nothing(tmp_path, monkeypatch):
+    # On a broker of its own, which the run starts, restarts and stops: the shared one stays up for the
+    # tests beside it (CI runs the cluster suite beside make test).
+    port = clusters.free_base_port(26092, [0, 1], step=10)
+    monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{port}")
+    monkeypatch.setenv("MEMSTREAM_KAFKA_DATA", str(tmp_path / "own-kafka"))
     result = run_chaos_bench(ChaosOptions(minutes=2.0, seed=0, workdir=tmp_path))
     # The failures happened.
     assert result["kills"] >= 3 and result["stops"] >= 1 and result["broker_restarts"] == 1

@@ -46,11 +46,12 @@ def test_kill_9_mid_ingestion_then_restart_every_turn_indexed_exactly_once(make_
     assert set(ids) == {t.turn_id for t in turns}
 
 
-def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(kafka, make_pipeline):
-    """A broker restart while workers start (they load models for seconds first) must not kill them."""
-    pipe = make_pipeline()
+def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(own_broker, make_pipeline):
+    """A broker restart while workers start (they load models for seconds first) must not kill them.
+    On a broker of its own: the shared one stays up for the tests beside it."""
+    pipe = make_pipeline(own_broker)
     _, turns, _ = first_sessions(1)
-    runtime.KAFKA.stop(kafka)
+    runtime.KAFKA.stop(own_broker)
     try:
         worker = runtime.spawn_worker(pipe.env, pipe.settings.data_dir / "logs" / "early.log")
         pipe.workers.append(worker)
@@ -60,7 +61,7 @@ def test_a_worker_started_while_the_broker_is_down_waits_for_it_and_then_runs(ka
             assert time.monotonic() < deadline, worker.log_tail()
             time.sleep(0.5)
     finally:
-        runtime.KAFKA.start(kafka)
+        runtime.KAFKA.start(own_broker)
     runtime.wait_worker_ready(worker)
     assert "reachable again" in worker.log_text()
     pipe.produce(turns)
