@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, BenchSet, answer_score, locomo_set, score
+from memstream.bench.cases import REPORT, TUNE, BenchQuestion, BenchSet, answer_score, locomo_set, score
 from memstream.bench.e2e_ask import provenance
 from memstream.bench.e2e_baselines import Limits, Unit, baseline_rankings, take_units
 from memstream.bench.e2e_state import SENTENCE_STORE
+from memstream.bench.plots import pyplot, save_figure
+from memstream.bench.queries import bench_query
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import fill_k
 from memstream.ports import Embedder, VectorStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions
 from memstream.processors.query.graph import GraphParams
 from memstream.processors.tokens import count_tokens
-from memstream.schemas import Query, Reply
+from memstream.schemas import Reply
 
 # name -> (what it changes, RetrievalParams overrides, forced access profile or None)
 VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
@@ -212,19 +213,7 @@ class Outcome:
 
 def ask(engine: QueryEngine, q: BenchQuestion, k: int, profile: str | None, max_tokens: int | None = None) -> Reply:
     now = datetime.now(timezone.utc)
-    query = Query(
-        tenant_id=TENANT,
-        conversation_id=q.conversation_id,
-        correlation_id=uuid.uuid4().hex,
-        reply_topic="ablate",
-        question=q.text,
-        question_time=q.asked_at,
-        profile=profile or "auto",  # type: ignore[arg-type]
-        k=k,
-        max_tokens=max_tokens,
-        answer=False,
-        sent_at=now,  # type: ignore[arg-type]
-    )
+    query = bench_query(q, reply_topic="ablate", sent_at=now, profile=profile or "auto", k=k, max_tokens=max_tokens)
     return engine.run(query, clock=lambda: now)
 
 
@@ -381,10 +370,7 @@ def variant_count(options: AblationOptions) -> int:
 def plot_budget(result: dict[str, Any], out: Path, split: str = REPORT) -> Path:
     """Recall against evidence tokens on ``split``: fixed K (the configured engine at K = 5, 10, 20,
     40), the adaptive policy at each drop-off, and the RRF sentence baseline at the fixed-K tokens."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = result["variants"]
 
@@ -406,8 +392,4 @@ def plot_budget(result: dict[str, Any], out: Path, split: str = REPORT) -> Path:
     ax.set_title(f"LoCoMo dev, {split} split ({result['questions'][split]} questions)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Sequence
 
 from memstream.bench.longmemeval import (
-    LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
+    answer_sessions,
     load_longmemeval,
     longmemeval_conversation_id,
+    longmemeval_date,
     longmemeval_turn_id,
     longmemeval_turns,
 )
@@ -256,19 +257,12 @@ def locomo_set(
 
 
 def longmemeval_question(q: LongMemEvalQuestion) -> BenchQuestion:
-    answer_sessions = set(q.answer_session_ids)
-    gold_turns = tuple(
-        longmemeval_turn_id(sid, i)
-        for sid, session in zip(q.haystack_session_ids, q.haystack_sessions)
-        if sid in answer_sessions
-        for i, t in enumerate(session)
-        if t.get("has_answer")
-    )
+    gold_turns = tuple(t for _, _, marked in answer_sessions(q) for t in marked)
     gold_sessions = tuple(session_of(longmemeval_turn_id(sid, 0)) for sid in q.answer_session_ids)
     if q.question_date:
-        asked_at = datetime.strptime(q.question_date, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
+        asked_at = longmemeval_date(q.question_date)
     else:
-        asked_at = max(datetime.strptime(d, LONGMEMEVAL_DATE) for d in q.haystack_dates).replace(tzinfo=timezone.utc)
+        asked_at = max(longmemeval_date(d) for d in q.haystack_dates)
     return BenchQuestion(
         q.question_id,
         longmemeval_conversation_id(q),

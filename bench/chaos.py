@@ -51,6 +51,7 @@ import httpx
 from memstream.bench import clusters
 from memstream.bench.deployment import Deployment, free_port
 from memstream.bench.dev_data import locomo_dev_if_present
+from memstream.bench.plots import pyplot, save_figure
 from memstream.client import AsyncMemoryClient, QueryTimeout
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
@@ -1009,9 +1010,7 @@ def run_chaos_bench(
 
 def plot_timeline(result: dict[str, Any], out: Path) -> Path:
     """Reply latency of every question over the run, by outcome, with the failures marked."""
-    from memstream.bench.report import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
     styles = {
         "ok": ("tab:green", "o"),
@@ -1059,4 +1058,4 @@ def plot_timeline(result: dict[str, Any], out: Path) -> Path:
         f"duplicated {result['duplicated']}, unanswered {result['unanswered']}"
     )
     ax.legend(loc="upper right", fontsize=7, ncol=2)
-    return _save(plt, fig, out)
+    return save_figure(plt, fig, out)

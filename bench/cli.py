@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import signal
-import sys
 import time
 import typing
 from dataclasses import dataclass, replace
@@ -24,6 +22,7 @@ from memstream.bench.cli_shared import (
     comma_ints,
     comma_list,
     console,
+    exit_on_sigterm,
     print_figures,
     progress_bar,
     write_json,
@@ -125,8 +124,7 @@ def ingest(
         compressor_model=model or None,
     )
     total = len(load_turns(options))
-    # SIGTERM unwinds like Ctrl-C, so the worker, LLM server and broker this run started are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_ingest_bench(
@@ -304,17 +302,7 @@ def scale(
     options = ScaleOptions(data=data, max_turns=turns, torch_threads=torch_threads)
     if workers:
         options.workers = parse_counts(workers)
-    if workdir:
-        options.workdir = workdir
-    total = len(scale_turns(options))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=total)
-        result = run_scale_bench(
-            options,
-            status=lambda text: progress.update(task, description=text, completed=0),
-            on_lag=lambda done, _total: progress.update(task, completed=done),
-        )
+    result = _run_scale(run_scale_bench, options, workdir, scale_turns)
     table = Table(
         title=f"scale: {result['turns']} turns ({result['conversations']} conversations, "
         f"{result['partitions']} partitions) through {', '.join(result['stages'])}"
@@ -329,6 +317,22 @@ def scale(
     write_json(result, json_out)
 
 
+def _run_scale(run: Callable[..., dict], options: Any, workdir: Optional[Path], turns: Callable[[Any], list]) -> dict:
+    """A scale bench (``run``) in ``workdir`` (default: the options'), under a progress bar of its
+    ingested turns (the count the bench reports, once it is known)."""
+    if workdir:
+        options.workdir = workdir
+    total = len(turns(options))
+    exit_on_sigterm()
+    with progress_bar() as progress:
+        task = progress.add_task("starting", total=total)
+        return run(
+            options,
+            status=lambda text: progress.update(task, description=text, completed=0),
+            on_lag=lambda done, total_: progress.update(task, completed=done, total=total_),
+        )
+
+
 def _ms(per_unit: dict, key: str) -> str:
     value = per_unit.get(key)
     return "-" if value is None else f"{value:.1f}"
@@ -338,17 +342,7 @@ def _scale_cluster(*, json_out: Optional[Path], workdir: Optional[Path], turns: 
     from memstream.bench.scale import ClusterScaleOptions, load_turns, plot_cluster, run_cluster_bench
 
     options = ClusterScaleOptions(max_turns=turns, **kwargs)
-    if workdir:
-        options.workdir = workdir
-    total = len(load_turns(options))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=total)
-        result = run_cluster_bench(
-            options,
-            status=lambda text: progress.update(task, description=text, completed=0),
-            on_lag=lambda done, total_: progress.update(task, completed=done, total=total_),
-        )
+    result = _run_scale(run_cluster_bench, options, workdir, load_turns)
     roles: tuple[str, ...] = ("ingest", "ingest_per_worker", "store", "brokers", "qdrant", "client", "total")
     table = Table(
         title=f"scale --cluster, part A: {result['turns']} turns ({result['conversations']} conversations), "
@@ -689,7 +683,7 @@ def freshness(
         workdir=workdir,
     )
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         task = progress.add_task("starting", total=2 * probe_count(options))
         result = run_freshness_bench(
@@ -754,7 +748,7 @@ def llm_throughput(
         workdir=workdir,
     )
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         task = progress.add_task("starting", total=None)
         result = run_llm_throughput_bench(options, status=lambda text: progress.update(task, description=text))
@@ -828,7 +822,7 @@ def chaos(
     # The producer's and the asker's clients log every refused connection while the broker restarts:
     # expected here, and counted in the result instead.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
         result = run_chaos_bench(
@@ -899,7 +893,7 @@ def retrieval(
     samples = [s for s in load_locomo(data) if not options.conversations or s.sample_id in options.conversations]
     turns = sum(s.turn_count for s in samples)
     questions = len(load_questions(samples, options.categories))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         task = progress.add_task("starting", total=turns)
         asked = progress.add_task("questions", total=questions * (1 + len(options.sweep_k)), visible=False)
@@ -1001,7 +995,7 @@ def consolidate(
 
     counts = comma_ints(sizes)
     result: dict = {}
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     if counts:
         with progress_bar() as progress:
             task = progress.add_task("consolidating", total=sum(counts))
@@ -1229,7 +1223,7 @@ def e2e_command(name: str) -> Callable[[Callable[..., None]], Callable[..., None
 def _run_e2e(bench_set, options, fresh: bool) -> None:
     from memstream.bench.e2e import Runner, Ui
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     with progress_bar() as progress:
         status = progress.add_task("starting", total=None)
         ingest = progress.add_task("turns ingested", total=bench_set.turns, visible=False)

@@ -4,6 +4,8 @@ result file, and the options many of them declare."""
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +23,11 @@ JSON_HELP = "Write the result here"
 JSON_OUT = typer.Option(None, "--json", help=JSON_HELP)
 JSON_OUT_AND_PNG = typer.Option(None, "--json", help=f"{JSON_HELP} (and a PNG beside it)")
 LOCOMO_JSON = typer.Option(LOCOMO_DEV, help="LoCoMo JSON")  # `--data`, the dev set by default
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the workers, servers and brokers a run started are stopped."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def progress_bar() -> Progress:

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from memstream.bench.plots import pyplot, save_figure
+
 RECALL = "evidence_recall"
 
 
@@ -51,10 +53,7 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
 
 def plot_compare(result: dict[str, Any], out: Path) -> Path:
     """Ingest turns/s per run (bars) beside recall against K per run (lines)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = result["runs"]
     fig, (speed, recall) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -79,8 +78,4 @@ def plot_compare(result: dict[str, Any], out: Path) -> Path:
     recall.set_title("memstream's recall")
     recall.grid(True, alpha=0.3)
     recall.legend(loc="lower right")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -123,41 +123,36 @@ def rss_bytes(pid: int, proc: Path = PROC) -> int:
     return 0
 
 
-def disk_bytes(path: Path, *, prefix: str = "", suffix: str = "") -> int:
-    """Bytes on disk (allocated blocks, as ``du``) of the files under ``path`` whose top-level entry
-    starts with ``prefix`` and whose name ends with ``suffix``."""
-    total = 0
+def _files_under(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
+    """The files under ``path`` whose top-level entry starts with ``prefix`` and whose name ends with ``suffix``."""
     if not path.is_dir():
-        return 0
+        return
     for top in path.iterdir():
         if not top.name.startswith(prefix):
             continue
         files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()]
-        for f in files:
-            if f.name.endswith(suffix):
-                try:
-                    total += f.stat().st_blocks * 512
-                except OSError:
-                    pass
+        yield from (f for f in files if f.name.endswith(suffix))
+
+
+def _sum_sizes(files: Iterator[Path], size: Callable[[os.stat_result], int]) -> int:
+    total = 0
+    for f in files:
+        try:
+            total += size(f.stat())
+        except OSError:  # gone meanwhile
+            pass
     return total
+
+
+def disk_bytes(path: Path, *, prefix: str = "", suffix: str = "") -> int:
+    """Bytes on disk (allocated blocks, as ``du``) of the files under ``path`` whose top-level entry
+    starts with ``prefix`` and whose name ends with ``suffix``."""
+    return _sum_sizes(_files_under(path, prefix, suffix), lambda st: st.st_blocks * 512)
 
 
 def file_bytes(path: Path, *, prefix: str = "", suffix: str = "") -> int:
     """Like :func:`disk_bytes`, but the files' sizes (what was written, not the blocks allocated)."""
-    total = 0
-    if not path.is_dir():
-        return 0
-    for top in path.iterdir():
-        if not top.name.startswith(prefix):
-            continue
-        files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()]
-        for f in files:
-            if f.name.endswith(suffix):
-                try:
-                    total += f.stat().st_size
-                except OSError:
-                    pass
-    return total
+    return _sum_sizes(_files_under(path, prefix, suffix), lambda st: st.st_size)
 
 
 def lowest_rates(samples: Sequence[tuple[float, Mapping[str, float]]]) -> dict[str, float]:

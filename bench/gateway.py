@@ -15,6 +15,7 @@ from typing import Any, Callable
 import httpx
 
 from memstream.bench.deployment import Deployment
+from memstream.bench.plots import pyplot, save_figure
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.config import Settings
@@ -150,10 +151,7 @@ def run_gateway_bench(
 
 def plot_latencies(result: dict[str, Any], out: Path) -> None:
     """Latency CDF of both routes (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for route, label in (("turns", "POST /v1/turns"), ("ask", "POST /v1/ask (evidence only)")):
@@ -166,7 +164,4 @@ def plot_latencies(result: dict[str, Any], out: Path) -> None:
     ax.set_title(f"memstream gateway: {options['concurrency']} in flight, {result['machine']['cpus']} CPUs")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(plt, fig, out)

@@ -17,7 +17,7 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -119,6 +119,9 @@ class _Verdict(BaseModel):
     verdict: Literal["yes", "no"]
 
 
+V = TypeVar("V", _Label, _Verdict)
+
+
 class JudgeOutputInvalid(ValueError):
     """The judge's output could not be read as a verdict."""
 
@@ -132,40 +135,33 @@ class Judge:
         self.unreadable = 0
 
     def locomo(self, question: str, gold: str, answer: str) -> tuple[bool, StageCost]:
-        attempt = call_with_repair(
-            self.llm,
-            [
-                {"role": "system", "content": LOCOMO_JUDGE_SYSTEM},
-                {"role": "user", "content": locomo_judge_user(question, gold, answer)},
-            ],
-            stage="judge",
-            schema=_schema("label", ["CORRECT", "WRONG"]),
-            schema_name="grade",
-            max_tokens=self.max_tokens,
-            invalid=JudgeOutputInvalid,
-            read=lambda r: parse_output(r, _Label, JudgeOutputInvalid),
-        )
-        self.unreadable += attempt.value is None
-        return attempt.value is not None and attempt.value.label == "CORRECT", attempt.cost
+        user = locomo_judge_user(question, gold, answer)
+        grade, cost = self._verdict(LOCOMO_JUDGE_SYSTEM, user, _Label, "label", ["CORRECT", "WRONG"], "grade")
+        return grade is not None and grade.label == "CORRECT", cost
 
     def longmemeval(
         self, question_type: str, question_id: str, question: str, gold: str, answer: str
     ) -> tuple[bool, StageCost]:
+        user = longmemeval_judge_user(question_type, question_id, question, gold, answer)
+        verdict, cost = self._verdict(LONGMEMEVAL_JUDGE_SYSTEM, user, _Verdict, "verdict", ["yes", "no"], "verdict")
+        return verdict is not None and verdict.verdict == "yes", cost
+
+    def _verdict(
+        self, system: str, user: str, shape: type[V], field: str, values: list[str], schema_name: str
+    ) -> tuple[V | None, StageCost]:
+        """The judge's verdict as ``shape`` (``field``, one of ``values``), None when unreadable after one repair."""
         attempt = call_with_repair(
             self.llm,
-            [
-                {"role": "system", "content": LONGMEMEVAL_JUDGE_SYSTEM},
-                {"role": "user", "content": longmemeval_judge_user(question_type, question_id, question, gold, answer)},
-            ],
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
             stage="judge",
-            schema=_schema("verdict", ["yes", "no"]),
-            schema_name="verdict",
+            schema=_schema(field, values),
+            schema_name=schema_name,
             max_tokens=self.max_tokens,
             invalid=JudgeOutputInvalid,
-            read=lambda r: parse_output(r, _Verdict, JudgeOutputInvalid),
+            read=lambda r: parse_output(r, shape, JudgeOutputInvalid),
         )
         self.unreadable += attempt.value is None
-        return attempt.value is not None and attempt.value.verdict == "yes", attempt.cost
+        return attempt.value, attempt.cost
 
 
 __all__ = [

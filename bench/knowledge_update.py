@@ -20,7 +20,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -29,11 +29,11 @@ import numpy as np
 from memstream.bench.deploy import deploy_worker, worker_samples
 from memstream.bench.deployment import Deployment
 from memstream.bench.longmemeval import (
-    LONGMEMEVAL_DATE,
     LongMemEvalQuestion,
+    answer_sessions,
     load_longmemeval,
     longmemeval_conversation_id,
-    longmemeval_turn_id,
+    longmemeval_date,
     longmemeval_turns,
 )
 from memstream.client import AsyncMemoryClient
@@ -70,24 +70,16 @@ class UpdateOutcome:
         return self.newest_rank is not None and (self.stale_rank is None or self.newest_rank < self.stale_rank)
 
 
-def _date(text: str) -> datetime:
-    return datetime.strptime(text, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
-
-
 def update_case(q: LongMemEvalQuestion) -> UpdateCase | None:
     """The case of a knowledge-update question; None for abstention questions (nothing to find) and
     for questions whose answer sessions do not hold both a newest and a stale ``has_answer`` turn."""
     if q.question_type != "knowledge-update" or q.question_id.endswith("_abs"):
         return None
-    sessions = sorted(
-        (_date(d), sid, s)
-        for d, sid, s in zip(q.haystack_dates, q.haystack_session_ids, q.haystack_sessions)
-        if sid in set(q.answer_session_ids)
-    )
-    marked = [{longmemeval_turn_id(sid, i) for i, t in enumerate(s) if t.get("has_answer")} for _, sid, s in sessions]
+    sessions = sorted(answer_sessions(q))
+    marked = [set(ids) for _, _, ids in sessions]
     if len(marked) < 2 or not marked[-1] or not any(marked[:-1]):
         return None
-    asked_at = _date(q.question_date) if q.question_date else sessions[-1][0]
+    asked_at = longmemeval_date(q.question_date) if q.question_date else sessions[-1][0]
     return UpdateCase(
         q.question_id,
         longmemeval_conversation_id(q),

@@ -41,6 +41,7 @@ import orjson
 from memstream.bench.deploy import llm_costs, worker_samples
 from memstream.bench.deployment import Deployment
 from memstream.bench.dev_data import locomo_dev_if_present
+from memstream.bench.plots import pyplot, save_figure
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import percentile
 from memstream.client import AsyncMemoryClient
@@ -456,10 +457,7 @@ def run_llm_throughput_bench(
 
 
 def plot(result: dict[str, Any], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     ingest, questions = result["ingest"], result["questions"]
@@ -485,8 +483,4 @@ def plot(result: dict[str, Any], out: Path) -> Path:
         "(recorded local-model answers replayed: a stand-in for a provider's timing)",
         fontsize=9,
     )
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out, dpi=110)

@@ -50,6 +50,11 @@ def load_longmemeval(path: Path) -> list[LongMemEvalQuestion]:
 LONGMEMEVAL_DATE = "%Y/%m/%d (%a) %H:%M"
 
 
+def longmemeval_date(text: str) -> datetime:
+    """A LongMemEval date (``2023/05/20 (Sat) 02:21``), as UTC."""
+    return datetime.strptime(text, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
+
+
 def longmemeval_conversation_id(question: LongMemEvalQuestion) -> str:
     return re.sub(r"[^A-Za-z0-9_.:@\-]", "_", question.question_id)[:100] or "q"
 
@@ -59,18 +64,28 @@ def longmemeval_turn_id(session_id: str, index: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.@-]', '_', session_id)[:100]}:{index}"
 
 
+def answer_sessions(q: LongMemEvalQuestion) -> list[tuple[datetime, str, list[str]]]:
+    """The question's answer sessions in haystack order: (date, session id, the turn ids of its
+    ``has_answer`` turns)."""
+    return [
+        (longmemeval_date(date), sid, [longmemeval_turn_id(sid, i) for i, t in enumerate(turns) if t.get("has_answer")])
+        for date, sid, turns in zip(q.haystack_dates, q.haystack_session_ids, q.haystack_sessions)
+        if sid in set(q.answer_session_ids)
+    ]
+
+
 def longmemeval_turns(question: LongMemEvalQuestion, *, tenant_id: str) -> list[Turn]:
     """A question's haystack as its own conversation: sessions in time order with their dates, each
     turn ``<session>:<i>`` (its index in the session, as ``has_answer`` counts), each session's
     last turn marked. Empty turns are skipped, keeping their index."""
     sessions = sorted(
         zip(question.haystack_dates, question.haystack_session_ids, question.haystack_sessions),
-        key=lambda s: datetime.strptime(s[0], LONGMEMEVAL_DATE),
+        key=lambda s: longmemeval_date(s[0]),
     )
     conversation_id = longmemeval_conversation_id(question)
     turns: list[Turn] = []
     for date, session_id, session in sessions:
-        start = datetime.strptime(date, LONGMEMEVAL_DATE).replace(tzinfo=timezone.utc)
+        start = longmemeval_date(date)
         kept = [(i, t) for i, t in enumerate(session) if str(t.get("content", "")).strip()]
         for n, (i, t) in enumerate(kept):
             user = t.get("role") == "user"

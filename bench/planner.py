@@ -25,14 +25,14 @@ import dataclasses
 import json
 import statistics
 import time
-import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from memstream.bench.cases import REPORT, TENANT, TUNE, BenchQuestion, score
+from memstream.bench.cases import REPORT, TUNE, BenchQuestion, score
 from memstream.bench.e2e_ask import provenance
+from memstream.bench.plots import pyplot, save_figure
+from memstream.bench.queries import bench_query
 from memstream.bench.scoring import percentile
 from memstream.ports import LLM, Embedder, LLMError, LlmRequest, LlmResult, VectorStore
 from memstream.processors.query.engine import QueryEngine, QueryOptions
@@ -121,18 +121,7 @@ def charged_ms(wall_ms: float, llm: RecordedLLM, live_before: float, charged_bef
 
 
 def query_of(q: BenchQuestion, k: int) -> Query:
-    now = datetime.now(timezone.utc)
-    return Query(
-        tenant_id=TENANT,
-        conversation_id=q.conversation_id,
-        correlation_id=uuid.uuid4().hex,
-        reply_topic="planner",
-        question=q.text,
-        question_time=q.asked_at,
-        k=k,
-        answer=False,
-        sent_at=now,  # type: ignore[arg-type]
-    )
+    return bench_query(q, reply_topic="planner", k=k)
 
 
 def ask_engine(engine: QueryEngine, llm: RecordedLLM, q: BenchQuestion, k: int) -> Outcome:
@@ -502,10 +491,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     """Per mode, LoCoMo tune and report: evidence recall, and the planner's mean wait per question
     (calls × their latency; the p50 of a mode that calls for a few questions is the rules' 0.2 ms),
     with the LLM calls per question written on each bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     locomo = result["locomo"]
     modes = list(locomo["modes"])
@@ -532,11 +518,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     left.set_title("LoCoMo dev: recall per planner mode")
     right.set_ylabel("planner wait per question, mean (ms)")
     right.set_title(f"planner wait ({result['llm']['model']}); LLM calls per question on the bars")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from memstream.adapters.st_embedder import SentenceTransformerEmbedder
 from memstream.bench.ablate import ask
 from memstream.bench.cases import locomo_set
 from memstream.bench.retrieval import _query_options
-from memstream.bench.scale import spread
+from memstream.bench.scoring import spread
 from memstream.config import Settings
 from memstream.processors.query.engine import QueryEngine
 from memstream.processors.write.index import CARDS, COLLECTIONS

@@ -23,6 +23,7 @@ from memstream.bench.cases import (
     answer_score,
     ranked_scores,
 )
+from memstream.bench.plots import pyplot, save_figure
 from memstream.bench.scoring import percentile
 from memstream.processors.tokens import count_tokens
 
@@ -618,22 +619,6 @@ def render_report(result: dict[str, Any], plots: dict[str, str]) -> str:
 # --- plots -------------------------------------------------------------------------------------
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt: Any, fig: Any, out: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
 STYLES = {  # memstream solid; whole-turn baselines dashed; sentence baselines dotted
     "memstream": "o-",
     "dense_topk": "s--",
@@ -655,7 +640,7 @@ def plot_budget(result: dict[str, Any], out: Path) -> Path:
     """Recall (and answer-bearing recall) against context tokens per question, headline split:
     memstream at each K, every baseline at its tokens, the full context as one point (log scale: it
     is orders of magnitude larger)."""
-    plt = _pyplot()
+    plt = pyplot()
     metrics = [*result["metrics"], result.get("answer_metric", ANSWER_METRIC)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 5.0), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
@@ -685,13 +670,13 @@ def plot_budget(result: dict[str, Any], out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{_headline_title(result)}, recall against context budget", fontsize=10)
-    return _save(plt, fig, out)
+    return save_figure(plt, fig, out)
 
 
 def plot_groups(result: dict[str, Any], out: Path) -> Path:
     """Headline recall per category / question type (headline split), memstream against every
     baseline at the same tokens."""
-    plt = _pyplot()
+    plt = pyplot()
     metric = result["metrics"][0] if result["bench"] == "locomo" else result["metrics"][-1]
     groups = [g for g, row in result["recall"]["per_group"].items() if row["memstream"][metric] is not None]
     fig, ax = plt.subplots(figsize=(max(7.0, 1.8 * len(groups) + 2), 4.5))
@@ -710,7 +695,7 @@ def plot_groups(result: dict[str, Any], out: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(f"{_headline_title(result)}: {metric.replace('_', ' ')} per group (same tokens)", fontsize=10)
-    return _save(plt, fig, out)
+    return save_figure(plt, fig, out)
 
 
 def write_outputs(out: Path, bench: BenchSet, result: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,7 +22,9 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from memstream.bench.deploy import deploy_worker
-from memstream.bench.scoring import evidence_recall, percentile, take_within_budget
+from memstream.bench.plots import pyplot, save_figure
+from memstream.bench.queries import ask_for_evidence, bench_query
+from memstream.bench.scoring import evidence_recall, percentile, spread, take_within_budget
 from memstream.client import AsyncMemoryClient
 from memstream.config import Settings
 from memstream.datasets import LocomoSample, load_locomo, locomo_turns
@@ -77,17 +78,7 @@ def load_questions(samples: Sequence[LocomoSample], categories: Sequence[int]) -
 
 
 def query_for(q: Question, profile: str) -> Query:
-    return Query(
-        tenant_id=TENANT,
-        conversation_id=q.conversation_id,
-        correlation_id=uuid.uuid4().hex,
-        reply_topic="bench.replies",
-        question=q.text,
-        question_time=q.asked_at,
-        profile=profile,
-        answer=False,
-        sent_at=datetime.now(timezone.utc),
-    )  # type: ignore[arg-type]
+    return bench_query(q, reply_topic="bench.replies", profile=profile)
 
 
 @dataclass
@@ -196,10 +187,7 @@ def sweep(
 
 def plot_sweep(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
     """Evidence recall against context tokens per question, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, style in (("adaptive", "o-"), ("dense_topk", "s--"), ("bm25_topk", "^--")):
@@ -215,11 +203,7 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)
 
 
 def baseline_turn_text(turn: Turn) -> str:
@@ -460,35 +444,13 @@ async def _reply_latency(settings: Settings, questions: Sequence[Question]) -> t
     out, worker = [], []
     async with AsyncMemoryClient(settings) as client:
         for q in questions[:3]:  # warm-up: first fetches, model load in the worker
-            await client.ask(
-                q.text,
-                tenant_id=TENANT,
-                conversation_id=q.conversation_id,
-                answer=False,
-                question_time=q.asked_at,
-                timeout_s=120,
-            )
+            await ask_for_evidence(client, q, 120)
         for q in questions:
             t0 = time.perf_counter()
-            reply = await client.ask(
-                q.text,
-                tenant_id=TENANT,
-                conversation_id=q.conversation_id,
-                answer=False,
-                question_time=q.asked_at,
-                timeout_s=60,
-            )
+            reply = await ask_for_evidence(client, q, 60)
             out.append((time.perf_counter() - t0) * 1000.0)
             worker.append(reply.latency_ms.get("total_ms", 0.0))
     return out, worker
-
-
-def _spread(questions: Sequence[Question], n: int) -> list[Question]:
-    """``n`` questions spread evenly over the list (every conversation and category represented)."""
-    if n >= len(questions):
-        return list(questions)
-    step = len(questions) / n
-    return [questions[int(i * step)] for i in range(n)]
 
 
 def run_retrieval_bench(
@@ -509,7 +471,7 @@ def run_retrieval_bench(
         raise ValueError(f"no conversations to ingest from {options.data}")
     turns = [t for s in samples for t in locomo_turns(s, tenant_id=TENANT)]
     questions = load_questions(samples, options.categories)
-    sampled = _spread(questions, options.reply_queries)
+    sampled = spread(questions, options.reply_queries)  # every conversation and category represented
     result: dict[str, Any] = {
         "data": str(options.data),
         "conversations": [s.sample_id for s in samples],

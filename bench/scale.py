@@ -31,7 +31,9 @@ from memstream.bench.cpu import (
 )
 from memstream.bench.cpu import sample as cpu_sample
 from memstream.bench.deployment import Deployment
+from memstream.bench.plots import pyplot, save_figure
 from memstream.bench.retrieval import grow_store
+from memstream.bench.scoring import spread
 from memstream.config import Settings, absolute_path
 from memstream.datasets import load_locomo, locomo_turns
 from memstream.schemas import Turn
@@ -233,14 +235,6 @@ def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:
     return ScriptCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)
 
 
-def spread(items: Sequence[Any], n: int) -> list[Any]:
-    """``n`` items spread evenly over ``items`` (all of them when there are fewer)."""
-    if n >= len(items):
-        return list(items)
-    step = len(items) / n
-    return [items[int(i * step)] for i in range(n)]
-
-
 def scale_questions(options: ClusterScaleOptions, turns: Sequence[Turn]) -> list[Any]:
     """``options.questions`` LoCoMo questions (categories 1–4) of the samples whose turns were ingested,
     each asked in one of its sample's streamed conversations (sessions), in turn, so the questions'
@@ -276,6 +270,7 @@ async def ask_concurrently(
     warm-up of one question per asker: replies/s, request-to-reply p50/p99, the worker's own p50."""
     import asyncio
 
+    from memstream.bench.queries import ask_for_evidence
     from memstream.bench.scoring import percentile
     from memstream.client import AsyncMemoryClient
 
@@ -285,15 +280,7 @@ async def ask_concurrently(
     async with AsyncMemoryClient(settings) as client:
 
         async def one(q: Any, timeout_s: float) -> Any:
-            return await client.ask(
-                q.text,
-                tenant_id=TENANT,
-                conversation_id=q.conversation_id,
-                answer=False,
-                question_time=q.asked_at,
-                timeout_s=timeout_s,
-                raise_on_error=False,
-            )
+            return await ask_for_evidence(client, q, timeout_s, raise_on_error=False)
 
         await asyncio.gather(*(one(q, 180) for q in questions[: max(askers, 1)]))  # warm-up
         todo = list(questions)
@@ -850,10 +837,7 @@ def _plot_ingest(ax: Any, result: Mapping[str, Any]) -> None:
 
 def plot_cluster(result: dict[str, Any], out: Path) -> Path:
     """Turns/s by ingest workers, and replies/s (p50 and p99 on the bars) by store setup."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     _plot_ingest(left, result)
@@ -872,8 +856,4 @@ def plot_cluster(result: dict[str, Any], out: Path) -> Path:
     cards = queries[0]["cards"] if queries else 0
     right.set_title(f"questions at {cards} cards, {queries[0]['askers'] if queries else 0} askers", fontsize=10)
     fig.suptitle(result["machine"], fontsize=9)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)

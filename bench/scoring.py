@@ -51,6 +51,14 @@ def evidence_recall(gold: Sequence[str], provenance: Sequence[str]) -> float:
     return len(wanted & set(provenance)) / len(wanted) if wanted else 0.0
 
 
+def spread(items: Sequence[T], n: int) -> list[T]:
+    """``n`` items spread evenly over ``items`` (all of them when there are fewer)."""
+    if n >= len(items):
+        return list(items)
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in 0..100) of a non-empty sample."""
     ordered = sorted(values)

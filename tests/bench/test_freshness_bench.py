@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 
 from memstream.bench.freshness import Probe, Watch, backlog_run, figures, packaged_run
 from memstream.datasets import demo_conversation_path
-from memstream.schemas import Card, MemoryWrite, Provenance, SourceTurn
+from memstream.schemas import Card, MemoryWrite, Provenance
+from tests.factories import source
 
 
 def test_the_packaged_run_streams_every_turn_and_the_backlog_run_the_last_session_behind_the_rest():
@@ -26,15 +27,7 @@ def test_a_memory_write_gives_its_probes_a_card_text_to_ask_or_none():
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
     first, second, third = (p.turn for p in probes)
     sources = [
-        SourceTurn(
-            turn_id=t.turn_id,
-            session_id=t.session_id,
-            speaker=t.speaker,
-            role=t.role,
-            text=t.text,
-            event_time=t.event_time,
-            seq=i,
-        )
+        source(t.turn_id, t.speaker, t.text, i, at=t.event_time, session_id=t.session_id, role=t.role)
         for i, t in enumerate((first, second))
     ]
     card = Card(

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from memstream.bench import cli as bench_cli
 from memstream.bench import clusters
 from memstream.bench.cli import bench, parse_counts
-from memstream.bench.scale import ClusterScaleOptions, check_summary, kafka_cluster, model_check, spread
+from memstream.bench.scale import ClusterScaleOptions, check_summary, kafka_cluster, model_check
+from memstream.bench.scoring import spread
 from memstream.processors.operations.capacity import measured_costs
 from memstream.streams import runtime
 from memstream.streams.cli import cli
