@@ -71,9 +71,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 HARNESS = ("memstream.bench", "memstream.bench.deployment")
 
 # (importer, imported): why it is still allowed. To be moved (issue 45), never added to.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("memstream.streams.cli.bench", "memstream.bench.cli"): "`memstream bench` is mounted on the product CLI",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 class Import(NamedTuple):
