@@ -15,46 +15,19 @@
 #   MEMSTREAM_CACHE_DIR          build cache root (default: ~/.cache/memstream)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
-VERSION="$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2; exit}' "$SCRIPT_DIR/go.mod")"
-CACHE="${MEMSTREAM_CACHE_DIR:-$HOME/.cache/memstream}/jaeger"
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" jaeger.sh
 OTLP_PORT="${MEMSTREAM_JAEGER_OTLP_PORT:-4318}"
 QUERY_PORT="${MEMSTREAM_JAEGER_QUERY_PORT:-16686}"
-DATA_DIR="${MEMSTREAM_JAEGER_DATA:-$REPO_ROOT/.data/jaeger}"
-[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+DATA_DIR="$(absolute "${MEMSTREAM_JAEGER_DATA:-$REPO_ROOT/.data/jaeger}")"
 PID_FILE="$DATA_DIR/jaeger.pid"
 
-log() { echo "jaeger.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-# shellcheck source=../lib/pidfile.sh
-source "$SCRIPT_DIR/../lib/pidfile.sh"
+# shellcheck source=../lib/gobuild.sh
+source "$SCRIPT_DIR/../lib/gobuild.sh"
 
 build() {
-    if [[ -n ${MEMSTREAM_JAEGER_BIN:-} ]]; then echo "$MEMSTREAM_JAEGER_BIN"; return 0; fi
-    [[ -n $VERSION ]] || die "no github.com/jaegertracing/jaeger version in $SCRIPT_DIR/go.mod"
-    local dest="$CACHE/$VERSION" bin="$CACHE/$VERSION/jaeger"
-    if [[ -x $bin ]]; then echo "$bin"; return 0; fi
-    command -v go >/dev/null 2>&1 \
-        || die "go not found on PATH: Jaeger $VERSION is built from source (or set MEMSTREAM_JAEGER_BIN to a release binary)"
-    mkdir -p "$CACHE"
-    exec 9>"$CACHE/.lock"
-    flock 9
-    if [[ ! -x $bin ]]; then  # another call may have built it while this one waited
-        local tmp; tmp="$(mktemp -d "$CACHE/.build-$VERSION.XXXXXX")"
-        log "building Jaeger $VERSION with $(go version | cut -d' ' -f3) (go build of the tool in $SCRIPT_DIR/go.mod; minutes the first time)"
-        local start=$SECONDS
-        # CGO off: a static binary, no C toolchain. -trimpath: no build paths in it.
-        if ! (cd "$SCRIPT_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/jaeger" \
-                github.com/jaegertracing/jaeger/cmd/jaeger >&2); then
-            rm -rf "$tmp"
-            die "go build of github.com/jaegertracing/jaeger/cmd/jaeger@$VERSION failed"
-        fi
-        rm -rf "$dest"
-        mv "$tmp" "$dest"
-        log "built $bin in $((SECONDS - start))s"
-    fi
-    echo "$bin"
+    go_tool Jaeger github.com/jaegertracing/jaeger github.com/jaegertracing/jaeger/cmd/jaeger jaeger \
+        MEMSTREAM_JAEGER_BIN "; minutes the first time"
 }
 
 running_pid() { pidfile_alive "$PID_FILE"; }
@@ -68,24 +41,21 @@ start() {
     MEMSTREAM_JAEGER_HEALTH_PORT="$((QUERY_PORT + 1))" \
         "$bin" --config "$SCRIPT_DIR/jaeger.yaml" >"$DATA_DIR/jaeger.log" 2>&1 &
     echo $! > "$PID_FILE"
-    local i
-    for ((i = 0; i < 120; i++)); do
-        if curl -fsS "http://127.0.0.1:$QUERY_PORT/api/services" >/dev/null 2>&1 \
-                && curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' -d '{}' \
-                    "http://127.0.0.1:$OTLP_PORT/v1/traces" 2>/dev/null; then
-            log "ready (pid $(cat "$PID_FILE")): $(urls | tr '\n' ' ')"
-            return 0
-        fi
-        kill -0 "$(cat "$PID_FILE")" 2>/dev/null || { tail -n 30 "$DATA_DIR/jaeger.log" >&2; die "exited"; }
-        sleep 0.5
-    done
-    die "not ready after 60s (see $DATA_DIR/jaeger.log)"
+    local waited=0
+    pidfile_wait_ready "$PID_FILE" 120 0.5 answers || waited=$?
+    ((waited != 1)) || { tail -n 30 "$DATA_DIR/jaeger.log" >&2; die "exited"; }
+    ((waited == 0)) || die "not ready after 60s (see $DATA_DIR/jaeger.log)"
+    log "ready (pid $(cat "$PID_FILE")): $(urls | tr '\n' ' ')"
 }
 
-stop() {
-    local pid
-    if pid="$(pidfile_stop "$PID_FILE" 10)"; then log "stopped (pid $pid)"; else log "not running"; fi
+# Both the query API and the OTLP endpoint answer.
+answers() {
+    curl -fsS "http://127.0.0.1:$QUERY_PORT/api/services" >/dev/null 2>&1 \
+        && curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' -d '{}' \
+            "http://127.0.0.1:$OTLP_PORT/v1/traces" 2>/dev/null
 }
+
+stop() { pidfile_stop_saying "$PID_FILE"; }
 
 urls() {
     echo "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$OTLP_PORT"

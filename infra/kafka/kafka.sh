@@ -44,12 +44,9 @@
 #   JAVA_HOME                 JDK/JRE to use (Java 17+; default: java on PATH)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" kafka.sh
 POM="$SCRIPT_DIR/pom.xml"
-
-log() { echo "kafka.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 usage() {
     echo "usage: $0 [--brokers N] {fetch|start|stop|restart|status|logs [LINES]|bootstrap|kill-node I|start-node I|node-pid I}" >&2
@@ -98,8 +95,7 @@ SCRAM_USERS="${MEMSTREAM_KAFKA_SCRAM_USERS:-}"
 ADVERTISED_PORT="${MEMSTREAM_KAFKA_ADVERTISED_PORT:-}"
 
 if ((BROKERS == 1)); then
-    DATA_DIR="${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka}"
-    [[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+    DATA_DIR="$(absolute "${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka}")"
     BASE_PORT="${MEMSTREAM_KAFKA_PORT:-9092}"
     HEAP_OPTS="${MEMSTREAM_KAFKA_HEAP:--Xms256m -Xmx512m}"
     REPLICATION=1
@@ -107,8 +103,7 @@ if ((BROKERS == 1)); then
 else
     [[ "$SECURITY" == PLAINTEXT ]] \
         || die "MEMSTREAM_KAFKA_SECURITY=$SECURITY is single-node only: a cluster (--brokers $BROKERS) is PLAINTEXT"
-    DATA_DIR="${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka-cluster}"
-    [[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+    DATA_DIR="$(absolute "${MEMSTREAM_KAFKA_DATA:-$REPO_ROOT/.data/kafka-cluster}")"
     LAYOUT_FILE="$DATA_DIR/cluster.layout"
     recorded_port="$(layout_value "$LAYOUT_FILE" base_port)"
     BASE_PORT="${MEMSTREAM_KAFKA_PORT:-${recorded_port:-19092}}"
@@ -215,16 +210,8 @@ ensure_probe() {
 }
 
 # ------------------------------------------------------------ process helpers
-broker_pid() {
-    # Prints the selected node's pid if it is running (and really is our Kafka), else fails.
-    [[ -f "$PID_FILE" ]] || return 1
-    local pid
-    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka' || return 1
-    echo "$pid"
-}
+# Prints the selected node's pid if it is running (and really is our Kafka), else fails.
+broker_pid() { pidfile_alive_as "$PID_FILE" 'kafka\.Kafka'; }
 
 port_open() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -579,15 +566,11 @@ start_node() {
 # kill -9 node $1's JVM (a crash, for chaos tests): no clean shutdown, the storage stays.
 kill_node() {
     select_node "$1"
-    local pid i
+    local pid
     pid="$(broker_pid)" || die "node $NODE_ID is not running"
     log "killing node $NODE_ID (pid $pid, SIGKILL)"
     kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    ! kill -0 "$pid" 2>/dev/null || die "node $NODE_ID (pid $pid) still alive after SIGKILL"
+    pid_wait_exit "$pid" 100 0.1 || die "node $NODE_ID (pid $pid) still alive after SIGKILL"
     rm -f "$PID_FILE"
 }
 
@@ -601,12 +584,7 @@ stop() {
     fi
     log "stopping pid $pid (SIGTERM)"
     kill -TERM "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 60; i++)); do          # up to 30 s for a clean shutdown
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-    done
-    if kill -0 "$pid" 2>/dev/null; then
+    if ! pid_wait_exit "$pid" 60 0.5; then  # up to 30 s for a clean shutdown
         log "still alive after 30s; SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
         sleep 0.5

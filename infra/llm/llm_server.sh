@@ -23,12 +23,11 @@
 #   MEMSTREAM_LLM_START_TIMEOUT seconds to wait for readiness          (120)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd)"
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" llm_server
 
 PY="${MEMSTREAM_PYTHON:-$REPO_ROOT/.venv/bin/python}"
-DATA_DIR="${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}"
-[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+DATA_DIR="$(absolute "${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}")"
 HOST="127.0.0.1"
 PORT="${MEMSTREAM_LLM_PORT:-8011}"
 ALIAS="${MEMSTREAM_LLM_MODEL_ALIAS:-smollm2-135m-instruct}"
@@ -47,8 +46,6 @@ PID_FILE="$RUN_DIR/llm_server.pid"
 LOG_FILE="$RUN_DIR/llm_server.log"
 BASE_URL="http://$HOST:$PORT/v1"
 
-log() { echo "llm_server: $*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 # Prints the first model id from GET /v1/models; non-zero exit if not answering.
 model_id() {
@@ -63,15 +60,7 @@ EOF
 }
 
 # Pid from the pid file if that process is alive and is our server.
-running_pid() {
-    [[ -f "$PID_FILE" ]] || return 1
-    local pid
-    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-m memstream.localllm" || return 1
-    echo "$pid"
-}
+running_pid() { pidfile_alive_as "$PID_FILE" "-m memstream.localllm"; }
 
 cmd_install() {
     [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
@@ -124,23 +113,10 @@ cmd_start() {
         echo "$pid" >"$PID_FILE"
     fi
 
-    local deadline=$((SECONDS + START_TIMEOUT))
-    while ((SECONDS < deadline)); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            rm -f "$PID_FILE"
-            tail -n 30 "$LOG_FILE" >&2 || true
-            die "server exited during startup (log: $LOG_FILE)"
-        fi
-        if id="$(model_id)"; then
-            log "ready (pid $pid) at $BASE_URL"
-            echo "$id"
-            return 0
-        fi
-        sleep 0.5
-    done
-    tail -n 30 "$LOG_FILE" >&2 || true
-    cmd_stop || true
-    die "not ready after ${START_TIMEOUT}s (log: $LOG_FILE)"
+    id="$(pidfile_wait_answering "$PID_FILE" "$LOG_FILE" "$START_TIMEOUT" 0.5 "server exited during startup" cmd_stop \
+        model_id)"
+    log "ready (pid $pid) at $BASE_URL"
+    echo "$id"
 }
 
 cmd_stop() {
@@ -151,12 +127,7 @@ cmd_stop() {
         return 0
     fi
     kill -TERM "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
+    if ! pid_wait_exit "$pid" 100 0.1; then
         log "pid $pid did not exit on TERM; sending KILL"
         kill -KILL "$pid" 2>/dev/null || true
     fi

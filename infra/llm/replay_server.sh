@@ -20,13 +20,12 @@
 #   MEMSTREAM_REPLAY_START_TIMEOUT seconds to wait for readiness (30)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd)"
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" replay_server
 
 PY="${MEMSTREAM_PYTHON:-$REPO_ROOT/.venv/bin/python}"
-DATA_DIR="${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}"
 # Absolute before anything changes directory: the pid file must be the same one from any directory.
-[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"
+DATA_DIR="$(absolute "${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}")"
 HOST="127.0.0.1"
 PORT="${MEMSTREAM_REPLAY_PORT:-8012}"
 START_TIMEOUT="${MEMSTREAM_REPLAY_START_TIMEOUT:-30}"
@@ -36,18 +35,9 @@ LOG_FILE="$RUN_DIR/replay_server.log"
 BASE_URL="http://$HOST:$PORT/v1"
 DEFAULT_ARGS="record --upstream http://127.0.0.1:${MEMSTREAM_LLM_PORT:-8011}/v1 --recordings $RUN_DIR/recordings.jsonl"
 
-log() { echo "replay_server: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-# shellcheck source=../lib/pidfile.sh
-source "$SCRIPT_DIR/../lib/pidfile.sh"
 
 # The pid from the pid file when that process is alive and is the replay server (not a reused pid).
-running_pid() {
-    local pid
-    pid="$(pidfile_alive "$PID_FILE")" || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "replay_server" || return 1
-    echo "$pid"
-}
+running_pid() { pidfile_alive_as "$PID_FILE" replay_server; }
 
 answers() {
     "$PY" - "$BASE_URL/models" <<'EOF'
@@ -77,19 +67,9 @@ start() {
         >>"$LOG_FILE" 2>&1 </dev/null) &
     pid=$!
     echo "$pid" >"$PID_FILE"
-    local deadline=$((SECONDS + START_TIMEOUT))
-    while ((SECONDS < deadline)); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            rm -f "$PID_FILE"
-            tail -n 30 "$LOG_FILE" >&2 || true
-            die "exited during start-up (log: $LOG_FILE)"
-        fi
-        if answers; then log "ready (pid $pid) at $BASE_URL"; echo "$BASE_URL"; return 0; fi
-        sleep 0.2
-    done
-    tail -n 30 "$LOG_FILE" >&2 || true
-    stop || true
-    die "not ready after ${START_TIMEOUT}s (log: $LOG_FILE)"
+    pidfile_wait_answering "$PID_FILE" "$LOG_FILE" "$START_TIMEOUT" 0.2 "exited during start-up" stop answers
+    log "ready (pid $pid) at $BASE_URL"
+    echo "$BASE_URL"
 }
 
 stop() {

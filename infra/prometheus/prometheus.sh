@@ -9,19 +9,14 @@
 #   MEMSTREAM_PROMETHEUS_SCRAPE scrape interval           (default: the config's 5s)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" prometheus.sh
 PORT="${MEMSTREAM_PROMETHEUS_PORT:-9090}"
-DATA_DIR="${MEMSTREAM_PROMETHEUS_DATA:-$REPO_ROOT/.data/prometheus}"
-[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+DATA_DIR="$(absolute "${MEMSTREAM_PROMETHEUS_DATA:-$REPO_ROOT/.data/prometheus}")"
 BIN="${MEMSTREAM_PROMETHEUS_BIN:-prometheus}"
 PID_FILE="$DATA_DIR/prometheus.pid"
 CONF="$DATA_DIR/prometheus.yml"
 
-log() { echo "prometheus.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-# shellcheck source=../lib/pidfile.sh
-source "$SCRIPT_DIR/../lib/pidfile.sh"
 
 running_pid() { pidfile_alive "$PID_FILE"; }
 
@@ -41,22 +36,16 @@ start() {
         --web.listen-address="127.0.0.1:$PORT" --log.level=warn --enable-feature=exemplar-storage \
         >"$DATA_DIR/prometheus.out" 2>&1 &
     echo $! > "$PID_FILE"
-    local i
-    for ((i = 0; i < 60; i++)); do
-        if curl -fsS "http://127.0.0.1:$PORT/-/ready" >/dev/null 2>&1; then
-            log "ready on 127.0.0.1:$PORT (pid $(cat "$PID_FILE"), targets in $DATA_DIR/targets)"
-            return 0
-        fi
-        kill -0 "$(cat "$PID_FILE")" 2>/dev/null || { tail -n 20 "$DATA_DIR/prometheus.out" >&2; die "exited"; }
-        sleep 0.5
-    done
-    die "not ready after 30s (see $DATA_DIR/prometheus.out)"
+    local waited=0
+    pidfile_wait_ready "$PID_FILE" 60 0.5 answers || waited=$?
+    ((waited != 1)) || { tail -n 20 "$DATA_DIR/prometheus.out" >&2; die "exited"; }
+    ((waited == 0)) || die "not ready after 30s (see $DATA_DIR/prometheus.out)"
+    log "ready on 127.0.0.1:$PORT (pid $(cat "$PID_FILE"), targets in $DATA_DIR/targets)"
 }
 
-stop() {
-    local pid
-    if pid="$(pidfile_stop "$PID_FILE" 10)"; then log "stopped (pid $pid)"; else log "not running"; fi
-}
+answers() { curl -fsS "http://127.0.0.1:$PORT/-/ready" >/dev/null 2>&1; }
+
+stop() { pidfile_stop_saying "$PID_FILE"; }
 
 status() {
     if pid="$(running_pid)"; then echo "running (pid $pid, 127.0.0.1:$PORT, data $DATA_DIR)"; else echo "not running"; return 3; fi

@@ -19,11 +19,8 @@
 #   MEMSTREAM_QDRANT_TIMEOUT  seconds start waits for the nodes and peers (default 90)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
-
-log() { echo "qdrant.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=../lib/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" qdrant.sh
 
 # --nodes N may come before or after the verb (as kafka.sh's --brokers N).
 VERB=""
@@ -37,8 +34,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-DATA_DIR="${MEMSTREAM_QDRANT_DATA:-${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}/qdrant-server}"
-[[ $DATA_DIR == /* ]] || DATA_DIR="$PWD/$DATA_DIR"  # relative to the caller's folder, whatever the script cds into
+DATA_DIR="$(absolute "${MEMSTREAM_QDRANT_DATA:-${MEMSTREAM_DATA_DIR:-$REPO_ROOT/.data}/qdrant-server}")"
 BASE_PORT="${MEMSTREAM_QDRANT_PORT:-6333}"
 START_TIMEOUT="${MEMSTREAM_QDRANT_TIMEOUT:-90}"
 NODES_FILE="$DATA_DIR/nodes"
@@ -77,17 +73,8 @@ check_node() {
     [[ "$1" =~ ^[0-9]+$ && "$1" -ge 1 && "$1" -le "$NODES" ]] || die "node must be 1..$NODES, not '${1:-}'"
 }
 
-node_pid() {
-    # The pid of node $1's qdrant process if it runs (and really is qdrant), else fails.
-    local file pid
-    file="$(node_dir "$1")/qdrant.pid"
-    [[ -f "$file" ]] || return 1
-    pid="$(cat "$file" 2>/dev/null || true)"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'qdrant' || return 1
-    echo "$pid"
-}
+# The pid of node $1's qdrant process if it runs (and really is qdrant), else fails.
+node_pid() { pidfile_alive_as "$(node_dir "$1")/qdrant.pid" qdrant; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -180,12 +167,7 @@ stop_node() {
         return 0
     fi
     kill "-$signal" "$pid" 2>/dev/null || true
-    local n
-    for ((n = 0; n < 100; n++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    pid_wait_exit "$pid" 100 0.1 || kill -KILL "$pid" 2>/dev/null || true
     rm -f "$(node_dir "$i")/qdrant.pid"
     log "node $i stopped (SIG$signal, pid $pid)"
 }
