@@ -1,31 +1,25 @@
-"""The contract every chat-platform mapper follows, the dispatcher and the helpers they share.
+"""The contract every chat-platform mapper follows, the dispatcher, and loading events from a file.
 
 A mapper turns one platform event into memstream items: ``Turn`` s to produce on ``memory.turns``
 and ``TurnRemoval`` s (an edit's old version, a deletion) that the caller sends as forgets. Pure:
 no I/O, no clock except the ``now`` the caller may pass, so the same event maps to the same items.
-
-Ids: platform ids that already fit ``ID_PATTERN`` are kept verbatim. Others get every character
-outside ``[A-Za-z0-9_.:@-]`` replaced by ``-`` (``#`` and ``~`` too: they mark chunks and versions)
-and, when they do not start with a letter or digit, a platform prefix (Telegram chat ``-100123`` ->
-``chat-100123``). An id still longer than 128 characters is rejected, never cut (cutting could merge
-two ids).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Protocol
 
 import orjson
-from pydantic import ValidationError
 
 from memstream.schemas import Turn
-from memstream.schemas.base import ID_PATTERN, utc, versioned_turn_id
+from memstream.schemas.base import utc
+
+from .fields import VALID_ID, EventError
 
 FORMATS = ("slack", "discord", "openai", "telegram")
 # Where a file holding one JSON object keeps its list of events, per format (checked in order):
@@ -39,10 +33,6 @@ LIST_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "telegram": ("result", "events"),
     }
 )
-ONE_MS = timedelta(milliseconds=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_ID = re.compile(ID_PATTERN)
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@\-]")
 
 
 @dataclass(frozen=True)
@@ -92,10 +82,6 @@ class Skip:
 
 
 Emitted = tuple[Turn | TurnRemoval, ...]
-
-
-class EventError(ValueError):
-    """A malformed event; the message says what is wrong and where (``event.ts: missing``)."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +151,7 @@ def map_events(
     """
     mapper = platform(fmt)
     for name, value in (("tenant_id", tenant_id), ("conversation_id", conversation_id), ("session_id", session_id)):
-        if value is not None and not _ID.match(value):
+        if value is not None and not VALID_ID.match(value):
             raise ValueError(f"{name} {value!r} is not a valid id (letters, digits, _.:@#~- ; at most 128)")
     if mapper.NEEDS_TENANT and tenant_id is None:
         raise ValueError(f"{fmt} payloads name no tenant: pass tenant_id")
@@ -260,168 +246,3 @@ def _jsonl(text: str) -> list[Any]:
             except orjson.JSONDecodeError as exc:
                 raise ValueError(f"line {number}: not JSON ({exc})") from exc
     return events
-
-
-# --- reading fields --------------------------------------------------------------------------------
-
-
-def obj(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise EventError(f"{where}: expected an object, got {_kind(value)}")
-    return value
-
-
-def req(data: Mapping[str, Any], key: str, where: str) -> Any:
-    value = data.get(key)
-    if value is None:
-        raise EventError(f"{where}.{key}: missing")
-    return value
-
-
-def req_obj(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    return obj(req(data, key, where), f"{where}.{key}")
-
-
-def opt_str(data: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise EventError(f"{where}.{key}: expected a string, got {_kind(value)}")
-    return value
-
-
-def req_str(data: Mapping[str, Any], key: str, where: str) -> str:
-    value = opt_str(data, key, where)
-    if value is None:
-        raise EventError(f"{where}.{key}: missing")
-    return value
-
-
-def req_int(data: Mapping[str, Any], key: str, where: str) -> int:
-    value = req(data, key, where)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EventError(f"{where}.{key}: expected an integer, got {_kind(value)}")
-    return value
-
-
-def req_id(data: Mapping[str, Any], key: str, where: str) -> str:
-    """A platform id given as a string or an integer (Telegram), as a string."""
-    value = req(data, key, where)
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        raise EventError(f"{where}.{key}: expected an id (string or integer), got {_kind(value)}")
-    return str(value)
-
-
-def text_of(value: str, where: str) -> str:
-    """Text that a turn needs: present and not blank."""
-    if not value.strip():
-        raise EventError(f"{where}: empty text")
-    return value
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-# --- ids, times, sessions --------------------------------------------------------------------------
-
-
-def safe_id(value: str, *, prefix: str, where: str) -> str:
-    """A platform id as a memstream id (see the module docstring)."""
-    if _ID.match(value) and "#" not in value and "~" not in value:
-        return value
-    if not value:
-        raise EventError(f"{where}: empty id")
-    cleaned = _UNSAFE.sub("-", value)
-    if not cleaned[:1].isalnum():
-        cleaned = prefix + cleaned
-    if len(cleaned) > 128:
-        raise EventError(f"{where}: id longer than 128 characters")
-    return cleaned
-
-
-def from_unix(value: Any, where: str) -> datetime:
-    """Unix seconds (an integer or a number) as an aware UTC datetime."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EventError(f"{where}: expected unix seconds, got {_kind(value)}")
-    try:
-        return datetime.fromtimestamp(value, timezone.utc)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise EventError(f"{where}: unix time {value!r} out of range") from exc
-
-
-def from_iso(value: Any, where: str) -> datetime:
-    """An ISO 8601 time; naive ones are taken as UTC."""
-    if not isinstance(value, str):
-        raise EventError(f"{where}: expected an ISO 8601 time, got {_kind(value)}")
-    try:
-        return utc(datetime.fromisoformat(value))
-    except ValueError as exc:
-        raise EventError(f"{where}: unparseable time {value!r}") from exc
-
-
-def version_of(time: datetime) -> str:
-    """An edit's version marker: its time as integer unix milliseconds."""
-    return str((time - EPOCH) // ONE_MS)
-
-
-def day_session(time: datetime) -> str:
-    """The session of a platform without sessions: the message's UTC day, ``YYYY-MM-DD``."""
-    return time.astimezone(timezone.utc).strftime("%Y-%m-%d")
-
-
-# --- building items --------------------------------------------------------------------------------
-
-
-def build_turn(**fields: Any) -> Turn:
-    """A validated ``Turn``; a field the schema refuses makes the event malformed."""
-    try:
-        return Turn(**fields)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'turn'}: {e['msg']}" for e in exc.errors())
-        raise EventError(f"invalid turn: {problems}") from exc
-
-
-def removal(
-    tenant_id: str,
-    conversation_id: str,
-    turn_ids: Iterable[str],
-    before: datetime,
-    reason: Literal["edited", "deleted"],
-) -> TurnRemoval:
-    ids = tuple(turn_ids)
-    for value in (tenant_id, conversation_id, *ids):
-        if not _ID.match(value):
-            raise EventError(f"invalid id {value!r} in a removal")
-    if not ids:
-        raise EventError("a deletion names no message")
-    return TurnRemoval(tenant_id, conversation_id, ids, utc(before), reason)
-
-
-def edited(
-    *,
-    base_id: str,
-    original_time: datetime,
-    edit_time: datetime,
-    text: str | None,
-    fields: Mapping[str, Any],
-) -> Emitted:
-    """An edit: forget the earlier versions, then the new version as its own turn.
-
-    The new version is timed at the edit, at least 1 ms after the original (platforms that time in
-    seconds can edit within the same second), and the forget covers up to 1 ms before it: so it
-    reaches the original and every earlier version but never the new one. ``text`` None: the edit
-    removed the text (media remain), so only the forget is emitted. ``fields`` are the other
-    ``Turn`` fields (tenant, conversation, session, speaker, role, metadata).
-    """
-    when = max(edit_time, original_time + ONE_MS)
-    forget = removal(fields["tenant_id"], fields["conversation_id"], (base_id,), when - ONE_MS, "edited")
-    if text is None:
-        return (forget,)
-    metadata = {**fields.get("metadata", {}), "edited": True, "original_time": original_time.isoformat()}
-    new = build_turn(
-        **{**fields, "metadata": metadata},
-        turn_id=versioned_turn_id(base_id, version_of(when)),
-        text=text,
-        event_time=when,
-    )
-    return (forget, new)

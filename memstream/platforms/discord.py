@@ -12,24 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .base import (
-    Emitted,
-    EventError,
-    MapContext,
-    Skip,
-    build_turn,
-    day_session,
-    edited,
-    from_iso,
-    obj,
-    opt_str,
-    removal,
-    req,
-    req_id,
-    req_obj,
-    req_str,
-    safe_id,
-)
+from .base import Emitted, MapContext, Skip
+from .fields import EventError, from_iso, obj, opt_str, req, req_id, req_obj, req_str, safe_id
+from .items import build_turn, day_session, edited, removal
 
 NEEDS_TENANT = False
 NEEDS_CONVERSATION = False

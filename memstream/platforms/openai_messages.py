@@ -16,20 +16,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .base import (
-    Emitted,
-    EventError,
-    MapContext,
-    Skip,
-    build_turn,
-    from_iso,
-    from_unix,
-    obj,
-    opt_str,
-    req_str,
-    safe_id,
-    text_of,
-)
+from .base import Emitted, MapContext, Skip
+from .fields import EventError, from_iso, from_unix, obj, opt_str, req_str, safe_id, text_of
+from .items import build_turn
 
 NEEDS_TENANT = True
 NEEDS_CONVERSATION = True

@@ -16,22 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .base import (
-    EPOCH,
-    Emitted,
-    EventError,
-    MapContext,
-    Skip,
-    build_turn,
-    day_session,
-    edited,
-    obj,
-    opt_str,
-    removal,
-    req_obj,
-    req_str,
-    safe_id,
-)
+from .base import Emitted, MapContext, Skip
+from .fields import EventError, obj, opt_str, req_obj, req_str, safe_id
+from .items import EPOCH, build_turn, day_session, edited, removal
 
 NEEDS_TENANT = False
 NEEDS_CONVERSATION = False

@@ -6,7 +6,8 @@ import pytest
 
 from memstream.platforms import FORMATS, map_events, parse_events
 from memstream.platforms import slack as slack_module
-from memstream.platforms.base import EventError, edited, safe_id
+from memstream.platforms.fields import EventError, safe_id
+from memstream.platforms.items import edited
 from memstream.schemas import Turn
 from tests.platforms import FIXTURES, covered, events, valid_id
 
