@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -75,6 +75,20 @@ class TenantScoped(Payload):
 
 def conversation_key(tenant_id: str, conversation_id: str) -> str:
     return f"{tenant_id}/{conversation_id}"
+
+
+class ScopeKeyed(Payload):
+    """A payload about a tenant (or every tenant) that may name one conversation: its Kafka key is
+    that conversation's ``tenant/conversation``, else ``tenant/*`` (``*/*``: every tenant), the key
+    of a broadcast (one copy per partition) or of a read of the whole tenant."""
+
+    if TYPE_CHECKING:  # each payload declares them, in its own field order (the wire's)
+        tenant_id: str | None
+        conversation_id: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id or '*'}/{self.conversation_id or '*'}"
 
 
 def utc(dt: datetime) -> datetime:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import ID_PATTERN, Payload, UtcDatetime
+from .base import ID_PATTERN, Payload, ScopeKeyed, UtcDatetime
 from .memory import Part
 from .query import TOPIC_PATTERN
 
@@ -16,7 +16,7 @@ from .query import TOPIC_PATTERN
 ForgetPhase = Literal["request", "pipeline", "erased"]
 
 
-class Forget(Payload):
+class Forget(ScopeKeyed):
     """Forget what a tenant's turns said: every turn of the scope whose event time is not after
     ``requested_at``, and everything derived from one of them.
 
@@ -48,11 +48,6 @@ class Forget(Payload):
             if not isinstance(turn_id, str) or len(turn_id) > 128:
                 raise ValueError("a turn id is a string of at most 128 characters")
         return self
-
-    @property
-    def key(self) -> str:
-        """The conversation's key (its partition), or ``tenant/*`` for a broadcast copy."""
-        return f"{self.tenant_id}/{self.conversation_id or '*'}"
 
 
 class RetainedCopy(Part):

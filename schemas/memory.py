@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .base import ID_PATTERN, Payload, TenantScoped, UtcDatetime
+from .base import ID_PATTERN, ScopeKeyed, TenantScoped, UtcDatetime
 from .turns import CompressedTurn, Turn
 
 CardType = Literal["fact", "event", "preference", "state", "plan", "interaction", "assistant_output"]
@@ -203,7 +203,7 @@ class ConsolidationUpdate(TenantScoped):
     )
 
 
-class ConsolidateCommand(Payload):
+class ConsolidateCommand(ScopeKeyed):
     """On ``memory.control``: consolidate now. Without a conversation, every pending conversation
     (of the tenant, or of all tenants) in the partitions that receive it."""
 
@@ -223,10 +223,3 @@ class ConsolidateCommand(Payload):
         if self.conversation_id and not self.tenant_id:
             raise ValueError("a conversation is named within a tenant: give tenant_id too")
         return self
-
-    @property
-    def key(self) -> str:
-        """The conversation's key, or for a broadcast copy ``tenant/*`` (``*/*``: every tenant)."""
-        if self.conversation_id is not None:
-            return f"{self.tenant_id}/{self.conversation_id}"
-        return f"{self.tenant_id or '*'}/*"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from .base import ID_PATTERN, Payload, UtcDatetime
+from .base import ID_PATTERN, Payload, ScopeKeyed, UtcDatetime
 from .query import TOPIC_PATTERN
 
 # conversations: the tenant's conversations with counts; timeline: a page of a conversation's turns
@@ -19,7 +19,7 @@ NEEDS_CONVERSATION: frozenset[str] = frozenset({"timeline"})
 MAX_PAGE = 5000
 
 
-class ReadRequest(Payload):
+class ReadRequest(ScopeKeyed):
     kind: Literal["read"] = "read"
     read: ReadKind
     tenant_id: str = Field(pattern=ID_PATTERN)
@@ -38,11 +38,6 @@ class ReadRequest(Payload):
         if self.read == "lineage" and not self.point_id:
             raise ValueError("a lineage read needs point_id")
         return self
-
-    @property
-    def key(self) -> str:
-        """``tenant_id/conversation_id``, or ``tenant_id/*`` for a read of the whole tenant."""
-        return f"{self.tenant_id}/{self.conversation_id or '*'}"
 
 
 class ReadReply(Payload):

@@ -198,26 +198,20 @@ def answer_read(engine: ReadEngine, request: ReadRequest) -> ReadReply:
         page = engine.lineage(request.tenant_id, request.point_id)
     else:
         page = engine.export(request.tenant_id, request.conversation_id, request.cursor, request.limit)
-    return ReadReply(
-        read=request.read,
-        tenant_id=request.tenant_id,
-        conversation_id=request.conversation_id,
-        correlation_id=request.correlation_id,
-        found=page.found,
-        records=page.records,
-        summary=page.summary,
-        next_cursor=page.next_cursor,
-        replied_at=datetime.now(timezone.utc),
-    )
+    return _reply(request, found=page.found, records=page.records, summary=page.summary, next_cursor=page.next_cursor)
 
 
 def failed_read(request: ReadRequest, error: str) -> ReadReply:
+    return _reply(request, ok=False, error=error)
+
+
+def _reply(request: ReadRequest, **outcome: Any) -> ReadReply:
+    """The reply to ``request`` (its read, tenant, conversation and correlation id), sent now."""
     return ReadReply(
         read=request.read,
         tenant_id=request.tenant_id,
         conversation_id=request.conversation_id,
         correlation_id=request.correlation_id,
-        ok=False,
-        error=error,
         replied_at=datetime.now(timezone.utc),
+        **outcome,
     )
