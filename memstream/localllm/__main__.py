@@ -27,16 +27,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     from .server import run
 
-    run(
-        model=args.model,
-        alias=args.model_alias or os.path.basename(args.model),
-        host=args.host,
-        port=args.port,
-        n_ctx=args.n_ctx,
-        n_threads=args.n_threads,
-        n_threads_batch=args.n_threads_batch,
-        n_batch=args.n_batch,
-    )
+    options = vars(args)
+    alias = options.pop("model_alias") or os.path.basename(args.model)
+    run(alias=alias, **options)  # every other flag is one of run's parameters, by its name
 
 
 if __name__ == "__main__":

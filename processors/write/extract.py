@@ -34,6 +34,7 @@ from memstream.schemas import (
     SourceTurn,
     StageCost,
     StmFlush,
+    Turn,
 )
 from memstream.schemas.memory import CardType
 
@@ -68,25 +69,19 @@ def classify(sentence: str, role: str) -> CardType:
     return first_match(sentence, _CARD_TYPES, "fact")
 
 
+# What a source turn keeps of its turn as it is (beside its position and arrival).
+_KEPT_OF_TURN = tuple(name for name in SourceTurn.model_fields if name in Turn.model_fields)
+
+
 def source_turns(flush: StmFlush) -> list[SourceTurn]:
     out = []
     for i, ct in enumerate(flush.turns()):
         t = ct.turn
-        out.append(
-            SourceTurn(
-                turn_id=t.turn_id,
-                session_id=t.session_id,
-                speaker=t.speaker,
-                role=t.role,
-                text=t.text,
-                event_time=t.event_time,
-                image_captions=t.image_captions,
-                # The segment stage numbers every turn; a flush from before it did (or a turn whose
-                # metadata had no room) falls back to its place in the flush.
-                seq=t.seq if t.seq is not None else i,
-                received_at=ct.received_at,
-            )
-        )
+        # The segment stage numbers every turn; a flush from before it did (or a turn whose metadata
+        # had no room) falls back to its place in the flush.
+        seq = t.seq if t.seq is not None else i
+        kept = {name: getattr(t, name) for name in _KEPT_OF_TURN}
+        out.append(SourceTurn(**kept, seq=seq, received_at=ct.received_at))
     return out
 
 
