@@ -21,4 +21,8 @@ done
 # The cluster tests start a 3-broker cluster of their own: `make test-cluster` runs them. (Their temp
 # folders stay on disk: wheels, virtual environments and stores fill a memory-backed /dev/shm, and a
 # full tmpfs ends the run with a bus error.)
-.venv/bin/python -m pytest tests -m "not cluster" --durations=30 "$@"
+# Two pytest workers (pytest-xdist): much of an integration test's time is waits (workers starting,
+# group joins, drains), which the other worker fills. Tests that use the one-at-a-time LLM server share
+# one worker (tests/conftest.py: SERIAL_GROUPS); each test has its own topic prefix and data folder,
+# and the tests that stop or restart a broker have one of their own.
+.venv/bin/python -m pytest tests -m "not cluster" -n 2 --dist loadgroup --durations=30 "$@"

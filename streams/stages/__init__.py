@@ -1,5 +1,6 @@
 """One module per stage. Each reads its topics and state table from ``memstream.topology`` (declared
-once there) and has ``register(ctx)``, which wires its processor to the runtime. ``REGISTRY`` is the only place that maps stage names to modules."""
+once there) and has ``register(ctx)``, which wires its processor to the runtime. ``REGISTRY`` is the
+only place that maps stage names to modules."""
 
 from __future__ import annotations
 
