@@ -25,6 +25,7 @@ from memstream.bench.cli_shared import (
     exit_on_sigterm,
     print_figures,
     progress_bar,
+    run_progress,
     write_json,
 )
 from memstream.bench.dev_data import LOCOMO_DEV, LONGMEMEVAL_DEV
@@ -124,14 +125,8 @@ def ingest(
         compressor_model=model or None,
     )
     total = len(load_turns(options))
-    exit_on_sigterm()
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=total)
-        result = run_ingest_bench(
-            options,
-            status=lambda text: progress.update(task, description=text),
-            on_sent=lambda _t: progress.advance(task),
-        )
+    with run_progress(total, kafka_log_level=None) as (progress, task, status):
+        result = run_ingest_bench(options, status=status, on_sent=lambda _t: progress.advance(task))
     table = Table(title=f"ingest ({result['mode']}): {result['turns']} turns of {', '.join(result['conversations'])}")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -682,15 +677,8 @@ def freshness(
         fresh_turns=fresh,
         workdir=workdir,
     )
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    exit_on_sigterm()
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=2 * probe_count(options))
-        result = run_freshness_bench(
-            options,
-            status=lambda text: progress.update(task, description=text),
-            on_resolved=lambda: progress.advance(task),
-        )
+    with run_progress(2 * probe_count(options)) as (progress, task, status):
+        result = run_freshness_bench(options, status=status, on_resolved=lambda: progress.advance(task))
     settings = result["settings"]
     table = Table(
         title=f"produce -> first retrievable (s); STM idle {settings['stm_idle_s']:g}s, "
@@ -747,11 +735,8 @@ def llm_throughput(
         seed=seed,
         workdir=workdir,
     )
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    exit_on_sigterm()
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=None)
-        result = run_llm_throughput_bench(options, status=lambda text: progress.update(task, description=text))
+    with run_progress(None) as (_progress, _task, status):
+        result = run_llm_throughput_bench(options, status=status)
     table = Table(title=f"one worker, LLM latency p50 {latency_p50:g} s / p99 {latency_p99:g} s (replayed)")
     for column in ("in flight", "ingest turns/s", "x in-flight 1", "calls/1k turns", "questions/s", "p50 s", "p99 s"):
         table.add_column(column, justify="right")
@@ -821,14 +806,9 @@ def chaos(
     total = len(chaos_turns(options)[0])
     # The producer's and the asker's clients log every refused connection while the broker restarts:
     # expected here, and counted in the result instead.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    exit_on_sigterm()
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=total)
+    with run_progress(total, kafka_log_level=logging.CRITICAL) as (progress, task, status):
         result = run_chaos_bench(
-            options,
-            status=lambda text: progress.update(task, description=text),
-            on_progress=lambda _elapsed, sent: progress.update(task, completed=sent),
+            options, status=status, on_progress=lambda _elapsed, sent: progress.update(task, completed=sent)
         )
     print_figures(
         f"chaos: {minutes:g} min, seed {seed}",
@@ -1296,6 +1276,11 @@ def _print_e2e(result: dict) -> None:
 _OUT_HELP = "Output folder: results.json, report.md, plots, and the run's state (a rerun resumes it)"
 
 
+def _questions_option(drawn: str) -> Any:
+    """`--questions` of an end-to-end bench: how the sample is drawn, and what of the data it ingests."""
+    return typer.Option(None, min=1, help=f"Ask only this many questions, drawn with --seed, every {drawn}")
+
+
 @e2e_command("locomo")
 def locomo(
     data: Path = typer.Option(
@@ -1303,12 +1288,7 @@ def locomo(
     ),
     out: Path = typer.Option(Path("bench-results/locomo"), help=_OUT_HELP),
     conversations: Optional[str] = typer.Option(None, help="Comma-separated sample ids (default: all)"),
-    questions: Optional[int] = typer.Option(
-        None,
-        min=1,
-        help="Ask only this many questions, drawn with --seed, "
-        "every category represented (their conversations are ingested)",
-    ),
+    questions: Optional[int] = _questions_option("category represented (their conversations are ingested)"),
     *,
     e2e: E2EArgs,
 ) -> None:
@@ -1331,12 +1311,7 @@ def longmemeval(
         LONGMEMEVAL_DEV, help="LongMemEval JSON (the dev set beside the repo, or the official longmemeval_s.json)"
     ),
     out: Path = typer.Option(Path("bench-results/longmemeval"), help=_OUT_HELP),
-    questions: Optional[int] = typer.Option(
-        None,
-        min=1,
-        help="Ask only this many questions, drawn with --seed, "
-        "every type represented (only their haystacks are ingested)",
-    ),
+    questions: Optional[int] = _questions_option("type represented (only their haystacks are ingested)"),
     *,
     e2e: E2EArgs,
 ) -> None:

@@ -3,15 +3,17 @@ result file, and the options many of them declare."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from memstream.bench.dev_data import LOCOMO_DEV
@@ -34,6 +36,21 @@ def progress_bar() -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     )
+
+
+@contextlib.contextmanager
+def run_progress(
+    total: Optional[float], kafka_log_level: Optional[int] = logging.ERROR
+) -> Iterator[tuple[Progress, TaskID, Callable[[str], None]]]:
+    """A long run under a progress bar: SIGTERM unwinds it (``exit_on_sigterm``), aiokafka's
+    per-connection errors stay quiet (the run counts them; None leaves its level), and
+    ``status(text)`` names its step."""
+    if kafka_log_level is not None:
+        logging.getLogger("aiokafka").setLevel(kafka_log_level)
+    exit_on_sigterm()
+    with progress_bar() as progress:
+        task = progress.add_task("starting", total=total)
+        yield progress, task, lambda text: progress.update(task, description=text)
 
 
 def print_figures(title: str, result: dict, keys: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -203,35 +203,42 @@ def profile_evidence(hits: Sequence[StoreHit]) -> list[Evidence]:
 
 def card_evidence(evidence_id: str, c: Candidate) -> Evidence:
     p = c.payload
-    return Evidence(
-        evidence_id=evidence_id,
+    return _evidence(
+        evidence_id,
+        c,
         kind="card",
-        point_id=c.id,
         text=p.get("text", ""),
         subject=p.get("subject"),
         type=p.get("type"),
-        event_time=p.get("event_time"),
         turn_ids=list(p.get("turn_ids", [])),
         session_ids=list(p.get("session_ids", [])),
-        score=round(c.score, 6),
-        found_by=sorted(c.found_by),  # type: ignore[arg-type]
+        found_by=sorted(c.found_by),
     )
 
 
 def fresh_evidence(evidence_id: str, c: Candidate) -> Evidence:
     """A fresh turn as evidence: the raw turn, as Replay shows turns."""
     p = c.payload
-    return Evidence(
-        evidence_id=evidence_id,
+    return _evidence(
+        evidence_id,
+        c,
         kind="turn",
-        point_id=c.id,
         text=f"{p['speaker']}: {p['text']}",
         subject=p.get("speaker"),
-        event_time=p.get("event_time"),
         turn_ids=[p["turn_id"]],
         session_ids=[p.get("session_id", "")],
-        score=round(c.score, 6),
         found_by=["fresh"],
+    )
+
+
+def _evidence(evidence_id: str, c: Candidate, **fields: Any) -> Evidence:
+    """What every evidence item takes from its candidate: the point, its time, its score."""
+    return Evidence(
+        evidence_id=evidence_id,
+        point_id=c.id,
+        event_time=c.payload.get("event_time"),
+        score=round(c.score, 6),
+        **fields,
     )
 
 

@@ -21,7 +21,6 @@ from .api import Out, Record, StageContext, StageResult, init_series
 
 STAGE = "compress"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 class TurnRejected(SchemaError):
@@ -31,12 +30,12 @@ class TurnRejected(SchemaError):
 def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
     compressor = services.compressor  # loaded once, at start-up
-    out_topic = s.topic(OUTPUTS[0])
+    out_topic = s.topic(TOPICS.outputs[0])
     # A forget reaches cards only after passing this stage, so it always lands behind the fresh
     # turns it covers (same key, same partition).
     fresh_topic = s.topic(Topic.CARDS)
-    turns_topic = s.topic(INPUT)
-    tombstones = ctx.table(STAGE, TABLE)
+    turns_topic = s.topic(TOPICS.input)
+    tombstones = ctx.table(STAGE, TOPICS.table)
     # The segmenter and the index stage of this worker embed each turn's text (the fresh point, the
     # window); embedded here, off their paths, both find it in the shared cache.
     warm = s.fresh_turns and bool({"segment", "index"} & set(s.stage_list()))
@@ -48,7 +47,7 @@ def register(ctx: StageContext) -> None:
         return StageResult([Out(out_topic, forget.key, forget, partition=record.partition)])
 
     async def handler(record: Record) -> StageResult:
-        message = decode_message(INPUT, record.value)
+        message = decode_message(TOPICS.input, record.value)
         assert isinstance(message, (Turn, Forget))
         check_key(record.key, message)  # before anything of it is kept
         if isinstance(message, Forget):
@@ -94,7 +93,7 @@ def register(ctx: StageContext) -> None:
         moving = forget.model_copy(update={"phase": "pipeline", "part": record.partition})
         return StageResult([Out(turns_topic, moving.key, moving, partition=record.partition)])
 
-    ctx.agent(STAGE, INPUT, handler)
+    ctx.agent(STAGE, TOPICS.input, handler)
     ctx.agent(f"{STAGE}.forget", Topic.CONTROL, on_control)
     init_series(ctx.metrics.compress_tokens, ("in", "out"))
     init_series(ctx.metrics.forgotten, ("dropped",))

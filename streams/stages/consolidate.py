@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "consolidate"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 RUN_CHUNK = 64  # update queues a run decides before it sends their outcomes
 
 
@@ -66,7 +65,7 @@ class Consolidation:
     def __init__(self, ctx: StageContext):
         self.ctx = ctx
         self.s, self.services, self.metrics = ctx.s, ctx.services, ctx.metrics
-        self.pending = ctx.table(STAGE, TABLE)
+        self.pending = ctx.table(STAGE, TOPICS.table)
         self.control, self.updates = self.s.topic(Topic.CONTROL), self.s.topic(Topic.UPDATES)
         self.params = ConsolidateParams(tau=self.s.consolidate_tau, top_n=self.s.consolidate_top_n)
         llm = self.services.llm_for("consolidate")
@@ -89,7 +88,7 @@ class Consolidation:
         )
 
     async def on_write(self, record: Record) -> StageResult:
-        write = decode_message(INPUT, record.value)
+        write = decode_message(TOPICS.input, record.value)
         if not isinstance(write, MemoryWrite):
             # A forget (the index stage erases, control brings it back) or a fresh turn (no cards).
             return StageResult()
@@ -291,7 +290,7 @@ def run_slot(record: Record) -> Slot:
 
 def register(ctx: StageContext) -> None:
     stage = Consolidation(ctx)
-    ctx.agent(STAGE, INPUT, stage.on_write)
+    ctx.agent(STAGE, TOPICS.input, stage.on_write)
     if stage.in_flight > 1:
         ctx.agent("consolidate.run", Topic.CONTROL, stage.on_command, slots={"llm": stage.in_flight}, slot_of=run_slot)
     else:
@@ -300,7 +299,7 @@ def register(ctx: StageContext) -> None:
     init_series(ctx.metrics.consolidation_decisions, get_args(ConsolidationAction), ("llm", "rules"))
     init_series(ctx.metrics.consolidation_runs, get_args(ConsolidateCommand.model_fields["reason"].annotation))
     ctx.idle_timer(
-        TABLE,
+        TOPICS.table,
         stage.pending,
         stage.asleep,
         stage.control,

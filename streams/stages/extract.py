@@ -18,7 +18,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "extract"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:
@@ -37,10 +36,10 @@ def register(ctx: StageContext) -> None:
         else ExtractiveExtractor()
     )
     log.info("extraction mode: %s", extractor.mode)
-    out_topic = s.topic(OUTPUTS[0])
+    out_topic = s.topic(TOPICS.outputs[0])
 
     async def handler(record: Record) -> StageResult:
-        message = decode_message(INPUT, record.value)
+        message = decode_message(TOPICS.input, record.value)
         if isinstance(message, Forget):  # behind the flushes it follows: on to the index stage
             return StageResult([Out(out_topic, message.key, message, partition=record.partition)])
         assert isinstance(message, StmFlush)
@@ -69,7 +68,7 @@ def register(ctx: StageContext) -> None:
         return Slot(conversation_lane(record.key, record.partition), "llm")
 
     if extractor.mode == "llm":
-        ctx.agent(STAGE, INPUT, handler, slots={"llm": s.in_flight(STAGE)}, slot_of=slot_of)
+        ctx.agent(STAGE, TOPICS.input, handler, slots={"llm": s.in_flight(STAGE)}, slot_of=slot_of)
     else:  # bound by the CPU: one at a time
-        ctx.agent(STAGE, INPUT, handler)
+        ctx.agent(STAGE, TOPICS.input, handler)
     init_series(metrics.extract_mode, get_args(ExtractionMode))

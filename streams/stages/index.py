@@ -18,7 +18,6 @@ from .forgetting import onward
 
 STAGE = "index"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:
@@ -50,7 +49,7 @@ def register(ctx: StageContext) -> None:
         return counts
 
     async def handler(record: Record) -> StageResult:
-        message = decode_message(INPUT, record.value)
+        message = decode_message(TOPICS.input, record.value)
         if isinstance(message, Forget):
             counts = await asyncio.to_thread(erase_scope, message)
             erased = onward(message, counts, phase="erased")
@@ -62,7 +61,7 @@ def register(ctx: StageContext) -> None:
         await asyncio.to_thread(index, message)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, handler)
+    ctx.agent(STAGE, TOPICS.input, handler)
     init_series(metrics.points_written, COLLECTIONS)
     init_series(metrics.fresh_turns, ("written", "present"))
     init_series(metrics.embedded_texts, ("computed", "cached"))

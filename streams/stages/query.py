@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "query"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:
@@ -98,10 +97,10 @@ def register(ctx: StageContext) -> None:
         return StageResult()
 
     if engine.llm is None:  # no LLM answers: bound by the CPU, one at a time
-        ctx.agent(STAGE, INPUT, handler)
+        ctx.agent(STAGE, TOPICS.input, handler)
     else:
         in_flight = ctx.s.in_flight(STAGE)
-        ctx.agent(STAGE, INPUT, handler, slots={"llm": in_flight, "evidence": in_flight}, slot_of=query_slot)
+        ctx.agent(STAGE, TOPICS.input, handler, slots={"llm": in_flight, "evidence": in_flight}, slot_of=query_slot)
 
 
 def query_slot(record: Record) -> Slot:

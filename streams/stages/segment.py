@@ -21,14 +21,13 @@ log = logging.getLogger(__name__)
 
 STAGE = "segment"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
-    states = ctx.table(STAGE, TABLE)
-    out_topic = s.topic(OUTPUTS[0])
-    in_topic = s.topic(INPUT)
+    states = ctx.table(STAGE, TOPICS.table)
+    out_topic = s.topic(TOPICS.outputs[0])
+    in_topic = s.topic(TOPICS.input)
     params = services.segment_params
     segmenter = Segmenter(
         params, services.embedder.embed, services.attention.cohesion if params.uses_attention else None
@@ -92,7 +91,7 @@ def register(ctx: StageContext) -> None:
         await ctx.save_state(states, message.key, entry, source=record)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, held_turns_handler(ctx, STAGE, states, decode_compressed_message, handle, on_forget))
+    ctx.agent(STAGE, TOPICS.input, held_turns_handler(ctx, STAGE, states, decode_compressed_message, handle, on_forget))
     init_series(
         ctx.metrics.segment_boundaries,
         [r for r in get_args(SegmentedTurn.model_fields["boundary_reason"].annotation) if r != "none"],
@@ -101,7 +100,7 @@ def register(ctx: StageContext) -> None:
 
     # An idle window drains through its own partition: the tick goes to the stage's input topic.
     ctx.idle_timer(
-        TABLE,
+        TOPICS.table,
         states,
         lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
         in_topic,

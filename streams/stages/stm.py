@@ -18,15 +18,14 @@ from .held import held_turns_forget, held_turns_handler
 
 STAGE = "stm"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
-INPUT, OUTPUTS, TABLE = TOPICS.input, TOPICS.outputs, TOPICS.table
 
 
 def register(ctx: StageContext) -> None:
     s = ctx.s
-    buffers = ctx.table(STAGE, TABLE)
+    buffers = ctx.table(STAGE, TOPICS.table)
     policy = StmPolicy(budget_tokens=s.stm_tokens, idle_s=s.stm_idle_s)
-    out_topic = s.topic(OUTPUTS[0])
-    in_topic = s.topic(INPUT)
+    out_topic = s.topic(TOPICS.outputs[0])
+    in_topic = s.topic(TOPICS.input)
 
     on_forget = held_turns_forget(ctx, buffers, StmState, scrub_buffer, "buffer:stm", out_topic)
 
@@ -54,7 +53,7 @@ def register(ctx: StageContext) -> None:
         await ctx.save_state(buffers, message.key, state, source=record)
         return StageResult()
 
-    ctx.agent(STAGE, INPUT, held_turns_handler(ctx, STAGE, buffers, decode_segments_message, handle, on_forget))
+    ctx.agent(STAGE, TOPICS.input, held_turns_handler(ctx, STAGE, buffers, decode_segments_message, handle, on_forget))
     init_series(ctx.metrics.stm_flushes, get_args(FlushReason))
 
     async def buffer_gauges() -> None:
@@ -66,7 +65,7 @@ def register(ctx: StageContext) -> None:
     ctx.app.timer(interval=5.0, name="memstream.stm.gauges")(buffer_gauges)
 
     ctx.idle_timer(
-        TABLE,
+        TOPICS.table,
         buffers,
         lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
         in_topic,
