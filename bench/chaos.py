@@ -434,10 +434,9 @@ class Nodes:
     def __init__(self, workdir: Path, log: Callable[[str], None]):
         kafka_base = clusters.free_base_port(23092, range(2 * self.SIZE))
         qdrant_base = clusters.free_base_port(33333, [10 * i + j for i in range(self.SIZE) for j in range(3)])
-        self.kafka = clusters.kafka_cluster(workdir / "kafka-cluster", kafka_base, self.SIZE)
-        self.qdrant = clusters.qdrant_cluster(workdir / "qdrant-cluster", qdrant_base, self.SIZE)
-        self.bootstrap = ",".join(f"127.0.0.1:{kafka_base + 2 * i}" for i in range(self.SIZE))
-        self.qdrant_url = ",".join(f"http://127.0.0.1:{qdrant_base + 10 * i}" for i in range(self.SIZE))
+        self.kafka = clusters.LocalCluster("kafka", workdir / "kafka-cluster", kafka_base, self.SIZE)
+        self.qdrant = clusters.LocalCluster("qdrant", workdir / "qdrant-cluster", qdrant_base, self.SIZE)
+        self.bootstrap, self.qdrant_url = self.kafka.address, self.qdrant.address
         self.log = log
         self.down: dict[tuple[str, int], float] = {}  # (broker_kill | qdrant_kill, node) -> when to restart
 
@@ -524,14 +523,7 @@ class NetworkFaults:
         port = clusters.free_base_port(29092, [0, 1])  # client port, controller port + 1
         proxy = self.proxy("kafka", port)
         self.broker = clusters.LocalCluster(
-            "kafka/kafka.sh",
-            "--brokers",
-            1,
-            {
-                "MEMSTREAM_KAFKA_DATA": str(self.workdir / "kafka-proxied"),
-                "MEMSTREAM_KAFKA_PORT": str(port),
-                "MEMSTREAM_KAFKA_ADVERTISED_PORT": str(proxy.port),
-            },
+            "kafka", self.workdir / "kafka-proxied", port, 1, {"MEMSTREAM_KAFKA_ADVERTISED_PORT": str(proxy.port)}
         )
         with contextlib.suppress(RuntimeError):  # one an interrupted run left running
             self.broker.stop()

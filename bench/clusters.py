@@ -4,30 +4,46 @@ and from a base port of their own, and the free ports to put them on."""
 
 from __future__ import annotations
 
+import os
 import socket
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from memstream.streams.runtime import processes
 
 
 @dataclass(frozen=True)
 class LocalCluster:
-    """N nodes on loopback started by an infra/ script that takes a size option (``kafka.sh --brokers
-    N``, ``qdrant.sh --nodes N``), in a data folder and from a base port of its own: the benches'
-    clusters (the tests use the same scripts). Node numbers run from 1."""
+    """N nodes on loopback started by ``infra/kafka/kafka.sh --brokers N`` or ``infra/qdrant/qdrant.sh
+    --nodes N``, in a data folder and from a base port of their own: the benches' clusters (the tests
+    use the same scripts). Node numbers run from 1."""
 
-    script: str
-    size_option: str
-    size: int
-    env: Mapping[str, str]  # the script's data folder and base port variables
+    kind: Literal["kafka", "qdrant"]
+    data: Path
+    base_port: int
+    size: int = 3
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # e.g. the port a proxied broker advertises
 
-    def run(self, *args: str) -> str:
-        result = processes.run_script(self.script, self.size_option, str(self.size), *args, env=dict(self.env))
-        if result.returncode != 0:
-            raise RuntimeError(f"{self.script} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr[-3000:]}")
-        return result.stdout.strip()
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment without the service's own MEMSTREAM_ variables (a user's broker or store
+        settings are not this cluster's), plus its data folder and base port."""
+        name = self.kind.upper()
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_")}
+        own = {f"MEMSTREAM_{name}_DATA": str(self.data), f"MEMSTREAM_{name}_PORT": str(self.base_port)}
+        return inherited | own | dict(self.extra_env)
+
+    def run(self, *args: str, check: bool = True) -> str:
+        size_option = "--brokers" if self.kind == "kafka" else "--nodes"
+        script = processes.INFRA / self.kind / f"{self.kind}.sh"
+        done = subprocess.run(
+            ["bash", str(script), size_option, str(self.size), *args], env=self.env, capture_output=True, text=True
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{script.name} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done.stdout.strip()
 
     def start(self) -> None:
         self.run("start")
@@ -42,6 +58,26 @@ class LocalCluster:
     def start_node(self, node: int) -> None:
         """Node ``node`` again, on its own storage; returns once it answers."""
         self.run("start-node", str(node))
+
+    @property
+    def address(self) -> str:
+        """The Kafka bootstrap string, or MEMSTREAM_QDRANT_URL (every node): broker I on client port
+        base + 2 (I - 1), its controller one above (kafka.sh); Qdrant node I on HTTP port base + 10 (I - 1),
+        gRPC and p2p one and two above (qdrant.sh)."""
+        if self.kind == "kafka":
+            return ",".join(f"127.0.0.1:{self.base_port + 2 * i}" for i in range(self.size))
+        return ",".join(f"http://127.0.0.1:{self.base_port + 10 * i}" for i in range(self.size))
+
+    def pids(self) -> list[int]:
+        return [int(self.run("node-pid", str(i + 1))) for i in range(self.size)]
+
+    def node_dir(self, i: int) -> Path:
+        return self.data / f"node-{i + 1}"
+
+    def data_dirs(self) -> list[Path]:
+        """Kafka: each broker's log.dirs; Qdrant: each node's collections folder."""
+        sub = "data" if self.kind == "kafka" else "storage/collections"
+        return [self.node_dir(i) / sub for i in range(self.size)]
 
 
 def free_base_port(first: int, offsets: Sequence[int], step: int = 100) -> int:
@@ -60,23 +96,3 @@ def free_base_port(first: int, offsets: Sequence[int], step: int = 100) -> int:
             for sock in socks:
                 sock.close()
     raise RuntimeError(f"no free ports from {first}")
-
-
-def kafka_cluster(data: Path, base_port: int, brokers: int = 3) -> LocalCluster:
-    """Broker I (1..N) on client port base + 2 (I - 1), its controller one above (kafka.sh)."""
-    return LocalCluster(
-        "kafka/kafka.sh",
-        "--brokers",
-        brokers,
-        {"MEMSTREAM_KAFKA_DATA": str(data), "MEMSTREAM_KAFKA_PORT": str(base_port)},
-    )
-
-
-def qdrant_cluster(data: Path, base_port: int, nodes: int = 3) -> LocalCluster:
-    """Node I (1..N) on HTTP port base + 10 (I - 1), gRPC and p2p one and two above (qdrant.sh)."""
-    return LocalCluster(
-        "qdrant/qdrant.sh",
-        "--nodes",
-        nodes,
-        {"MEMSTREAM_QDRANT_DATA": str(data), "MEMSTREAM_QDRANT_PORT": str(base_port)},
-    )

@@ -160,52 +160,6 @@ class ClusterScaleOptions(ScaleOptions):
     rounds: int = 3  # part A this many times: the model's check over repeated runs, with its spread
 
 
-@dataclass
-class ScriptCluster:
-    """Nodes run by ``infra/kafka/kafka.sh --brokers N`` or ``infra/qdrant/qdrant.sh --nodes N`` with
-    their own data folder and base port."""
-
-    kind: str  # "kafka" or "qdrant"
-    data: Path
-    base_port: int
-    nodes: int = 3
-
-    @property
-    def env(self) -> dict[str, str]:
-        name = "KAFKA" if self.kind == "kafka" else "QDRANT"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_")}
-        return env | {f"MEMSTREAM_{name}_DATA": str(self.data), f"MEMSTREAM_{name}_PORT": str(self.base_port)}
-
-    def run(self, *args: str, check: bool = True) -> str:
-        import subprocess
-
-        script = runtime.INFRA / self.kind / f"{self.kind}.sh"
-        count = ["--brokers", str(self.nodes)] if self.kind == "kafka" else []
-        tail = ["--nodes", str(self.nodes)] if self.kind == "qdrant" else []
-        done = subprocess.run(["bash", str(script), *count, *args, *tail], env=self.env, capture_output=True, text=True)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"{self.kind}.sh {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        return done.stdout
-
-    @property
-    def address(self) -> str:
-        """The Kafka bootstrap string, or MEMSTREAM_QDRANT_URL (every node)."""
-        if self.kind == "kafka":
-            return ",".join(f"127.0.0.1:{self.base_port + 2 * i}" for i in range(self.nodes))
-        return ",".join(f"http://127.0.0.1:{self.base_port + 10 * i}" for i in range(self.nodes))
-
-    def pids(self) -> list[int]:
-        return [int(self.run("node-pid", str(i + 1)).strip()) for i in range(self.nodes)]
-
-    def node_dir(self, i: int) -> Path:
-        return self.data / f"node-{i + 1}"
-
-    def data_dirs(self) -> list[Path]:
-        """Kafka: each broker's log.dirs; Qdrant: each node's collections folder."""
-        sub = "data" if self.kind == "kafka" else "storage/collections"
-        return [self.node_dir(i) / sub for i in range(self.nodes)]
-
-
 def recorded_base_port(data: Path) -> int | None:
     """The base port the cluster in ``data`` was first started on (kafka.sh's ``cluster.layout``): it
     keeps it, so a later run, or one after an interrupted run, starts it there again."""
@@ -217,22 +171,22 @@ def recorded_base_port(data: Path) -> int | None:
     return int(ports[0]) if ports and ports[0].isdigit() else None
 
 
-def kafka_cluster(options: ClusterScaleOptions) -> ScriptCluster:
+def kafka_cluster(options: ClusterScaleOptions) -> clusters.LocalCluster:
     data = absolute_path(options.workdir / "kafka")
     port = (
         options.kafka_port
         or recorded_base_port(data)
         or clusters.free_base_port(KAFKA_BASE_PORT, range(2 * options.brokers), step=10)
     )
-    return ScriptCluster("kafka", data, port, options.brokers)
+    return clusters.LocalCluster("kafka", data, port, options.brokers)
 
 
-def qdrant_cluster(options: ClusterScaleOptions) -> ScriptCluster:
+def qdrant_cluster(options: ClusterScaleOptions) -> clusters.LocalCluster:
     nodes = options.qdrant_nodes
     port = options.qdrant_port or clusters.free_base_port(
         QDRANT_BASE_PORT, [10 * i + j for i in range(nodes) for j in range(3)]
     )
-    return ScriptCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)
+    return clusters.LocalCluster("qdrant", absolute_path(options.workdir / "qdrant"), port, nodes)
 
 
 def scale_questions(options: ClusterScaleOptions, turns: Sequence[Turn]) -> list[Any]:
@@ -369,7 +323,7 @@ class _Roles:
         }
 
 
-def _kafka_bytes(kafka: ScriptCluster | None, prefix: str) -> int | None:
+def _kafka_bytes(kafka: clusters.LocalCluster | None, prefix: str) -> int | None:
     """Bytes of the deployment's topics (every partition replica's log segments) on the brokers' disks:
     what its records take in Kafka, replication included (indexes excluded)."""
     if kafka is None:
@@ -377,7 +331,7 @@ def _kafka_bytes(kafka: ScriptCluster | None, prefix: str) -> int | None:
     return sum(file_bytes(d, prefix=prefix, suffix=".log") for d in kafka.data_dirs())
 
 
-def _qdrant_usage(qdrant: ScriptCluster | None, prefix: str) -> tuple[int, int] | None:
+def _qdrant_usage(qdrant: clusters.LocalCluster | None, prefix: str) -> tuple[int, int] | None:
     """(bytes on disk of the deployment's collections over every node, RSS of every node)."""
     if qdrant is None:
         return None
@@ -435,7 +389,7 @@ def _ingest_run(
     workers: dict[str, runtime.WorkerProcess],
     roles: _Roles,
     turns: Sequence[Turn],
-    kafka: ScriptCluster | None,
+    kafka: clusters.LocalCluster | None,
     label: str,
     status: Callable[[str], None],
     on_lag: Callable[[int, int], None],
@@ -549,8 +503,8 @@ class _ClusterRun:
     questions: list[Any]
     result: dict[str, Any]
     stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
-    kafka: ScriptCluster | None = None
-    qdrant: ScriptCluster | None = None
+    kafka: clusters.LocalCluster | None = None
+    qdrant: clusters.LocalCluster | None = None
     base: Settings = field(init=False)  # set by start_services, from the brokers it starts or is given
     qdrant_url: str = field(init=False)
     infra: dict[str, int] = field(default_factory=dict)  # broker-I, qdrant-I -> pid
@@ -567,7 +521,7 @@ class _ClusterRun:
         for cluster in (self.kafka, self.qdrant):
             if cluster is None:
                 continue
-            self.status(f"starting {cluster.nodes} {cluster.kind} nodes on {cluster.address}")
+            self.status(f"starting {cluster.size} {cluster.kind} nodes on {cluster.address}")
             cluster.run("start")
             if not options.keep_services:
                 self.running.callback(cluster.run, "stop", check=False)
