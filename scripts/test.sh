@@ -22,7 +22,8 @@ done
 # folders stay on disk: wheels, virtual environments and stores fill a memory-backed /dev/shm, and a
 # full tmpfs ends the run with a bus error.)
 # Two pytest workers (pytest-xdist): much of an integration test's time is waits (workers starting,
-# group joins, drains), which the other worker fills. Tests that use the one-at-a-time LLM server share
-# one worker (tests/conftest.py: SERIAL_GROUPS); each test has its own topic prefix and data folder,
-# and the tests that stop or restart a broker have one of their own.
+# group joins, drains), which the other worker fills. A module's tests run on one worker, in order,
+# and the modules that use the one-at-a-time LLM server share one worker (tests/conftest.py); each
+# test has its own topic prefix and data folder, and the tests that stop or restart a broker have one
+# of their own.
 .venv/bin/python -m pytest tests -m "not cluster" -n 2 --dist loadgroup --durations=30 "$@"
