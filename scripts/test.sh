@@ -22,8 +22,9 @@ done
 # folders stay on disk: wheels, virtual environments and stores fill a memory-backed /dev/shm, and a
 # full tmpfs ends the run with a bus error.)
 # Two pytest workers (pytest-xdist): much of an integration test's time is waits (workers starting,
-# group joins, drains), which the other worker fills. A module's tests run on one worker, in order,
-# and the modules that use the one-at-a-time LLM server share one worker (tests/conftest.py); each
-# test has its own topic prefix and data folder, and the tests that stop or restart a broker have one
-# of their own.
-.venv/bin/python -m pytest tests -m "not cluster" -n 2 --dist loadgroup --durations=30 "$@"
+# group joins, drains, the one-thread LLM server), which the other worker fills. A module runs on one
+# worker, in order (--dist loadfile): its tests share module fixtures and may build on what an earlier
+# one stored. Each test has its own topic prefix and data folder, and the tests that stop or restart a
+# broker have one of their own (tests/integration/conftest.py: own_broker). (xdist_group cannot pin
+# the LLM tests to one worker: pytest 9.2's node ids ignore the group suffix xdist gives them.)
+.venv/bin/python -m pytest tests -m "not cluster" -n 2 --dist loadfile --durations=30 "$@"
