@@ -16,7 +16,7 @@ from memstream.bench.e2e_state import E2EOptions, append_record
 from memstream.bench.report import source_commit
 from memstream.bench.scoring import fill_k
 from memstream.client import AsyncMemoryClient
-from memstream.processors.query.engine import answer_messages
+from memstream.processors.query.answer import answer_messages
 from memstream.processors.tokens import count_tokens
 from memstream.schemas import Reply
 

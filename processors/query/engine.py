@@ -14,20 +14,13 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from memstream.ports import LLM, Embedder, Steps, VectorStore
-from memstream.processors.query.answer import Answer, Answerer, answer_messages
+from memstream.processors.query.answer import Answer, Answerer
 from memstream.processors.query.budget import PLAN_SHARE, Budget, seconds_left
 from memstream.processors.query.evidence import (
     EvidenceSearch,
-    card_evidence,
-    fresh_evidence,
-    profile_evidence,
-    roles_for,
-    search_roles,
-    time_range,
 )
 from memstream.processors.query.options import QueryOptions
 from memstream.processors.query.plan import Planner, planner_for
-from memstream.processors.query.replay import cap_to_budget, replay_window
 from memstream.processors.query.research import LlmReflector
 from memstream.processors.steps import no_steps, timed
 from memstream.processors.tokens import count_tokens
@@ -122,19 +115,4 @@ class QueryEngine:
         )
 
 
-__all__ = [
-    "QueryEngine",
-    "QueryOptions",
-    "expired_reply",
-    "seconds_left",
-    # Kept importable from here, where they were first written: their homes are evidence, replay, answer.
-    "cap_to_budget",
-    "roles_for",
-    "search_roles",
-    "time_range",
-    "replay_window",
-    "card_evidence",
-    "fresh_evidence",
-    "profile_evidence",
-    "answer_messages",
-]
+__all__ = ["QueryEngine", "QueryOptions", "expired_reply"]

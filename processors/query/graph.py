@@ -15,7 +15,7 @@ path (seed weight x edge prior, times ``decay`` per further hop), keeps ``per_ho
 on from those. Being derived from the store, the graph follows the tenant filter and forgetting (an
 erased card is no node) with no state of its own.
 
-Pure here: names, links and weights. ``processors.retrieve.Retriever.graph`` does the store calls.
+Pure here: names, links and weights. ``processors.query.retrieve.Retriever.graph`` does the store calls.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from memstream.processors.consolidation import prompts as consolidation_prompts
 from memstream.processors.consolidation.consolidate import Candidate, ConsolidateParams, LlmDecider
 from memstream.processors.consolidation.versioning import CardView
 from memstream.processors.query import prompts as query_prompts
-from memstream.processors.query.engine import answer_messages
+from memstream.processors.query.answer import answer_messages
 from memstream.processors.query.plan import LlmPlanner
 from memstream.processors.query.research import LlmReflector
 from memstream.processors.write import prompts as write_prompts

@@ -3,15 +3,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memstream.ports import LLMError, LlmResult
-from memstream.processors.query.engine import (
-    QueryEngine,
-    QueryOptions,
-    cap_to_budget,
-    expired_reply,
-    roles_for,
-    search_roles,
-    seconds_left,
-)
+from memstream.processors.query.budget import seconds_left
+from memstream.processors.query.engine import QueryEngine, QueryOptions, expired_reply
+from memstream.processors.query.evidence import roles_for, search_roles
+from memstream.processors.query.replay import cap_to_budget
 from memstream.processors.query.retrieve import RetrievalParams
 from memstream.processors.tokens import count_tokens
 from memstream.processors.write.index import CARDS

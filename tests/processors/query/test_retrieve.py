@@ -6,7 +6,8 @@ import numpy as np
 
 from memstream.ports import StoreHit
 from memstream.processors.query.cascade import NOISE, density_clusters, rank_topics
-from memstream.processors.query.engine import replay_window, roles_for, time_range
+from memstream.processors.query.evidence import roles_for, time_range
+from memstream.processors.query.replay import replay_window
 from memstream.processors.query.retrieve import Candidate, Pool, RetrievalParams, mentions_entity, rerank, top_k, top_up
 from memstream.schemas import Plan
 
@@ -148,7 +149,7 @@ def test_a_trigger_text_that_many_memories_share_promotes_none_of_them():
 
 
 def test_the_profile_is_the_evidence_only_when_nothing_scored():
-    from memstream.processors.query.engine import profile_evidence
+    from memstream.processors.query.evidence import profile_evidence
 
     hits = [
         StoreHit("p1", 0.4, {"subject": "Nora", "field": "preferences", "text": "no seafood", "turn_ids": ["D1:9"]})
