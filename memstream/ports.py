@@ -195,6 +195,12 @@ class VectorStore(Protocol):
 
     def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int: ...
 
+    def retrieve(
+        self, collection: str, tenant_id: str, point_ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[StoreHit]:
+        """The points of ``tenant_id`` with these ids (those that exist; scores 1.0)."""
+        ...
+
     def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
         """Set these payload fields on one point of this tenant (other fields untouched). Returns False,
         changing nothing, when the point does not exist or belongs to another tenant.

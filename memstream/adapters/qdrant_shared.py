@@ -268,6 +268,25 @@ class TenantScopedStore(Generic[Handle, Filter]):
             handle = self._open(collection)
             return 0 if handle is None else self._count_matching(handle, flt)
 
+    def retrieve(
+        self, collection: str, tenant_id: str, point_ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[StoreHit]:
+        ids = list(dict.fromkeys(point_ids))
+        if not ids:
+            return []
+        flt = self.tenant_filter(tenant_id, None, has_id=ids)  # ids of another tenant are not found
+        out: list[StoreHit] = []
+        offset = None
+        with self._lock:
+            handle = self._open(collection)
+            if handle is None:
+                return []
+            while True:
+                page, offset = self._page(handle, flt, offset, SCROLL_PAGE, with_vectors)
+                out += page
+                if offset is None:
+                    return out
+
     def set_payload(self, collection: str, tenant_id: str, point_id: str, fields: Mapping[str, Any]) -> bool:
         fields = settable(fields)
         flt = self.tenant_filter(tenant_id, None, has_id=point_id)
