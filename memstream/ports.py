@@ -219,6 +219,15 @@ class VectorStore(Protocol):
     def close(self) -> None: ...
 
 
+class MemoryRecord(Protocol):
+    """The durable record of the store: a compacted log, one entry per point (``<tenant>/<collection>/<id>``,
+    its latest state; no value = deleted). ``write`` returns once the log has every entry."""
+
+    def write(self, entries: Sequence[tuple[str, bytes | None]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Steps(Protocol):
     """Where a processor reports a step of its work: ``with steps("plan") as attributes:`` (the
     block fills in what the step did: counts, choices; never text)."""

@@ -22,6 +22,7 @@ from .memory import (
 )
 from .query import Evidence, Plan, Query, Reply
 from .read import ReadReply, ReadRequest
+from .record import StoredPoint, parse_record_key, record_key
 from .topics import (
     decode_cards_message,
     decode_compressed_message,
@@ -41,6 +42,9 @@ __all__ = [
     "DeadLetter",
     "Forget",
     "ForgetAudit",
+    "StoredPoint",
+    "parse_record_key",
+    "record_key",
     "ForgetReply",
     "RetainedCopy",
     "Card",

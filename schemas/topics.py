@@ -13,6 +13,7 @@ from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, FreshTurn, MemoryWrite, StmFlush
 from .query import Query, Reply
 from .read import ReadReply, ReadRequest
+from .record import StoredPoint
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
 
 
@@ -30,6 +31,7 @@ class Topic:
     REPLIES = "replies"
     DLQ = "dlq"
     AUDIT = "audit"
+    RECORD = "record"
 
 
 # The first payload of each topic is what it carries without a ``kind`` match (its main payload).
@@ -46,11 +48,13 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.REPLIES: (Reply, ForgetReply, ReadReply),
     Topic.DLQ: (DeadLetter,),
     Topic.AUDIT: (ForgetAudit,),
+    # Every stored point, latest per key: what the store is rebuilt from (schemas/record.py).
+    Topic.RECORD: (StoredPoint,),
 }
 ALL_TOPICS = tuple(TOPIC_PAYLOADS)
 # Compacted (latest record per key) instead of deleted by age; the others keep raw text, so they
 # get a bounded retention (``MEMSTREAM_TOPIC_RETENTION_S``).
-COMPACTED_TOPICS = (Topic.AUDIT,)
+COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD)
 # The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
 INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
 FRONT_TOPICS = INGEST_TOPICS[:-1]

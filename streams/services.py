@@ -14,6 +14,7 @@ from memstream.llm_limits import ProviderLimiter
 from memstream.metrics import Metrics
 from memstream.ports import LLM, Compressor, Embedder, StoreUnavailable
 from memstream.processors.operations.fingerprint import META, check_embedder
+from memstream.processors.operations.record import RecordedStore
 from memstream.processors.query.engine import QueryOptions
 from memstream.processors.query.graph import GraphParams
 from memstream.processors.query.retrieve import RetrievalParams
@@ -152,6 +153,18 @@ class Services:
             store.close()  # an embedded store's folder lock goes with it
             raise
         log.info("vector store: %s (%s)", store.location, "embedded" if store.embedded else "server")
+        if self.settings.record_enabled:
+            from memstream.adapters.kafka_record import KafkaRecord
+
+            try:
+                record = KafkaRecord(self.settings)
+            except Exception:
+                store.close()
+                raise
+            log.info("store writes recorded in %s", record.topic)
+            store = RecordedStore(
+                store, record, vectors=self.settings.record_vectors, embedder=self.embedder.name
+            )
         return MeteredStore(store, self.metrics, self.tracing)
 
     @cached_property

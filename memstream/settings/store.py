@@ -53,6 +53,20 @@ class StoreSettings(BaseModel):
         "local mode (brute force)",
     )
 
+    record_enabled: bool = Field(
+        True,
+        description="Record every store write in the compacted topic <prefix>.record before it reaches the store: "
+        "what `memstream rebuild` and a restore rebuild the store from (off: the store is the only copy)",
+    )
+    record_vectors: bool = Field(
+        False,
+        description="Keep each point's vector in the record too (a rebuild with the same embedder then skips "
+        "embedding; about 8 KB more per point at 384 dimensions)",
+    )
+    record_timeout_s: float = Field(
+        60.0, gt=0, description="How long a store write waits for the broker to acknowledge its record"
+    )
+
     @model_validator(mode="after")
     def _store_writes_are_possible_and_safe(self) -> Self:
         if self.qdrant_write_consistency > self.qdrant_replication_factor:

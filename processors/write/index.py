@@ -11,7 +11,7 @@ where the point is absent, and the flush's write of the turn replaces it whole (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from memstream.ports import Embedder, StoreFilter, StorePoint, VectorStore
 from memstream.processors.ids import point_id
@@ -57,6 +57,18 @@ def turn_fields(turn: Turn | SourceTurn) -> dict[str, Any]:
         "event_time": turn.event_time.isoformat(),
         "event_ts": _ts(turn.event_time),
     }
+
+
+def embedding_text(collection: str, payload: Mapping[str, Any]) -> str:
+    """The text a point's vector is made from, read from its payload (a rebuild re-embeds it)."""
+    if collection == PROFILES:
+        return f"{payload['subject']} {payload['field']}: {payload['text']}"
+    return str(payload["text"])
+
+
+def lexical_text(collection: str, payload: Mapping[str, Any]) -> str | None:
+    """The text a point is BM25-indexed by (None: not lexically searchable)."""
+    return embedding_text(collection, payload) if collection in LEXICAL else None
 
 
 def is_fresh(payload: dict[str, Any]) -> bool:
@@ -150,19 +162,20 @@ def points_for_write(write: MemoryWrite) -> list[PointSpec]:
             for item in getattr(profile, field):
                 # Its own turn, not every turn of the speaker in the flush (those say nothing of it).
                 turn_ids = supporting_turns(item, said, PROFILE_ITEM_TURNS) or list(profile.source_turn_ids)
+                payload = {
+                    **base,
+                    "kind": "profile",
+                    "subject": profile.speaker,
+                    "field": field,
+                    "text": item,
+                    "turn_ids": turn_ids,
+                }
                 specs.append(
                     PointSpec(
                         PROFILES,
                         point_id("profile", write.tenant_id, write.conversation_id, [profile.speaker, field], item),
-                        f"{profile.speaker} {field}: {item}",
-                        {
-                            **base,
-                            "kind": "profile",
-                            "subject": profile.speaker,
-                            "field": field,
-                            "text": item,
-                            "turn_ids": turn_ids,
-                        },
+                        embedding_text(PROFILES, payload),
+                        payload,
                     )
                 )
     return specs

@@ -39,6 +39,7 @@ from memstream.schemas import (
     SchemaError,
     StageCost,
     StmTick,
+    StoredPoint,
     Turn,
     WindowTick,
     decode_message,
@@ -234,6 +235,12 @@ def examples() -> list[Payload]:
             summary={"turns": 1},
             next_cursor=None,
             replied_at=NOW,
+        ),
+        StoredPoint(
+            tenant_id=TENANT,
+            collection="cards",
+            point_id="0b6f3c1e-5a4d-5c8e-9f00-3a1b2c3d4e5f",
+            payload={"tenant_id": TENANT, "conversation_id": "c1", "kind": "card", "text": "Mel likes painting."},
         ),
     ]
 
