@@ -337,6 +337,16 @@ class StoreMetrics:
         ["operation", "collection"],
         buckets=_LATENCY_BUCKETS,
     )
+    rebuild_points = declare(
+        Counter,
+        "memstream_rebuild_points_total",
+        "Points a rebuild applied to the new generation of the store, by op (upsert, delete)",
+        ["op"],
+    )
+    rebuild_remaining = declare(
+        Gauge, "memstream_rebuild_remaining_entries", "Record entries a rebuild has still to read before it is done"
+    )
+    rebuild_rate = declare(Gauge, "memstream_rebuild_entries_per_second", "Record entries a rebuild reads per second")
 
 
 class Metrics(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from . import capacity, gateway, memory, models, pipeline  # noqa: F401 - they register their commands
+from . import capacity, gateway, memory, models, pipeline, store  # noqa: F401 - they register their commands
 from ._app import cli
 from .bench import run_bench
 

@@ -10,6 +10,7 @@ CATALOGUE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # Label names whose values come from small fixed sets (stages, topics, partitions, models, reasons...).
 BOUNDED_LABELS = {
     "stage",
+    "op",  # a rebuild: upsert or delete
     "reason",
     "group",
     "topic",
