@@ -41,7 +41,9 @@ def check_embedder(store: VectorStore, embedder: Embedder) -> float | None:
         built_with = kept[0].payload.get("model", "another model")
         raise EmbedderMismatch(
             f"the store was built with the embedder {built_with!r}, not {embedder.name!r} "
-            f"(their vectors of one text agree to a cosine of {cosine:.2f}): set MEMSTREAM_EMBEDDING_MODEL "
-            "to the store's, or use a new store (MEMSTREAM_DATA_DIR, or another Qdrant server)"
+            f"(their vectors of one text agree to a cosine of {cosine:.2f}). To move the store to "
+            f"{embedder.name!r}, run `memstream rebuild` with this configuration (it re-embeds every memory from "
+            "the record beside the serving store), stop the workers, run `memstream rebuild --switch`, then start "
+            f"them with {embedder.name!r}. To keep {built_with!r}, set MEMSTREAM_EMBEDDING_MODEL to it."
         )
     return cosine

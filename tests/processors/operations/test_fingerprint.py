@@ -53,8 +53,13 @@ def test_the_first_embedder_is_kept_and_another_of_the_same_size_is_refused(kind
         store.close()
     store = _open(kind, tmp_path / "q", minilm.dim)  # reopened: the fingerprint persisted
     try:
-        with pytest.raises(EmbedderMismatch, match="built with the embedder 'all-MiniLM-L6-v2', not 'rotated-MiniLM'"):
+        with pytest.raises(
+            EmbedderMismatch, match="built with the embedder 'all-MiniLM-L6-v2', not 'rotated-MiniLM'"
+        ) as no:
             check_embedder(store, RotatedEmbedder(minilm))
+        # ... and says what to run to move to the new model, or how to keep the old one.
+        assert "run `memstream rebuild`" in str(no.value) and "`memstream rebuild --switch`" in str(no.value)
+        assert "set MEMSTREAM_EMBEDDING_MODEL to it" in str(no.value)
         assert check_embedder(store, minilm) == pytest.approx(1.0, abs=1e-4)  # the refusal changed nothing
         assert store.count(META) == 1
     finally:
