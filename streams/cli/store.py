@@ -32,6 +32,7 @@ def rebuild(
         help="A server store made before generations: delete its collections at the switch (not atomic)",
     ),
     metrics_port: int = typer.Option(0, "--metrics-port", help="Serve the rebuild's Prometheus metrics here"),
+    batch: int = typer.Option(256, min=1, help="Record entries applied (and the position saved) at a time"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here"),
 ) -> None:
     """Build the store anew from its durable record (memory.record) with the configured embedder, beside
@@ -47,6 +48,7 @@ def rebuild(
             services.embedder,
             metrics=services.metrics,
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            batch=batch,
         )
         try:
             report = run.run(switch=switch, drop_legacy=drop_legacy)

@@ -5,19 +5,25 @@ from it beside the serving worker, switched to once the worker stops, and answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from memstream.adapters import open_store
 from memstream.adapters.generations import active_generation, store_generations
-from memstream.processors.write.index import COLLECTIONS
+from memstream.bench.deployment import free_port
+from memstream.processors.operations.rebuild import load_progress
+from memstream.processors.write.index import CARDS, COLLECTIONS
 from memstream.streams.rebuild import Rebuild
-from memstream.streams.record_log import live_points
+from memstream.streams.record_log import RecordLog, live_points
 from memstream.streams.services import Services
 
-from .conftest import first_sessions
+from .conftest import first_sessions, metric_total
 
 pytestmark = pytest.mark.integration
 QUESTION = "What did they talk about?"
@@ -34,6 +40,11 @@ def store_points(store, tenant: str) -> dict[str, dict]:
 def record_points(settings, tenant: str) -> dict[str, dict]:
     live = asyncio.run(live_points(settings))
     return {key: dict(p.payload) for key, p in live.items() if p.tenant_id == tenant}
+
+
+def rebuild(pipe, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "memstream.streams.cli", "rebuild", *args]
+    return subprocess.run(command, env=os.environ | pipe.env, capture_output=True, text=True, timeout=600)
 
 
 def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(make_pipeline):
@@ -60,21 +71,7 @@ def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(mak
     assert old == record_points(pipe.settings, "acme")  # every point, its payload as stored
     assert not any(p.get("speaker") == speaker for p in old.values())  # the forget reached both
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memstream.streams.cli",
-            "rebuild",
-            "--switch",
-            "--json",
-            str(pipe.settings.data_dir / "r.json"),
-        ],
-        env=pipe.env | {"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = rebuild(pipe, "--switch", "--json", str(pipe.settings.data_dir / "r.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((pipe.settings.data_dir / "r.json").read_text())
     assert result["switched"] and result["resumed"] and result["generation"] == 1
@@ -87,3 +84,44 @@ def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(mak
     # The same points, embedded again by the same model: the same evidence, near enough (ties aside).
     same = {e.point_id for e in after.evidence} & {e.point_id for e in before.evidence}
     assert len(same) >= len(before.evidence) // 2
+
+
+def test_a_rebuild_killed_midway_goes_on_and_a_generation_short_of_the_record_is_not_switched_to(make_pipeline):
+    conversation, turns, _ = first_sessions(2)
+    pipe = make_pipeline()
+    pipe.start_worker("w1")
+    pipe.produce(turns)
+    pipe.drain()
+    pipe.stop_workers()
+    port = free_port()
+    command = [sys.executable, "-m", "memstream.streams.cli", "rebuild", "--batch", "4", "--metrics-port", str(port)]
+    killed = subprocess.Popen(command, env=os.environ | pipe.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while metric_total(port, "memstream_rebuild_points_total") < 8:
+        assert killed.poll() is None and time.monotonic() < deadline, "the rebuild never got going"
+        time.sleep(0.05)
+    killed.kill()  # kill -9, mid-build
+    killed.wait()
+    entries = asyncio.run(entries_in_record(pipe.settings))
+    with contextlib.closing(open_store(pipe.settings, generation=1)) as half:
+        saved = load_progress(half)
+        assert saved is not None and 0 < saved.applied < entries  # killed with the build half done
+
+    done = rebuild(pipe, "--json", str(pipe.settings.data_dir / "r.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((pipe.settings.data_dir / "r.json").read_text())
+    assert result["resumed"] and result["generation"] == 1 and result["mismatches"] == {}
+    assert result["applied"] == entries  # each entry applied once, across the two runs
+    with contextlib.closing(open_store(pipe.settings, generation=1)) as built:
+        assert store_points(built, "acme") == record_points(pipe.settings, "acme")
+        [card] = built.scroll(CARDS, "acme", limit=1)
+        built.delete(CARDS, "acme", [card.id])  # the new generation is now short of the record
+
+    refused = rebuild(pipe, "--switch")
+    assert refused.returncode == 2 and "does not hold what the record holds" in refused.stdout
+    assert "cards: " in refused.stdout and active_generation(pipe.settings) == 0
+
+
+async def entries_in_record(settings) -> int:
+    async with RecordLog(settings) as record:
+        return sum([len(batch) async for batch in record.read(None, await record.end_offsets())])
