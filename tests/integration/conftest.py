@@ -4,6 +4,7 @@ data folder, so tests never see each other's messages or memories."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +18,10 @@ from memstream.bench.deploy import worker_samples
 from memstream.bench.deployment import Deployment
 from memstream.config import Settings
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.processors.write.index import COLLECTIONS
 from memstream.schemas import Turn
 from memstream.streams import runtime
+from memstream.streams.record_log import live_points
 from tests.node_scripts import NodeScript
 
 pytestmark = pytest.mark.integration
@@ -169,3 +172,18 @@ def metric_total(port: int | None, name: str, **labels: str) -> float:
 def handled(port: int | None, stage: str) -> float:
     """Messages a worker's ``stage`` handled."""
     return metric_total(port, "memstream_stage_messages_in_total", stage=stage)
+
+
+def store_points(store, tenant: str) -> dict[str, dict]:
+    """Every point of ``tenant`` in the memory collections, by its record key, with its payload."""
+    return {
+        f"{tenant}/{c}/{hit.id}": dict(hit.payload)
+        for c in COLLECTIONS
+        for hit in store.scroll(c, tenant, limit=100_000)
+    }
+
+
+def record_points(settings, tenant: str) -> dict[str, dict]:
+    """The durable record's live points of ``tenant`` (the latest entry of each key, tombstones left out)."""
+    live = asyncio.run(live_points(settings))
+    return {key: dict(p.payload) for key, p in live.items() if p.tenant_id == tenant}

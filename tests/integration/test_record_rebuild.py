@@ -18,28 +18,15 @@ from memstream.adapters import open_store
 from memstream.adapters.generations import active_generation, store_generations
 from memstream.bench.deployment import free_port
 from memstream.processors.operations.rebuild import load_progress
-from memstream.processors.write.index import CARDS, COLLECTIONS
+from memstream.processors.write.index import CARDS
 from memstream.streams.rebuild import Rebuild
-from memstream.streams.record_log import RecordLog, live_points
+from memstream.streams.record_log import RecordLog
 from memstream.streams.services import Services
 
-from .conftest import first_sessions, metric_total
+from .conftest import first_sessions, metric_total, record_points, store_points
 
 pytestmark = pytest.mark.integration
 QUESTION = "What did they talk about?"
-
-
-def store_points(store, tenant: str) -> dict[str, dict]:
-    return {
-        f"{tenant}/{c}/{hit.id}": dict(hit.payload)
-        for c in COLLECTIONS
-        for hit in store.scroll(c, tenant, limit=100_000)
-    }
-
-
-def record_points(settings, tenant: str) -> dict[str, dict]:
-    live = asyncio.run(live_points(settings))
-    return {key: dict(p.payload) for key, p in live.items() if p.tenant_id == tenant}
 
 
 def rebuild(pipe, *args: str) -> subprocess.CompletedProcess:
