@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -194,6 +194,11 @@ class VectorStore(Protocol):
     ) -> list[StoreHit]: ...
 
     def count(self, collection: str, tenant_id: str | None = None, *, where: StoreFilter | None = None) -> int: ...
+
+    def scan(self, collection: str, *, with_vectors: bool = False) -> Iterator[StoreHit]:
+        """Every point of the collection, of every tenant, a page at a time. For operators' work on the
+        whole store (backup, backfilling the record) only: no query path reads with it."""
+        ...
 
     def retrieve(
         self, collection: str, tenant_id: str, point_ids: Sequence[str], *, with_vectors: bool = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
@@ -267,6 +267,18 @@ class TenantScopedStore(Generic[Handle, Filter]):
         with self._lock:
             handle = self._open(collection)
             return 0 if handle is None else self._count_matching(handle, flt)
+
+    def scan(self, collection: str, *, with_vectors: bool = False) -> Iterator[StoreHit]:
+        offset = None
+        while True:
+            with self._lock:  # a page at a time: writers go on between pages
+                handle = self._open(collection)
+                if handle is None:
+                    return
+                page, offset = self._page(handle, None, offset, SCROLL_PAGE, with_vectors)  # type: ignore[arg-type]
+            yield from page
+            if offset is None:
+                return
 
     def retrieve(
         self, collection: str, tenant_id: str, point_ids: Sequence[str], *, with_vectors: bool = False
