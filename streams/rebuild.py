@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from memstream.adapters import open_store
@@ -35,7 +36,9 @@ from memstream.processors.operations.rebuild import (
     save_progress,
 )
 from memstream.processors.write.index import COLLECTIONS
-from memstream.streams.record_log import Offsets, RecordLog
+from memstream.schemas.record import StoredPoint
+from memstream.streams.backup import BackupManifest, backup_points
+from memstream.streams.record_log import RecordLog
 
 log = logging.getLogger(__name__)
 MAX_TAIL_READS = 50
@@ -58,6 +61,8 @@ class RebuildReport:
     tail_applied: int = 0
     seconds: float = 0.0
     mismatches: dict[str, tuple[int, int]] = field(default_factory=dict)
+    restored_from: str | None = None
+    reconciled: int = 0  # a restore: the backup's points deleted because the record no longer holds them
 
 
 Progress = Callable[[int, int], None]  # (entries read, entries to read)
@@ -85,29 +90,79 @@ class Rebuild:
         later = [g for g in store_generations(self.settings) if g > active]
         return active, max(later) if later else active + 1
 
-    def run(self, *, switch: bool = False, drop_legacy: bool = False) -> RebuildReport:
+    def run(self, *, switch: bool = False, drop_legacy: bool = False, backup: Path | None = None) -> RebuildReport:
+        """Build (and with ``switch``, switch to) a new generation: from the record, or from ``backup``
+        and then the record from the backup's positions (a restore)."""
         started = time.monotonic()
         active, generation = self.target()
+        manifest = BackupManifest.read(backup) if backup is not None else None
         with contextlib.closing(open_store(self.settings, generation=generation)) as store:
             store.ensure_collections((*COLLECTIONS, META), self.embedder.dim)
             check_embedder(store, self.embedder)  # a half-built generation of another model is refused
             progress = load_progress(store)
             resumed = progress is not None
-            progress = progress or BuildProgress(embedder=self.embedder.name)
-            end, expected = asyncio.run(self._build(store, progress))
+            if progress is None:
+                progress = BuildProgress(embedder=self.embedder.name)
+                if backup is not None and manifest is not None:
+                    self._load_backup(store, backup, manifest, progress)
+            reconciled = 0
+            try:
+                alive: dict[str, bool] | None = asyncio.run(self._build(store, progress))
+            except LookupError:
+                if manifest is None:
+                    raise
+                log.warning("no record to replay: the store is restored as it was at the backup")
+                alive = None
+            if backup is not None and alive is not None:
+                reconciled = self._reconcile(store, backup, alive)
+            expected = live_counts(alive) if alive is not None else dict(manifest.counts if manifest else {})
             report = RebuildReport(
                 generation, active, resumed, progress.applied, {c: store.count(c) for c in COLLECTIONS}, expected
             )
+            report.restored_from, report.reconciled = (str(backup) if backup else None), reconciled
             report.mismatches = count_mismatches(store, expected)
             if switch:
                 if report.mismatches:
                     raise RebuildRefused(_mismatch_text(generation, report.mismatches))
-                self._switch(store, progress, report, drop_legacy)
+                self._switch(store, progress, report, drop_legacy, tail=alive is not None)
         report.seconds = time.monotonic() - started
         return report
 
-    async def _build(self, store: VectorStore, progress: BuildProgress) -> tuple[Offsets, dict[str, int]]:
-        """Apply the record up to its end now; returns that end and the record's counts there."""
+    def _load_backup(self, store: VectorStore, backup: Path, manifest: BackupManifest, progress: BuildProgress) -> None:
+        """A backup's points (their vectors kept where the configured model made them), then the
+        record's positions at the backup as where the build goes on."""
+        total = sum(manifest.counts.values())
+        self.on_progress(0, total)
+        batch: list[StoredPoint] = []
+        done = 0
+        for point in backup_points(backup):
+            batch.append(point)
+            if len(batch) == self.batch:
+                done += self._apply_base(store, batch)
+                self.on_progress(done, total)
+        done += self._apply_base(store, batch)
+        progress.offsets = dict(manifest.record_offsets or {})
+        progress.applied = 0
+        save_progress(store, progress, self.embedder.dim)
+
+    def _apply_base(self, store: VectorStore, batch: list[StoredPoint]) -> int:
+        applied = apply_entries(store, self.embedder, [(p.key, p) for p in batch])
+        self._count(applied.upserted, 0, 0, 0.0)
+        n = len(batch)
+        batch.clear()
+        return n
+
+    def _reconcile(self, store: VectorStore, backup: Path, alive: dict[str, bool]) -> int:
+        """Delete the backup's points the record no longer holds: forgotten (or deleted) since the
+        backup, their tombstones maybe compacted away since."""
+        gone = [(p.key, None) for p in backup_points(backup) if not alive.get(p.key)]
+        applied = apply_entries(store, self.embedder, gone)
+        self._count(0, applied.deleted, 0, 0.0)
+        return applied.deleted
+
+    async def _build(self, store: VectorStore, progress: BuildProgress) -> dict[str, bool]:
+        """Apply the record up to its end now; returns whether each key the record holds there is
+        alive (its last entry a point, not a tombstone)."""
         async with RecordLog(self.settings) as record:
             end = await record.end_offsets()
             start = progress.offsets or await record.start_offsets()
@@ -130,7 +185,7 @@ class Rebuild:
             async for entries in record.read(None, end, batch=2000):
                 for e in entries:
                     alive[e.key] = e.point is not None
-        return end, live_counts(alive)
+        return alive
 
     def _count(self, upserted: int, deleted: int, remaining: int, rate: float) -> None:
         self.metrics.rebuild_points.labels("upsert").inc(upserted)
@@ -138,14 +193,20 @@ class Rebuild:
         self.metrics.rebuild_remaining.set(remaining)
         self.metrics.rebuild_rate.set(rate)
 
-    def _switch(self, store: VectorStore, progress: BuildProgress, report: RebuildReport, drop_legacy: bool) -> None:
+    def _switch(
+        self, store: VectorStore, progress: BuildProgress, report: RebuildReport, drop_legacy: bool, *, tail: bool
+    ) -> None:
+        """Switch to the new generation; ``tail``: apply what the record gained meanwhile (a restore
+        without a record has none)."""
         if self.settings.qdrant_url:
             switch_generation(self.settings, report.generation, drop_legacy=drop_legacy)
             report.switched = True
-            report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=True))
+            if tail:
+                report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=True))
             return
         with exclusive_store(self.settings):  # no worker writes the old generation from here on
-            report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=False))
+            if tail:
+                report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=False))
             store.close()  # switched to closed, as workers open it next (closing again on the way out is a no-op)
             switch_generation(self.settings, report.generation, drop_legacy=drop_legacy)
             report.switched = True

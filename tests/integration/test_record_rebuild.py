@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,8 +30,8 @@ pytestmark = pytest.mark.integration
 QUESTION = "What did they talk about?"
 
 
-def rebuild(pipe, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "memstream.streams.cli", "rebuild", *args]
+def memstream(pipe, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "memstream.streams.cli", *args]
     return subprocess.run(command, env=os.environ | pipe.env, capture_output=True, text=True, timeout=600)
 
 
@@ -58,7 +59,7 @@ def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(mak
     assert old == record_points(pipe.settings, "acme")  # every point, its payload as stored
     assert not any(p.get("speaker") == speaker for p in old.values())  # the forget reached both
 
-    done = rebuild(pipe, "--switch", "--json", str(pipe.settings.data_dir / "r.json"))
+    done = memstream(pipe, "rebuild", "--switch", "--json", str(pipe.settings.data_dir / "r.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((pipe.settings.data_dir / "r.json").read_text())
     assert result["switched"] and result["resumed"] and result["generation"] == 1
@@ -94,7 +95,7 @@ def test_a_rebuild_killed_midway_goes_on_and_a_generation_short_of_the_record_is
         saved = load_progress(half)
         assert saved is not None and 0 < saved.applied < entries  # killed with the build half done
 
-    done = rebuild(pipe, "--json", str(pipe.settings.data_dir / "r.json"))
+    done = memstream(pipe, "rebuild", "--json", str(pipe.settings.data_dir / "r.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((pipe.settings.data_dir / "r.json").read_text())
     assert result["resumed"] and result["generation"] == 1 and result["mismatches"] == {}
@@ -104,7 +105,7 @@ def test_a_rebuild_killed_midway_goes_on_and_a_generation_short_of_the_record_is
         [card] = built.scroll(CARDS, "acme", limit=1)
         built.delete(CARDS, "acme", [card.id])  # the new generation is now short of the record
 
-    refused = rebuild(pipe, "--switch")
+    refused = memstream(pipe, "rebuild", "--switch")
     assert refused.returncode == 2 and "does not hold what the record holds" in refused.stdout
     assert "cards: " in refused.stdout and active_generation(pipe.settings) == 0
 
@@ -112,3 +113,40 @@ def test_a_rebuild_killed_midway_goes_on_and_a_generation_short_of_the_record_is
 async def entries_in_record(settings) -> int:
     async with RecordLog(settings) as record:
         return sum([len(batch) async for batch in record.read(None, await record.end_offsets())])
+
+
+def test_a_backup_restored_after_the_store_is_lost_has_what_came_later_and_not_what_was_forgotten(make_pipeline):
+    conversation, turns, _ = first_sessions(2)
+    first = [t for t in turns if t.session_id == "S1"]
+    later = [t for t in turns if t.session_id != "S1"]
+    pipe = make_pipeline()
+    pipe.start_worker("w1")
+    pipe.produce(first)
+    pipe.drain()
+    pipe.stop_workers()
+    backup = pipe.settings.data_dir / "backup-1"
+    done = memstream(pipe, "backup", "--out", str(backup))
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert manifest["record_offsets"] and sum(manifest["counts"].values()) > len(first)
+
+    pipe.start_worker("w2")
+    pipe.produce(later)  # after the backup: only the record has these
+    pipe.drain()
+    speaker = first[0].speaker
+    assert sum(pipe.forget(tenant="acme", conversation=conversation, speaker=speaker).counts.values()) > 0
+    pipe.stop_workers()
+    with pipe.store() as store:
+        before = store_points(store, "acme")
+    shutil.rmtree(pipe.settings.store_path)  # the disaster: every collection gone
+
+    done = memstream(pipe, "restore", str(backup), "--switch", "--json", str(pipe.settings.data_dir / "r.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((pipe.settings.data_dir / "r.json").read_text())
+    assert result["switched"] and result["mismatches"] == {} and result["reconciled"] > 0
+    with pipe.store() as store:
+        after = store_points(store, "acme")
+    assert after == before == record_points(pipe.settings, "acme")
+    assert not any(p.get("speaker") == speaker or p.get("subject") == speaker for p in after.values())
+    later_ids = {t.turn_id for t in later if t.speaker != speaker}
+    assert later_ids <= {p["turn_id"] for p in after.values() if p.get("kind") == "turn"}

@@ -1,0 +1,98 @@
+"""``memstream backup``: every point of the serving store, vectors included, in one portable file,
+with the record's end positions taken before the first point is read. A restore (``memstream
+restore``, :mod:`memstream.streams.rebuild`) loads it into a new generation, applies the record from
+those positions (what was written during and after the backup; a write seen both ways is the same
+entry applied twice) and deletes what the record no longer holds (forgets issued after the backup),
+so a restored backup is the store as the record says it is now, or as it was at the backup when the
+record is gone too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from memstream.adapters import open_existing_store
+from memstream.config import Settings
+from memstream.processors.operations.fingerprint import META, SYSTEM_TENANT
+from memstream.processors.write.index import COLLECTIONS
+from memstream.schemas.record import StoredPoint
+from memstream.streams.record_log import Offsets, RecordLog
+
+MANIFEST = "manifest.json"  # written last: a folder without it is no (complete) backup
+POINTS = "points.jsonl.gz"
+FORMAT = 1
+
+
+@dataclass
+class BackupManifest:
+    created_at: str
+    topic_prefix: str
+    record_offsets: Offsets | None  # None: there was no record to replay from
+    embedder: str  # the model that made the vectors in the file
+    counts: dict[str, int] = field(default_factory=dict)
+    format: int = FORMAT
+
+    @classmethod
+    def read(cls, folder: Path) -> BackupManifest:
+        path = folder / MANIFEST
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} holds no complete backup (no {MANIFEST})")
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: backup format {data.get('format')}, this memstream reads {FORMAT}")
+        offsets = data["record_offsets"]
+        data["record_offsets"] = None if offsets is None else {int(p): int(o) for p, o in offsets.items()}
+        return cls(**data)
+
+
+async def record_end(settings: Settings) -> Offsets | None:
+    try:
+        async with RecordLog(settings) as record:
+            return await record.end_offsets()
+    except LookupError:
+        return None
+
+
+def take_backup(settings: Settings, folder: Path, on_point: Callable[[], None] = lambda: None) -> BackupManifest:
+    """Back the serving store up into ``folder`` (made; it must not hold a backup already)."""
+    if (folder / MANIFEST).exists():
+        raise FileExistsError(f"{folder} already holds a backup")
+    folder.mkdir(parents=True, exist_ok=True)
+    offsets = asyncio.run(record_end(settings))  # before any point is read: the replay starts here
+    counts = dict.fromkeys(COLLECTIONS, 0)
+    partial = folder / (POINTS + ".partial")
+    with contextlib.closing(open_existing_store(settings)) as store:
+        [fingerprint] = store.scroll(META, SYSTEM_TENANT, limit=1) or [None]
+        embedder = str(fingerprint.payload.get("model", "")) if fingerprint else ""
+        with gzip.open(partial, "wb", compresslevel=5) as out:
+            for collection in COLLECTIONS:
+                for hit in store.scan(collection, with_vectors=True):
+                    point = StoredPoint(
+                        tenant_id=hit.payload["tenant_id"],
+                        collection=collection,
+                        point_id=hit.id,
+                        payload=dict(hit.payload),
+                        vector=[float(x) for x in hit.vector or ()] or None,
+                        embedder=embedder or None,
+                    )
+                    out.write(point.to_bytes() + b"\n")
+                    counts[collection] += 1
+                    on_point()
+    partial.rename(folder / POINTS)
+    created = datetime.now(timezone.utc).isoformat()
+    manifest = BackupManifest(created, settings.topic_prefix, offsets, embedder, counts)
+    (folder / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    return manifest
+
+
+def backup_points(folder: Path) -> Iterator[StoredPoint]:
+    with gzip.open(folder / POINTS, "rb") as lines:
+        for line in lines:
+            if line.strip():
+                yield StoredPoint.from_bytes(line)
