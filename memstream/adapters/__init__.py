@@ -17,28 +17,14 @@ class StoreNotFound(FileNotFoundError):
     """A command that reads the embedded store found none where the settings point."""
 
 
-def open_store(settings: Settings) -> VectorStore:
+def open_store(settings: Settings, *, generation: int | None = None) -> VectorStore:
     """The configured vector store: a Qdrant server by URL, else the embedded engine under data_dir
-    (created when missing: what a worker opens)."""
-    if settings.qdrant_url:
-        from .qdrant_store import QdrantStore, ServerLayout
+    (created when missing: what a worker opens). ``generation`` None: the active generation of the
+    collection set, as workers use it; N: that generation's own collections, for building it beside
+    the active one (:mod:`memstream.adapters.generations`)."""
+    from .generations import open_store_generation
 
-        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        layout = ServerLayout(
-            shards=settings.qdrant_shards,
-            replication_factor=settings.qdrant_replication_factor,
-            write_consistency=settings.qdrant_write_consistency,
-        )
-        return QdrantStore(
-            url=settings.qdrant_url, api_key=api_key, layout=layout, prefix=settings.qdrant_collection_prefix
-        )
-    if settings.qdrant_embedded == "edge":
-        from .qdrant_edge_store import QdrantEdgeStore
-
-        return QdrantEdgeStore(settings.store_path)
-    from .qdrant_store import QdrantStore
-
-    return QdrantStore(path=settings.store_path)
+    return open_store_generation(settings, generation)
 
 
 def embedded_collections(path: Path) -> set[str]:

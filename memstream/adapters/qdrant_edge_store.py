@@ -3,7 +3,9 @@
 Same contract as :mod:`memstream.adapters.qdrant_store` (collections prefixed ``memstream_``, every
 read filtered by ``tenant_id``, the same :class:`StoreFilter` semantics), but with the real engine:
 payload indexes, HNSW, a write-ahead log. One Edge shard per collection, each in its own folder
-under ``path``. Like qdrant-client's local mode, the folder is locked to one process.
+under ``path``. Like qdrant-client's local mode, the folder is locked to one process (``.lock``);
+a store of a generation other than the active one (:mod:`memstream.adapters.generations`) holds
+that generation's lock only, so it can be built beside a serving worker.
 
 Engine notes (qdrant-edge-py 0.9):
 - Upserts are applied synchronously (visible to the next read) and written to the WAL, so they
@@ -25,9 +27,9 @@ Engine notes (qdrant-edge-py 0.9):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
+import shutil
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 import qdrant_edge as qe
 
+from memstream.adapters import generations as gen
 from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.ports import StoreHit, StorePoint
@@ -53,23 +56,35 @@ _INDEXES = (
 class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
     embedded = True
 
-    def __init__(self, path: Path, *, max_search_threads: int | None = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        prefix: str = shared.COLLECTION_PREFIX,
+        locks: Sequence[str] = (gen.WORKER_LOCK,),
+        max_search_threads: int | None = None,
+    ):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.location = str(path)
+        self._prefix = prefix
         self._max_search_threads = max_search_threads
         # Fail at once, as qdrant-client's local mode does, rather than on the first collection touched.
-        # Same lock file as qdrant-client local mode: the two adapters never share a folder at once.
-        self._lock_file = open(path / ".lock", "a+")  # held until close()
+        # Same main lock file as qdrant-client local mode: the two adapters never share a folder at once.
+        self._lock_files: list[Any] = []  # held until close()
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            self._lock_file.close()
-            raise RuntimeError(
-                f"Storage folder {path} is already accessed by another process or store instance; "
-                "an embedded Qdrant Edge store is single-process (use a Qdrant server to scale out)"
-            ) from exc
+            for name in locks:
+                what = (
+                    f"Storage folder {path} is already accessed by another process or store instance; "
+                    "an embedded Qdrant Edge store is single-process (use a Qdrant server to scale out)"
+                    if name == gen.WORKER_LOCK
+                    else f"{prefix}* in {path} is open in another process or store instance"
+                )
+                self._lock_files.append(gen.take_lock(path / name, what))
+        except gen.StoreLocked:
+            self._release_locks()
+            raise
         if (path / "meta.json").exists():
             log.warning("%s also holds qdrant-client local-mode data, which Qdrant Edge does not read", path)
         self._lock = threading.RLock()
@@ -81,9 +96,27 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
         self._sparse_name = BM25_VECTOR
         self._closed = False
 
-    @staticmethod
-    def _name(collection: str) -> str:
-        return shared.COLLECTION_PREFIX + collection
+    def _name(self, collection: str) -> str:
+        return self._prefix + collection
+
+    def _release_locks(self) -> None:
+        while self._lock_files:
+            gen.release_lock(self._lock_files.pop())
+
+    def drop_collection(self, collection: str) -> bool:
+        """Delete the collection's shard and its folder (False: there was none)."""
+        full = self._name(collection)
+        with self._lock:
+            shard = self._shards.pop(full, None)
+            if shard is not None:
+                shard.close()
+            self._ready.discard(full)
+            self._lexical.discard(full)
+            folder = self.path / full
+            if not folder.is_dir():
+                return False
+            shutil.rmtree(folder)
+            return True
 
     def _config(self, dim: int, *, sparse: bool) -> qe.EdgeConfig:
         # sparse=False leaves the sparse vectors unspecified: load() then inherits the stored ones.
@@ -260,8 +293,7 @@ class QdrantEdgeStore(shared.TenantScopedStore[qe.EdgeShard, qe.Filter]):
                 self._shards.clear()
                 self._ready.clear()
                 self._lexical.clear()
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-                self._lock_file.close()
+                self._release_locks()
 
 
 def _match_value(value: str | int | bool) -> qe.MatchValue:

@@ -15,6 +15,12 @@ cannot add a vector to an existing collection, so a collection created before BM
 dense-only: texts upserted into it are not indexed (a warning at ensure_collections) and
 search_text on it raises a ValueError.
 
+Generations (:mod:`memstream.adapters.generations`): a worker's store (``generation=None``) addresses
+``<prefix><name>``, on a server an alias of the active generation's collection: a collection it
+lacks is created in the active generation, with its alias (a store made before generations, whose
+collections are named ``<prefix><name>`` themselves, stays as it is). ``generation=N`` addresses
+generation N's own collections, for building it beside the active one.
+
 set_payload: Qdrant's set_payload merges like the server's ``merge_map``, where a null value REMOVES
 the key (local mode does the same). Fields holding a None are therefore written by overwrite_payload
 with the point's payload read and merged first: atomic within this store (its lock), but against a
@@ -35,6 +41,7 @@ from typing import Any, Callable, Sequence
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from memstream.adapters import generations as gen
 from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
 from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
@@ -61,10 +68,13 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
         path: Path | None = None,
         layout: ServerLayout | None = None,
         prefix: str = shared.COLLECTION_PREFIX,
+        generation: int | None = None,
     ):
         self._client: Any
         self._layout = layout or ServerLayout()
-        self._prefix = prefix
+        self._prefix = prefix  # a server's: collections are named by ``generations``' rule
+        self._generation = generation  # None: the active one (through aliases on a server)
+        self._aliased = bool(url) and generation is None
         # The read-merge-write of set_payload is atomic within this process (see the module notes).
         self._patch_lock = threading.RLock()
         self._lock: contextlib.AbstractContextManager[Any]
@@ -87,15 +97,33 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
         self._bm25 = Bm25Encoder()
         self._sparse_name = BM25_VECTOR
 
+    @property
+    def client(self) -> Any:
+        """qdrant-client (QdrantNodes on a server), for managing generations."""
+        return self._client
+
     def _name(self, collection: str) -> str:
-        return self._prefix + collection
+        if self._generation is None:
+            return self._prefix + collection
+        return gen.collection_prefix(self._prefix, self._generation) + collection
+
+    def drop_collection(self, collection: str) -> bool:
+        """Delete the collection (False: there was none)."""
+        full = self._name(collection)
+        with self._lock:
+            if not self._client.collection_exists(full):
+                return False
+            self._client.delete_collection(full)
+            self._ready.discard(full)
+            self._lexical.pop(full, None)
+            return True
 
     def _prepare(self, collection: str, full: str, dim: int) -> None:
         self._settling(lambda: self._ensure(full, dim))
 
     def _ensure(self, full: str, dim: int) -> None:
         if not self._client.collection_exists(full):
-            self._create(full, dim)
+            self._create_active(full, dim) if self._aliased else self._create(full, dim)
         else:
             vectors = self._info(full).config.params.vectors
             stored = vectors.size if isinstance(vectors, models.VectorParams) else None
@@ -151,6 +179,20 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
             vectors = self._info(full).config.params.vectors
             if not isinstance(vectors, models.VectorParams) or vectors.size != dim:
                 raise shared.dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
+
+    def _create_active(self, alias: str, dim: int) -> None:
+        """A worker's missing collection, made in the active generation (workers starting together
+        agree on it: the one whose aliases exist, else 1) and its name aliased to it; in a store made
+        before generations, made under its own name as before."""
+        sets = gen.server_sets(self._client, self._prefix)
+        active, name = sets.active, alias[len(self._prefix) :]
+        if active == 0:
+            return self._create(alias, dim)
+        self._create(gen.collection_prefix(self._prefix, active) + name, dim)
+        if not self._client.collection_exists(alias):  # another worker may have aliased it meanwhile
+            gen.point_aliases(self._client, self._prefix, active, {name}, replace=set())
+        log.info("made %s, generation %d of %s", alias, active, self._prefix)
+        return None
 
     def _info(self, full: str, wait_s: float = 30.0) -> models.CollectionInfo:
         """The collection's description. In a cluster a collection another worker just created is
