@@ -55,6 +55,9 @@ ALL_TOPICS = tuple(TOPIC_PAYLOADS)
 # Compacted (latest record per key) instead of deleted by age; the others keep raw text, so they
 # get a bounded retention (``MEMSTREAM_TOPIC_RETENTION_S``).
 COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD)
+# Topics whose old records may still hold a forgotten text (until retention deletes them or, for the
+# record, the log cleaner drops the versions a tombstone replaced: max.compaction.lag.ms bounds both).
+TEXT_KEEPING_TOPICS = tuple(name for name in TOPIC_PAYLOADS if name != Topic.AUDIT)
 # The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
 INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
 FRONT_TOPICS = INGEST_TOPICS[:-1]

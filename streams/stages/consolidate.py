@@ -42,7 +42,7 @@ from memstream.schemas import (
 )
 from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
-from memstream.schemas.topics import COMPACTED_TOPICS, TOPIC_PAYLOADS, Topic, message_kind
+from memstream.schemas.topics import TEXT_KEEPING_TOPICS, Topic, message_kind
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
@@ -133,9 +133,7 @@ class Consolidation:
         counts = onward(forget, {"table:consolidation": removed}).counts
         done_at = datetime.now(timezone.utc)
         until = done_at + timedelta(seconds=s.topic_retention_s + s.topic_segment_s)
-        retained = [
-            RetainedCopy(topic=s.topic(name), until=until) for name in TOPIC_PAYLOADS if name not in COMPACTED_TOPICS
-        ]
+        retained = [RetainedCopy(topic=s.topic(name), until=until) for name in TEXT_KEEPING_TOPICS]
         reply = ForgetReply(
             forget_id=forget.forget_id,
             tenant_id=forget.tenant_id,

@@ -105,7 +105,9 @@ def test_forgetting_a_speaker_mid_stream_leaves_no_copy_and_survives_a_crash(mak
     assert outcome.parts == 1
     assert outcome.counts["store:turns"] > 0 and outcome.counts["store:cards"] > 0
     assert outcome.counts["window:segmenter"] + outcome.counts["buffer:stm"] > 0
-    streamed = {pipe.settings.topic(t) for t in ("turns", "turns.compressed", "segments", "stm.flush", "cards")}
+    streamed = {
+        pipe.settings.topic(t) for t in ("turns", "turns.compressed", "segments", "stm.flush", "cards", "record")
+    }
     assert streamed <= set(outcome.retained)
     assert not set(table_turns(pipe, "segmenter", key)) & forgotten_ids
     assert not set(table_turns(pipe, "stm", key)) & forgotten_ids
