@@ -19,7 +19,9 @@ from pathlib import Path
 
 from memstream.adapters import open_existing_store
 from memstream.config import Settings
+from memstream.ports import MemoryRecord
 from memstream.processors.operations.fingerprint import META, SYSTEM_TENANT
+from memstream.processors.operations.record import record_entry
 from memstream.processors.write.index import COLLECTIONS
 from memstream.schemas.record import StoredPoint
 from memstream.streams.record_log import Offsets, RecordLog
@@ -96,3 +98,40 @@ def backup_points(folder: Path) -> Iterator[StoredPoint]:
         for line in lines:
             if line.strip():
                 yield StoredPoint.from_bytes(line)
+
+
+async def recorded_keys(settings: Settings) -> set[str]:
+    """Every key the record holds an entry for (a tombstone included), or none without a record."""
+    keys: set[str] = set()
+    try:
+        async with RecordLog(settings) as record:
+            async for entries in record.read(None, await record.end_offsets(), batch=2000):
+                keys.update(e.key for e in entries)
+    except LookupError:
+        pass
+    return keys
+
+
+def backfill_record(settings: Settings, record: MemoryRecord, on_point: Callable[[], None] = lambda: None) -> int:
+    """Put in the record every point of the serving store it has no entry for: a store written before
+    the record existed (or with MEMSTREAM_RECORD_ENABLED off). A key the record has, even as a
+    tombstone, is left as the record says. Returns the points recorded."""
+    known = asyncio.run(recorded_keys(settings))
+    written = 0
+    with contextlib.closing(open_existing_store(settings)) as store:
+        [fingerprint] = store.scroll(META, SYSTEM_TENANT, limit=1) or [None]
+        embedder = str(fingerprint.payload.get("model", "")) if fingerprint else ""
+        for collection in COLLECTIONS:
+            batch: list[tuple[str, bytes | None]] = []
+            for hit in store.scan(collection, with_vectors=settings.record_vectors):
+                key, value = record_entry(collection, hit.id, hit.payload, hit.vector, embedder)
+                if key not in known:
+                    batch.append((key, value))
+                    on_point()
+                if len(batch) >= 500:
+                    record.write(batch)
+                    written += len(batch)
+                    batch = []
+            record.write(batch)
+            written += len(batch)
+    return written

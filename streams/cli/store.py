@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from datetime import datetime, timezone
@@ -14,9 +15,11 @@ from rich.table import Table
 
 from memstream.adapters import StoreNotFound
 from memstream.adapters.generations import StoreLocked, drop_generation
-from memstream.streams.backup import take_backup
+from memstream.adapters.kafka_record import KafkaRecord
+from memstream.streams.backup import backfill_record, take_backup
 from memstream.streams.rebuild import Rebuild, RebuildRefused, RebuildReport
 from memstream.streams.services import Services
+from memstream.streams.topics import ensure_topics
 
 from ._app import _progress, _settings, cli, console
 
@@ -78,6 +81,30 @@ def backup(
             raise typer.Exit(2) from None
     where = "no record to replay from" if manifest.record_offsets is None else "with the record's positions"
     console.print(f"backed up {sum(manifest.counts.values())} points to {folder} ({where})")
+
+
+record_app = typer.Typer(no_args_is_help=True, help="The store's durable record (memory.record)")
+cli.add_typer(record_app, name="record")
+
+
+@record_app.command("backfill")
+def record_backfill() -> None:
+    """Record every point of the serving store the record lacks: once, after upgrading from a version
+    without the record (or after running with MEMSTREAM_RECORD_ENABLED=false). The embedded store's
+    worker must be stopped."""
+    s = _settings()
+    asyncio.run(ensure_topics(s))  # the record compacted, not made by a first write with the broker's defaults
+    record = KafkaRecord(s)
+    with _progress("backfill") as progress:
+        task = progress.add_task("points", total=None)
+        try:
+            n = backfill_record(s, record, on_point=lambda: progress.advance(task))
+        except (StoreNotFound, RuntimeError) as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from None
+        finally:
+            record.close()
+    console.print(f"{n} points recorded in {record.topic}")
 
 
 def _build(

@@ -150,3 +150,20 @@ def test_a_backup_restored_after_the_store_is_lost_has_what_came_later_and_not_w
     assert not any(p.get("speaker") == speaker or p.get("subject") == speaker for p in after.values())
     later_ids = {t.turn_id for t in later if t.speaker != speaker}
     assert later_ids <= {p["turn_id"] for p in after.values() if p.get("kind") == "turn"}
+
+
+def test_a_store_written_without_the_record_is_backfilled_into_it(make_pipeline):
+    _, turns, _ = first_sessions(1)
+    pipe = make_pipeline(MEMSTREAM_RECORD_ENABLED="false")  # as a version before the record wrote it
+    pipe.start_worker("w1")
+    pipe.produce(turns)
+    pipe.drain()
+    pipe.stop_workers()
+    assert record_points(pipe.settings, "acme") == {}
+    done = memstream(pipe, "record", "backfill")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with pipe.store() as store:
+        stored = store_points(store, "acme")
+    assert stored and record_points(pipe.settings, "acme") == stored
+    again = memstream(pipe, "record", "backfill")  # what the record has stays as it is
+    assert again.returncode == 0 and "0 points recorded" in again.stdout
