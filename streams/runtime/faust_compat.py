@@ -1,8 +1,9 @@
 """Every use of faust-streaming's internals, in one place.
 
 memstream decides its own commits (``streams.runtime.offsets``), writes table state with a changelog
-record it can wait for, and logs the consumer's bookkeeping on SIGUSR2. Each of these needs an
-attribute or method faust does not document. They are reached only through this module, and
+record it can wait for, retries faust's topic declarations that drew a broker that is down, and logs
+the consumer's bookkeeping on SIGUSR2. Each of these needs an attribute or method faust does not
+document. They are reached only through this module, and
 :func:`check` names the ones an upgrade removed, so a new faust fails loudly at start-up (and in
 ``tests/streams/test_faust_compat.py``) instead of silently losing offsets. pyproject.toml pins
 faust-streaming to the range tested here.
@@ -10,11 +11,14 @@ faust-streaming to the range tested here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from faust.tables.base import Collection
 from faust.transport.consumer import Consumer
+from faust.transport.drivers.aiokafka import Transport
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +29,14 @@ TESTED_VERSIONS = ">=0.15.3,<0.16"  # keep in step with pyproject.toml
 CONSUMER_METHODS = ("_commit", "seek_wait", "highwater", "assignment", "commit")
 CONSUMER_STATE = ("_committed_offset", "_acked", "_acked_index", "_gap", "_paused_partitions", "_unacked_messages")
 TABLE_METHODS = ("send_changelog", "partition_for_key")
+TRANSPORT_METHODS = ("_create_topic",)
 
 
 def check() -> list[str]:
     """The internals this module uses that the installed faust lacks (empty when all are there)."""
     missing = [f"Consumer.{name}" for name in CONSUMER_METHODS if not callable(getattr(Consumer, name, None))]
     missing += [f"Collection.{name}" for name in TABLE_METHODS if not callable(getattr(Collection, name, None))]
+    missing += [f"Transport.{name}" for name in TRANSPORT_METHODS if not callable(getattr(Transport, name, None))]
     return missing
 
 
@@ -109,6 +115,50 @@ async def write_table(table: Any, key: str, value: Any) -> None:
     changelog record itself and waits for the broker's ack."""
     table.data[key] = value
     await table.send_changelog(table.partition_for_key(key), key, value)  # a future: delivered when done
+
+
+# --- topic declarations --------------------------------------------------------------------------
+
+DECLARE_RETRY_S = 1.0  # between two tries of a declaration: a fresh metadata view meanwhile
+
+
+def retry_topic_declarations(app: Any, deadline_s: float) -> None:
+    """Try a topic declaration again when it drew a broker that is down, until ``deadline_s``.
+
+    At every start faust declares its topics through ``Transport._create_topic``: the leader-assignor
+    topic first, which its producer's metadata does not list yet, so a CreateTopics goes out even when
+    the topic exists. It sends a metadata request to the first broker its client knows and the
+    CreateTopics to the controller that names. A
+    broker killed a moment ago is still in the cluster's metadata until the controller fences it
+    (seconds), and KRaft names a random live-or-not-yet-fenced broker as the controller, so either
+    request may go to the dead node: aiokafka raises ``NodeNotReadyError``, faust does not retry, and
+    the worker exited at start-up while two brokers of three were up. Retriable errors (the node not
+    ready, a request timed out, a lost connection) are tried again with fresh metadata, which names
+    another broker or no longer the dead one; any other error, and one that lasts past
+    ``deadline_s``, still fails the start."""
+    from aiokafka.errors import KafkaError
+
+    for transport in {id(t): t for t in (app.transport, app.producer_transport)}.values():
+        if getattr(transport, "_memstream_retrying", False):
+            continue
+        create = transport._create_topic
+
+        async def create_topic(
+            owner: Any, client: Any, topic: str, *args: Any, _create: Any = create, **kwargs: Any
+        ) -> None:
+            deadline = time.monotonic() + deadline_s
+            while True:
+                try:
+                    return await _create(owner, client, topic, *args, **kwargs)
+                except KafkaError as exc:
+                    if not exc.retriable or owner.should_stop or time.monotonic() >= deadline:
+                        raise
+                    log.info("declaring topic %s: %r; trying again on fresh metadata", topic, exc)
+                await asyncio.sleep(DECLARE_RETRY_S)
+                await client.force_metadata_update()
+
+        transport._create_topic = create_topic
+        transport._memstream_retrying = True
 
 
 # --- group membership ----------------------------------------------------------------------------

@@ -39,6 +39,8 @@ def run_worker(settings: Settings) -> None:
     services.metrics.serve(settings.metrics_port, settings.metrics_host)
     app = create_app(settings, services)
     faust_compat.require(app)
+    # With a broker of several down, faust's own topic declarations may draw it: tried again elsewhere.
+    faust_compat.retry_topic_declarations(app, settings.broker_wait_s)
 
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
