@@ -28,13 +28,14 @@ TOPOLOGY: dict[str, StageTopology] = {
     "segment": StageTopology((Topic.TURNS_COMPRESSED,), (Topic.SEGMENTS,), "segmenter"),
     "stm": StageTopology((Topic.SEGMENTS,), (Topic.STM_FLUSH,), "stm"),
     "extract": StageTopology((Topic.STM_FLUSH,), (Topic.CARDS,)),
-    # Writes to the vector store; erased forgets go back to control.
-    "index": StageTopology((Topic.CARDS,), (Topic.CONTROL,)),
+    # Writes to the vector store, each write recorded first in record (RecordedStore: the store's
+    # durable record, what a rebuild reads); erased forgets go back to control.
+    "index": StageTopology((Topic.CARDS,), (Topic.CONTROL, Topic.RECORD)),
     # cards marks a conversation pending; control runs one (or ends a forget); updates applies outcomes
     # (its own output, so a decision is durable before it touches the store).
     "consolidate": StageTopology(
         (Topic.CARDS, Topic.CONTROL, Topic.UPDATES),
-        (Topic.CONTROL, Topic.UPDATES, Topic.REPLIES, Topic.AUDIT),
+        (Topic.CONTROL, Topic.UPDATES, Topic.REPLIES, Topic.AUDIT, Topic.RECORD),
         "consolidation",
     ),
     # Replies go to each query's own reply topic.

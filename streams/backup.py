@@ -20,7 +20,7 @@ from pathlib import Path
 from memstream.adapters import open_existing_store
 from memstream.config import Settings
 from memstream.ports import MemoryRecord
-from memstream.processors.operations.fingerprint import META, SYSTEM_TENANT
+from memstream.processors.operations.fingerprint import built_with
 from memstream.processors.operations.record import record_entry
 from memstream.processors.write.index import COLLECTIONS
 from memstream.schemas.record import StoredPoint
@@ -70,8 +70,7 @@ def take_backup(settings: Settings, folder: Path, on_point: Callable[[], None] =
     counts = dict.fromkeys(COLLECTIONS, 0)
     partial = folder / (POINTS + ".partial")
     with contextlib.closing(open_existing_store(settings)) as store:
-        [fingerprint] = store.scroll(META, SYSTEM_TENANT, limit=1) or [None]
-        embedder = str(fingerprint.payload.get("model", "")) if fingerprint else ""
+        embedder = built_with(store)
         with gzip.open(partial, "wb", compresslevel=5) as out:
             for collection in COLLECTIONS:
                 for hit in store.scan(collection, with_vectors=True):
@@ -119,8 +118,7 @@ def backfill_record(settings: Settings, record: MemoryRecord, on_point: Callable
     known = asyncio.run(recorded_keys(settings))
     written = 0
     with contextlib.closing(open_existing_store(settings)) as store:
-        [fingerprint] = store.scroll(META, SYSTEM_TENANT, limit=1) or [None]
-        embedder = str(fingerprint.payload.get("model", "")) if fingerprint else ""
+        embedder = built_with(store)
         for collection in COLLECTIONS:
             batch: list[tuple[str, bytes | None]] = []
             for hit in store.scan(collection, with_vectors=settings.record_vectors):

@@ -133,10 +133,12 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
                 _cap_insync(settings, configs, replicas)
             await _align_retention(admin, present, configs)
             return
-        except KafkaError as e:
+        except (KafkaError, asyncio.TimeoutError) as e:
             # Gone again between the wait and the admin request (a restart in progress), or, in a
-            # cluster, the request drew a broker that is down (each goes to a random one): again.
-            if not e.retriable or time.monotonic() >= deadline:
+            # cluster, the request drew a broker that is down (each goes to a random one; a create
+            # sent to a controller killed and not yet fenced times out instead): again.
+            retriable = isinstance(e, asyncio.TimeoutError) or e.retriable
+            if not retriable or time.monotonic() >= deadline:
                 raise
             log.info("topic set-up: %s; trying again", e)
             await asyncio.sleep(1.0)

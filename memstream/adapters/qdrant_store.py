@@ -32,11 +32,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Iterator, Sequence
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
@@ -44,6 +43,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 from memstream.adapters import generations as gen
 from memstream.adapters import qdrant_shared as shared
 from memstream.adapters.bm25 import BM25_VECTOR, Bm25Encoder
+from memstream.adapters.qdrant_collections import ServerCollections
 from memstream.adapters.qdrant_nodes import QdrantNodes, split_urls
 from memstream.ports import StoreHit, StorePoint, StoreUnavailable
 
@@ -59,7 +59,7 @@ class ServerLayout:
     write_consistency: int = 1  # replicas that must acknowledge a write: 1 keeps writing with a node down
 
 
-class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
+class QdrantStore(ServerCollections, shared.TenantScopedStore[str, models.Filter]):
     def __init__(
         self,
         *,
@@ -118,116 +118,12 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
             self._lexical.pop(full, None)
             return True
 
-    def _prepare(self, collection: str, full: str, dim: int) -> None:
-        self._settling(lambda: self._ensure(full, dim))
-
-    def _ensure(self, full: str, dim: int) -> None:
-        if not self._client.collection_exists(full):
-            self._create_active(full, dim) if self._aliased else self._create(full, dim)
-        else:
-            vectors = self._info(full).config.params.vectors
-            stored = vectors.size if isinstance(vectors, models.VectorParams) else None
-            if stored != dim:
-                raise shared.dimension_mismatch(full, stored, dim)
-            if not self._has_bm25(full):
-                log.warning(
-                    "%s predates BM25 support: texts are not indexed and search_text fails; "
-                    "recreate the collection to search it lexically",
-                    full,
-                )
-        if not self.embedded:  # payload indexes only exist on a server
-            self._create_indexes(full)
-
-    def _settling(self, call: Callable[[], None], wait_s: float = 30.0) -> None:
-        """``call`` (idempotent), again while a collection just made settles in a cluster: consensus
-        commits it before every node has it (404 for a moment) and before its shards serve (every
-        node answering 500, which QdrantNodes reports as StoreUnavailable). Embedded: once."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                return call()
-            except (StoreUnavailable, UnexpectedResponse) as exc:
-                settling = isinstance(exc, StoreUnavailable) or exc.status_code == 404
-                if self.embedded or not settling or time.monotonic() >= deadline:
-                    raise
-                log.info("collection settling in the cluster, asking again: %s", exc)
-                time.sleep(0.3)
-
-    def _create(self, full: str, dim: int) -> None:
-        layout = {}
-        if not self.embedded:
-            layout = {
-                "shard_number": self._layout.shards,
-                "replication_factor": self._layout.replication_factor,
-                "write_consistency_factor": self._layout.write_consistency,
-            }
-        try:
-            self._client.create_collection(
-                full,
-                vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
-                sparse_vectors_config={BM25_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-                **layout,
-            )
-        except Exception:
-            # Workers of a scaled store group start together: another one may have made it meanwhile
-            # (in a cluster, its creation reaches this node a moment later).
-            deadline = time.monotonic() + 30.0
-            while not self._client.collection_exists(full):
-                if self.embedded or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
-            vectors = self._info(full).config.params.vectors
-            if not isinstance(vectors, models.VectorParams) or vectors.size != dim:
-                raise shared.dimension_mismatch(full, getattr(vectors, "size", None), dim) from None
-
-    def _create_active(self, alias: str, dim: int) -> None:
-        """A worker's missing collection, made in the active generation (workers starting together
-        agree on it: the one whose aliases exist, else 1) and its name aliased to it; in a store made
-        before generations, made under its own name as before."""
-        sets = gen.server_sets(self._client, self._prefix)
-        active, name = sets.active, alias[len(self._prefix) :]
-        if active == 0:
-            return self._create(alias, dim)
-        self._create(gen.collection_prefix(self._prefix, active) + name, dim)
-        if not self._client.collection_exists(alias):  # another worker may have aliased it meanwhile
-            gen.point_aliases(self._client, self._prefix, active, {name}, replace=set())
-        log.info("made %s, generation %d of %s", alias, active, self._prefix)
-        return None
-
-    def _info(self, full: str, wait_s: float = 30.0) -> models.CollectionInfo:
-        """The collection's description. In a cluster a collection another worker just created is
-        committed by consensus before every node has it: a node may say it exists and still answer
-        404 for a moment, so a server is asked again for up to ``wait_s``."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                return self._client.get_collection(full)
-            except UnexpectedResponse as exc:
-                if self.embedded or exc.status_code != 404 or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
-
     def _has_bm25(self, full: str) -> bool:
         known = self._lexical.get(full)
         if known is None:
             sparse = self._info(full).config.params.sparse_vectors or {}
             known = self._lexical[full] = BM25_VECTOR in sparse
         return known
-
-    def _create_indexes(self, full: str) -> None:
-        """The payload indexes the collection lacks (a collection made by an older version gets the
-        ones added since)."""
-        schema = models.PayloadSchemaType
-        have = set(self._info(full).payload_schema or {})
-        for fields, kind in (
-            (shared.KEYWORD_FIELDS, schema.KEYWORD),
-            (shared.FLOAT_FIELDS, schema.FLOAT),
-            (shared.INT_FIELDS, schema.INTEGER),
-            (shared.BOOL_FIELDS, schema.BOOL),
-        ):
-            for field in fields:
-                if field not in have:
-                    self._client.create_payload_index(full, field, field_schema=_index_schema(field, kind))
 
     def upsert(self, collection: str, points: Sequence[StorePoint], *, only_new: bool = False) -> None:
         if not points:
@@ -240,7 +136,8 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
                 models.PointStruct(id=p.id, vector=self.point_vector(p, lexical), payload=dict(p.payload))
                 for p in points
             ]
-            self._client.upsert(full, points=structs, wait=True, update_mode=mode)
+            with self._present(full):
+                self._client.upsert(full, points=structs, wait=True, update_mode=mode)
 
     # -- the primitives of TenantScopedStore's search and search_text --------------------------
     def _sparse(self, indices: list[int], values: list[float]) -> models.SparseVector:
@@ -257,7 +154,7 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
     def _nearest(
         self, collection: str, flt: models.Filter, query: Any, using: str | None, limit: int, with_vectors: bool
     ) -> list[StoreHit]:
-        with self._lock:
+        with self._lock, self._present(self._name(collection)):
             result = self._client.query_points(
                 self._name(collection),
                 query=query,
@@ -278,43 +175,60 @@ class QdrantStore(shared.TenantScopedStore[str, models.Filter]):
 
     def _open(self, collection: str) -> str | None:
         full = self._name(collection)
-        return full if self._client.collection_exists(full) else None
+        if self._client.collection_exists(full):
+            return full
+        if not self.embedded and full in self._ready:
+            raise self._gone(full)
+        return None
+
+    def _gone(self, full: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"{full} is gone from the server (deleted?): held until it is back (memstream rebuild or restore)"
+        )
+
+    @contextlib.contextmanager
+    def _present(self, full: str) -> Iterator[None]:
+        """A collection this store made ready that the server no longer has is an outage (a disaster
+        the operator recovers from), not bad input: the stages hold their messages until it is back."""
+        try:
+            yield
+        except UnexpectedResponse as exc:
+            if exc.status_code == 404 and not self.embedded and full in self._ready:
+                raise self._gone(full) from exc
+            raise
 
     def _require(self, collection: str) -> str:
         return self._name(collection)  # the client says so when it is missing
 
     def _count_matching(self, full: str, flt: models.Filter | None) -> int:
-        return int(self._client.count(full, count_filter=flt, exact=True).count)
+        with self._present(full):
+            return int(self._client.count(full, count_filter=flt, exact=True).count)
 
     def _page(
         self, full: str, flt: models.Filter, offset: Any, limit: int, with_vectors: bool
     ) -> tuple[list[StoreHit], Any]:
-        points, offset = self._client.scroll(
-            full, scroll_filter=flt, limit=limit, offset=offset, with_payload=True, with_vectors=with_vectors
-        )
+        with self._present(full):
+            points, offset = self._client.scroll(
+                full, scroll_filter=flt, limit=limit, offset=offset, with_payload=True, with_vectors=with_vectors
+            )
         return [_hit(p, 1.0, with_vectors) for p in points], offset
 
     def _set_matching(self, full: str, flt: models.Filter, fields: dict[str, Any]) -> None:
-        self._client.set_payload(full, payload=fields, points=flt, wait=True)
+        with self._present(full):
+            self._client.set_payload(full, payload=fields, points=flt, wait=True)
 
     def _overwrite_matching(self, full: str, flt: models.Filter, payload: dict[str, Any]) -> None:
-        self._client.overwrite_payload(full, payload=payload, points=flt, wait=True)
+        with self._present(full):
+            self._client.overwrite_payload(full, payload=payload, points=flt, wait=True)
 
     def _delete_matching(self, full: str, flt: models.Filter) -> None:
-        self._client.delete(full, points_selector=models.FilterSelector(filter=flt), wait=True)
+        with self._present(full):
+            self._client.delete(full, points_selector=models.FilterSelector(filter=flt), wait=True)
 
     def close(self) -> None:
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._client.close()
-
-
-def _index_schema(field: str, kind: models.PayloadSchemaType) -> models.PayloadSchemaType | models.KeywordIndexParams:
-    """The tenant key is a tenant index: the server keeps each tenant's points together, so a
-    tenant's filtered search reads its own points, not every tenant's."""
-    if field == "tenant_id":
-        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
-    return kind
 
 
 def _hit(p: models.ScoredPoint | models.Record, score: float, with_vectors: bool) -> StoreHit:

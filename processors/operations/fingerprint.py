@@ -47,3 +47,9 @@ def check_embedder(store: VectorStore, embedder: Embedder) -> float | None:
             f"them with {embedder.name!r}. To keep {built_with!r}, set MEMSTREAM_EMBEDDING_MODEL to it."
         )
     return cosine
+
+
+def built_with(store: VectorStore) -> str:
+    """The name of the model the store's vectors come from ("" for a store without a fingerprint)."""
+    kept = store.scroll(META, SYSTEM_TENANT, limit=1)
+    return str(kept[0].payload.get("model", "")) if kept else ""

@@ -10,8 +10,10 @@ import time
 import uuid
 
 import pytest
+from qdrant_client import QdrantClient
 
 from memstream.adapters.generations import active_generation
+from memstream.bench.deploy import worker_samples
 from memstream.bench.deployment import Deployment
 from memstream.processors.write.index import TURNS
 from memstream.streams.rebuild import Rebuild
@@ -79,3 +81,51 @@ def test_a_rebuild_switches_a_serving_worker_to_the_new_generation_and_every_que
         raw = {h.payload["turn_id"] for h in store.scroll(TURNS, "acme", limit=100_000)}
     assert raw == {t.turn_id for t in turns}  # written during the build and the switch: none lost
     assert served == record_points(pipe.settings, "acme")
+
+
+def test_with_every_collection_deleted_writes_wait_questions_get_an_error_and_a_rebuild_restores_all(
+    kafka, qdrant_server, tmp_path
+):
+    conversation, turns, _ = first_sessions(2)
+    before = [t for t in turns if t.session_id == "S1"]
+    during = [t for t in turns if t.session_id != "S1"]
+    prefix = f"dis{uuid.uuid4().hex[:8]}_"
+    env = {"MEMSTREAM_QDRANT_URL": qdrant_server.url, "MEMSTREAM_QDRANT_COLLECTION_PREFIX": prefix}
+    pipe = Deployment(kafka, tmp_path / "p", {**env, "MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
+    server = QdrantClient(url=qdrant_server.url, check_compatibility=False)
+    try:
+        worker = pipe.start_worker("w1")
+        pipe.produce(before)
+        pipe.drain()
+        for collection in server.get_collections().collections:  # the disaster
+            if collection.name.startswith(prefix):
+                server.delete_collection(collection.name)
+
+        pipe.produce(during)
+        deadline = time.monotonic() + 120
+        while outages(worker.metrics_port) == 0:
+            assert time.monotonic() < deadline, "the index stage should find the store gone"
+            time.sleep(1)
+        asked = time.monotonic()
+        reply = pipe.ask(QUESTION, tenant="acme", conversation=conversation, timeout_s=30)
+        assert not reply.ok and "is gone from the server" in (reply.error or "")
+        assert time.monotonic() - asked < 30  # an error reply, not the asker's timeout
+        assert pipe.dead_letters() == [] and worker.alive()
+
+        report = Rebuild(pipe.settings, Services(pipe.settings).embedder).run(switch=True)
+        assert report.switched and report.mismatches == {}
+        pipe.drain()  # the held writes go on, into the new generation
+        assert pipe.ask(QUESTION, tenant="acme", conversation=conversation, answer=False).ok
+    finally:
+        pipe.stop_workers()
+        server.close()
+    assert pipe.dead_letters() == []
+    with pipe.store() as store:
+        served = store_points(store, "acme")
+        raw = {h.payload["turn_id"] for h in store.scroll(TURNS, "acme", limit=100_000)}
+    assert raw == {t.turn_id for t in turns}
+    assert served == record_points(pipe.settings, "acme")
+
+
+def outages(port: int | None) -> float:
+    return sum(s.value for s in worker_samples(port) if s.name == "memstream_store_unavailable_total")
