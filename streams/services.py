@@ -162,9 +162,7 @@ class Services:
                 store.close()
                 raise
             log.info("store writes recorded in %s", record.topic)
-            store = RecordedStore(
-                store, record, vectors=self.settings.record_vectors, embedder=self.embedder.name
-            )
+            store = RecordedStore(store, record, vectors=self.settings.record_vectors, embedder=self.embedder.name)
         return MeteredStore(store, self.metrics, self.tracing)
 
     @cached_property
