@@ -448,15 +448,25 @@ def erasure(
     conversations: int = typer.Option(2, min=0, help="LoCoMo conversations (plus the packaged one)"),
     sessions: Optional[int] = typer.Option(2, help="Sessions of each LoCoMo conversation (0 = all)"),
     tenants: int = typer.Option(3, min=1, help="Every conversation streams under each of these tenants"),
-    workdir: Path = typer.Option(Path(".data/bench/erasure"), help="Data folder of the deployment"),
+    workdir: Path = typer.Option(Path(".data/bench/erasure"), help="Data folder of the deployment and the backup"),
+    compaction_timeout: float = typer.Option(
+        300.0, min=0, help="Seconds to wait for the log cleaner to compact the forgotten text out of the record"
+    ),
     json_out: Optional[Path] = JSON_OUT,
 ) -> None:
     """Forget (a speaker, turn ids, a conversation, a tenant) while conversations stream in, then a
-    kill -9 and a replay of every turn: remaining_copies (must be 0) and the forget latency."""
+    kill -9 and a replay of every turn: remaining_copies (must be 0) and the forget latency; then
+    the same count in the durable record, in a backup taken before the forgets once restored, and
+    in the record's raw versions after compaction (each must be 0)."""
     from memstream.bench.erasure import ErasureOptions, run_erasure_bench
 
     options = ErasureOptions(
-        data=data, conversations=conversations, sessions=sessions or None, tenants=tenants, workdir=workdir
+        data=data,
+        conversations=conversations,
+        sessions=sessions or None,
+        tenants=tenants,
+        workdir=workdir,
+        compaction_timeout_s=compaction_timeout,
     )
     with progress_bar() as progress:
         task = progress.add_task("starting", total=None)
@@ -474,6 +484,14 @@ def erasure(
         f"remaining copies: {result['remaining_copies']} {result['remaining_by_place']}; "
         f"kept turns {result['kept_turns_found']}/{result['kept_turns_expected']}; "
         f"dead letters {result['dead_letters']}"
+    )
+    console.print(
+        f"record: {result['record_remaining']} copies left {result['record_remaining_by_collection']}; "
+        f"restored backup: {result['restored_backup_remaining']} left "
+        f"({result['restored_reconciled']} of its points reconciled away); "
+        f"forgotten versions in the raw record: {result['record_forgotten_versions_before_compaction']} before "
+        f"compaction, {result['record_forgotten_versions_after_compaction']} after "
+        f"({result['compaction_wait_s']:.0f} s)"
     )
     write_json(result, json_out)
 

@@ -2,17 +2,27 @@
 count of every copy that is left.
 
 Conversations (LoCoMo dev and the packaged one) stream under several tenants with the same ids and
-texts. Half of each is in when the forgets start; windows and buffers hold their newest turns (a
-long idle time). Each forget (one speaker of a conversation, a list of turn ids, a whole
-conversation, a whole tenant) is sent while the rest of the turns stream in, and timed until every
-part replied. Then a worker is killed (kill -9), a new one replays every turn and flushes, and the
-bench counts what still derives from a forgotten turn: store points (raw turns, cards, scenes,
-profile items, orphaned triggers) and table entries (windows, buffers, pending cards). That is
+texts. Half of each is in when the worker is stopped for a backup of the store (windows and buffers
+hold their newest turns: a long idle time, and they stay in the tables' changelogs) and started
+again. Each forget (one speaker of a conversation, a list of turn ids, a whole conversation, a
+whole tenant) is sent while the rest of the turns stream in, and timed until every part replied.
+Then a worker is killed (kill -9), a new one replays every turn and flushes, and the bench counts
+what still derives from a forgotten turn: store points (raw turns, cards, scenes, profile items,
+orphaned triggers) and table entries (windows, buffers, pending cards). That is
 ``remaining_copies``; it must be 0. It also checks nothing else was erased (``kept_turns``).
+
+The durable record and the backup (:mod:`memstream.bench.erasure_record`): the record's live view
+(``record_remaining``), the backup restored into a new generation beside the serving one
+(``restored_backup_remaining``: the forgets issued after the backup re-applied), and the record's
+raw versions that hold forgotten text, before and after the log cleaner compacted them
+(``record_forgotten_versions_*``). Each must be 0 (the one before compaction need not).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import shutil
 import statistics
 import threading
 import time
@@ -23,17 +33,33 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from memstream.adapters import open_store
 from memstream.bench.deployment import Deployment
 from memstream.bench.dev_data import locomo_dev_if_present
-from memstream.config import Settings
+from memstream.bench.erasure_record import (
+    COMPACT_SOON,
+    backup_between,
+    record_copies,
+    restore_beside,
+    wait_compacted,
+)
+from memstream.config import Settings, absolute_path
 from memstream.datasets import LocomoSample, demo_conversation_path, load_locomo, locomo_turns
-from memstream.ports import StoreFilter
+from memstream.ports import StoreFilter, VectorStore
 from memstream.processors.forgetting.forget import ForgetScope, remaining
 from memstream.processors.write.index import CARDS, PROFILES, SCENES, TRIGGERS, TURNS
 from memstream.schemas import Forget, Turn
 from memstream.streams import runtime
+from memstream.streams.record_log import live_points
 
-HOLD = {"MEMSTREAM_STM_IDLE_S": "600", "MEMSTREAM_STM_TICK_S": "1", "MEMSTREAM_SLEEP_IDLE_S": "86400"}
+HOLD = {
+    "MEMSTREAM_STM_IDLE_S": "600",
+    "MEMSTREAM_STM_TICK_S": "1",
+    "MEMSTREAM_SLEEP_IDLE_S": "86400",
+    # A small flush budget: the first half of each conversation makes cards, scenes and triggers
+    # before the backup and the forgets (at the default 1,536 its buffers hold all of it).
+    "MEMSTREAM_STM_TOKENS": "256",
+}
 FLUSH = {**HOLD, "MEMSTREAM_STM_IDLE_S": "3"}
 
 
@@ -44,6 +70,7 @@ class ErasureOptions:
     sessions: int | None = 2  # of each LoCoMo conversation (None: all)
     tenants: int = 3  # every conversation streams under each tenant
     workdir: Path = Path(".data/bench/erasure")
+    compaction_timeout_s: float = 300.0  # the most to wait for the log cleaner to compact the record
 
 
 def erasure_turns(options: ErasureOptions) -> dict[tuple[str, str], list[Turn]]:
@@ -105,28 +132,34 @@ def forgotten_ids(
     return {key: {t.turn_id for t in turns if any(s.covers_turn(t) for s in scopes)} for key, turns in streams.items()}
 
 
-def count_remaining(dep: Deployment, gone: dict[tuple[str, str], set[str]]) -> dict[str, int]:
-    """Store points and table entries that still derive from a forgotten turn (workers stopped)."""
+def count_remaining(store: VectorStore, gone: dict[tuple[str, str], set[str]]) -> dict[str, int]:
+    """Points of ``store`` that still derive from a forgotten turn, per collection (triggers: those
+    of a conversation with forgotten turns whose card or scene is gone)."""
     out = {c: 0 for c in (TURNS, CARDS, SCENES, PROFILES, TRIGGERS)}
-    with dep.store() as store:
-        for (tenant, conversation), ids in gone.items():
-            if not ids:
-                continue
-            for c, n in remaining(store, tenant, {conversation: ids}).items():
-                out[c] += n
-            conv = StoreFilter(equals={"conversation_id": conversation})
-            hosts = {h.id for c in (CARDS, SCENES) for h in store.scroll(c, tenant, where=conv, limit=100_000)}
-            triggers = store.scroll(TRIGGERS, tenant, where=conv, limit=100_000)
-            out[TRIGGERS] += sum(1 for h in triggers if h.payload.get("host_id") not in hosts)
+    for (tenant, conversation), ids in gone.items():
+        if not ids:
+            continue
+        for c, n in remaining(store, tenant, {conversation: ids}).items():
+            out[c] += n
+        conv = StoreFilter(equals={"conversation_id": conversation})
+        hosts = {h.id for c in (CARDS, SCENES) for h in store.scroll(c, tenant, where=conv, limit=100_000)}
+        triggers = store.scroll(TRIGGERS, tenant, where=conv, limit=100_000)
+        out[TRIGGERS] += sum(1 for h in triggers if h.payload.get("host_id") not in hosts)
+    return out
+
+
+def count_held(dep: Deployment, gone: dict[tuple[str, str], set[str]]) -> int:
+    """Forgotten turns still in a window or a buffer (the tables' changelogs, workers stopped)."""
     tables = latest_tables(dep)
+    held_total = 0
     for (tenant, conversation), ids in gone.items():
         key = f"{tenant}/{conversation}"
         window = tables["segmenter"].get(key) or {}
         buffer = tables["stm"].get(key) or {}
         held = [t["turn"]["turn_id"] for t in window.get("pending", [])]
         held += [t["turn"]["turn_id"] for g in buffer.get("groups", []) for t in g["turns"]]
-        out["window_or_buffer"] = out.get("window_or_buffer", 0) + sum(1 for tid in held if tid in ids)
-    return out
+        held_total += sum(1 for tid in held if tid in ids)
+    return held_total
 
 
 def latest_tables(dep: Deployment) -> dict[str, dict[str, Any]]:
@@ -142,19 +175,89 @@ def latest_tables(dep: Deployment) -> dict[str, dict[str, Any]]:
 
 
 def kept_turns(
-    dep: Deployment, streams: dict[tuple[str, str], list[Turn]], gone: dict[tuple[str, str], set[str]]
+    store: VectorStore, streams: dict[tuple[str, str], list[Turn]], gone: dict[tuple[str, str], set[str]]
 ) -> tuple[int, int]:
-    """Raw turns that must still be stored (not forgotten), and how many are."""
+    """Raw turns that must still be stored (not forgotten), and how many ``store`` holds."""
     expected = found = 0
-    with dep.store() as store:
-        for (tenant, conversation), turns in streams.items():
-            keep = {t.turn_id for t in turns} - gone.get((tenant, conversation), set())
-            expected += len(keep)
-            hits = store.scroll(
-                TURNS, tenant, where=StoreFilter(equals={"conversation_id": conversation}), limit=100_000
-            )
-            found += len({h.payload["turn_id"] for h in hits} & keep)
+    for (tenant, conversation), turns in streams.items():
+        keep = {t.turn_id for t in turns} - gone.get((tenant, conversation), set())
+        expected += len(keep)
+        hits = store.scroll(TURNS, tenant, where=StoreFilter(equals={"conversation_id": conversation}), limit=100_000)
+        found += len({h.payload["turn_id"] for h in hits} & keep)
     return expected, found
+
+
+def forget_while_streaming(
+    dep: Deployment, plans: list[dict[str, Any]], turns: list[Turn], status: Callable[[str], None]
+) -> tuple[list[dict[str, Any]], list[ForgetScope], set[str]]:
+    """Each forget sent while a share of ``turns`` streams in, timed until every part replied:
+    (results, the scopes, the topics the replies said keep raw text)."""
+    chunks = [turns[i :: len(plans)] for i in range(len(plans))]
+    results, scopes, retained = [], [], set()
+    for plan, chunk in zip(plans, chunks):
+        status(f"forget {plan['kind']} while {len(chunk)} turns stream in")
+        streaming = threading.Thread(target=dep.produce, args=(chunk,))
+        requested_at = datetime.now(timezone.utc)
+        streaming.start()
+        started = time.perf_counter()
+        outcome = dep.forget(
+            tenant=plan["tenant"],
+            conversation=plan.get("conversation"),
+            speaker=plan.get("speaker"),
+            turn_ids=plan.get("turn_ids", []),
+        )
+        latency_ms = (time.perf_counter() - started) * 1000
+        streaming.join()
+        scopes.append(_scope(plan, requested_at))
+        retained |= set(outcome.retained)
+        results.append({**plan, "parts": outcome.parts, "latency_ms": round(latency_ms, 1), "counts": outcome.counts})
+    return results, scopes, retained
+
+
+def check_record_and_backup(
+    dep: Deployment,
+    backup: Path,
+    streams: dict[tuple[str, str], list[Turn]],
+    gone: dict[tuple[str, str], set[str]],
+    options: ErasureOptions,
+    status: Callable[[str], None],
+) -> dict[str, Any]:
+    """Workers stopped: the record's live view, the backup taken before the forgets restored beside
+    the serving store, and the record's raw versions before and after the log cleaner ran."""
+    status("counting copies in the record")
+    record = count_sum(record_copies(asyncio.run(live_points(dep.settings)).values(), gone))
+    status("restoring the backup into a new generation")
+    report = restore_beside(dep, backup)
+    with contextlib.closing(open_store(dep.settings, generation=report.generation)) as store:
+        restored = count_sum(count_remaining(store, gone))
+        _, restored_kept = kept_turns(store, streams, gone)
+    status("waiting for the record to be compacted")
+    before, after, waited, config = wait_compacted(dep, gone, options.compaction_timeout_s)
+    return {
+        "record_remaining": record[0],
+        "record_remaining_by_collection": record[1],
+        "restored_backup_remaining": restored[0],
+        "restored_backup_remaining_by_collection": restored[1],
+        "restored_reconciled": report.reconciled,
+        "restored_generation": report.generation,
+        "restored_kept_turns_found": restored_kept,
+        "record_forgotten_versions_before_compaction": before,
+        "record_forgotten_versions_after_compaction": after,
+        "compaction_wait_s": waited,
+        "compaction_config": {k: config[k] for k in COMPACT_SOON},
+    }
+
+
+def count_sum(counts: dict[str, int]) -> tuple[int, dict[str, int]]:
+    return sum(counts.values()), counts
+
+
+def fresh_workdir(workdir: Path) -> None:
+    """A deployment folder of an earlier run removed: its store (and a restored generation, which a
+    restore would take up again) must not mix with this run's."""
+    old = workdir / "deployment"
+    if (old / Deployment.MANIFEST).exists():
+        shutil.rmtree(old)
 
 
 def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -164,35 +267,20 @@ def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] 
     halves = {k: len(v) // 2 for k, v in streams.items()}
     first_half = [t for k, v in streams.items() for t in v[: halves[k]]]
     second_half = [t for k, v in streams.items() for t in v[halves[k] :]]
+    backup = absolute_path(options.workdir / "backup")
+    fresh_workdir(options.workdir)
     with runtime.KAFKA.session(base):
         dep = Deployment(base, options.workdir / "deployment", {**HOLD, "MEMSTREAM_LOG_LEVEL": "info"})
         try:
             status("starting a worker")
-            worker = dep.start_worker("erasure")
+            dep.start_worker("erasure")
             status(f"streaming the first half ({len(first_half)} turns)")
             dep.produce(first_half)
             dep.drain(timeout_s=1800, flush=False)  # windows and buffers keep their turns for the forgets
-            chunks = [second_half[i :: len(plans)] for i in range(len(plans))]
-            results, scopes, retained = [], [], set()
-            for plan, chunk in zip(plans, chunks):
-                status(f"forget {plan['kind']} while {len(chunk)} turns stream in")
-                streaming = threading.Thread(target=dep.produce, args=(chunk,))
-                requested_at = datetime.now(timezone.utc)
-                streaming.start()
-                started = time.perf_counter()
-                outcome = dep.forget(
-                    tenant=plan["tenant"],
-                    conversation=plan.get("conversation"),
-                    speaker=plan.get("speaker"),
-                    turn_ids=plan.get("turn_ids", []),
-                )
-                latency_ms = (time.perf_counter() - started) * 1000
-                streaming.join()
-                scopes.append(_scope(plan, requested_at))
-                retained |= set(outcome.retained)
-                results.append(
-                    {**plan, "parts": outcome.parts, "latency_ms": round(latency_ms, 1), "counts": outcome.counts}
-                )
+            status("worker stopped for a backup, then started again")
+            manifest = backup_between(dep, backup, lambda: dep.start_worker("erasure-after-backup"))
+            [worker] = dep.workers
+            results, scopes, retained = forget_while_streaming(dep, plans, second_half, status)
             dep.drain(timeout_s=1800, flush=False)
             status("kill -9, then a worker that replays every turn and flushes")
             worker.kill()
@@ -205,9 +293,11 @@ def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] 
             dep.stop_workers()
             status("counting copies")
             gone = forgotten_ids(streams, scopes)
-            remaining = count_remaining(dep, gone)
-            expected, found = kept_turns(dep, streams, gone)
+            with dep.store() as store:
+                remaining = {**count_remaining(store, gone), "window_or_buffer": count_held(dep, gone)}
+                expected, found = kept_turns(store, streams, gone)
             dead_letters = len(dep.dead_letters())
+            durable = check_record_and_backup(dep, backup, streams, gone, options, status)
         finally:
             dep.stop_workers()
     latencies = [r["latency_ms"] for r in results]
@@ -225,4 +315,6 @@ def run_erasure_bench(options: ErasureOptions, *, status: Callable[[str], None] 
         "retained_topics": sorted(retained),
         "topic_retention_s": dep.settings.topic_retention_s,
         "dead_letters": dead_letters,
+        "backup_points": sum(manifest.counts.values()),
+        **durable,
     }
