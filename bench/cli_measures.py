@@ -194,8 +194,11 @@ def tracing_overhead(
 
 def register(app: typer.Typer) -> None:
     """These commands, added to ``memstream bench``."""
+    from memstream.bench.cli_drill import drill
+
     app.command("changelog-bytes")(changelog_bytes)
     app.command("content-query-grid")(content_query_grid)
+    app.command("drill")(drill)
     app.add_typer(embed_device, name="embed-device")
     app.command("fill-recall")(fill_recall)
     app.command("grammar-speed")(grammar_speed)
