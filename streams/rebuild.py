@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Callable
 
 from memstream.adapters import open_store
-from memstream.adapters.generations import active_generation, exclusive_store, store_generations, switch_generation
+from memstream.adapters.generations import (
+    StoreLocked,
+    active_generation,
+    exclusive_store,
+    store_generations,
+    switch_generation,
+)
 from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.ports import Embedder, VectorStore
@@ -204,12 +210,17 @@ class Rebuild:
             if tail:
                 report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=True))
             return
-        with exclusive_store(self.settings):  # no worker writes the old generation from here on
-            if tail:
-                report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=False))
-            store.close()  # switched to closed, as workers open it next (closing again on the way out is a no-op)
-            switch_generation(self.settings, report.generation, drop_legacy=drop_legacy)
-            report.switched = True
+        try:
+            with exclusive_store(self.settings):  # no worker writes the old generation from here on
+                if tail:
+                    report.tail_reads, report.tail_applied = asyncio.run(self._tail(store, progress, until_quiet=False))
+                store.close()  # switched to closed, as workers open it next (closing again later is a no-op)
+                switch_generation(self.settings, report.generation, drop_legacy=drop_legacy)
+                report.switched = True
+        except StoreLocked as exc:
+            raise StoreLocked(
+                f"{exc} (generation {report.generation} is built and kept: run this again then)"
+            ) from None
 
     async def _tail(self, store: VectorStore, progress: BuildProgress, *, until_quiet: bool) -> tuple[int, int]:
         """Apply what the record gained since the build; with ``until_quiet``, again until a read holds

@@ -53,6 +53,10 @@ def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(mak
     before = pipe.ask(QUESTION, tenant="acme", conversation=conversation, answer=False)
     assert before.evidence
 
+    locked = memstream(pipe, "rebuild", "--switch")  # the embedded store is the running worker's
+    assert locked.returncode == 2 and "stop it first" in locked.stdout and "built and kept" in locked.stdout
+    assert active_generation(pipe.settings) == 0
+
     pipe.stop_workers()
     with pipe.store() as store:
         old = store_points(store, "acme")
