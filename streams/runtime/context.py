@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Callable, Mapping, Sequence
@@ -50,6 +51,9 @@ class WorkerContext:
         self.fence = fence  # no writes from a worker that was frozen until its group has rebalanced
         self.in_flight = 0  # events inside a handler now
         self.handled = 0  # events handled since start
+        # ... per stage (its agents together: "consolidate.run" counts as "consolidate"), for the watchdog
+        self.stage_in_flight: Counter[str] = Counter()
+        self.stage_handled: Counter[str] = Counter()
         self.ingesting = 0  # ingest-stage events inside a handler now
         self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
         self.lanes: dict[str, Lanes] = {}  # stage -> its work in progress, where it runs many at once
@@ -161,7 +165,9 @@ class WorkerContext:
         while self.fence.suspect():  # frozen lately: wait for the rebalance that tells who owns what
             await asyncio.sleep(0.5)
         ingest = stage in INGEST_STAGES
+        base = stage.split(".", 1)[0]
         self.in_flight += 1
+        self.stage_in_flight[base] += 1
         self.ingesting += ingest
         self.metrics.stage_in_flight.labels(stage).inc()
         self._show_queued(stage)
@@ -179,8 +185,10 @@ class WorkerContext:
             if not finished:
                 self.commits.left_unfinished(stage, msg.topic, msg.partition, msg.offset)
             self.in_flight -= 1
+            self.stage_in_flight[base] -= 1
             self.metrics.stage_in_flight.labels(stage).dec()
             self.handled += 1
+            self.stage_handled[base] += 1
             if ingest:
                 self.ingesting -= 1
                 self.last_ingest = time.monotonic()

@@ -1,14 +1,16 @@
-"""Two timers every worker runs: the watchdog, which recovers partitions that lag while nothing is
-handled, and the consumer-lag gauges."""
+"""Two timers every worker runs: the watchdog, which recovers partitions that lag while the stages
+reading them handle nothing, and the consumer-lag gauges."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from aiokafka import TopicPartition
+
+from memstream.topology import TOPOLOGY
 
 from ..lag import partition_lag
 from .context import WorkerContext
@@ -17,28 +19,43 @@ from .processes import EXIT_RESTART
 log = logging.getLogger(__name__)
 
 
+def quiet_topics(readers: Mapping[str, Sequence[str]], busy: set[str]) -> set[str]:
+    """The topics (logical names) none of whose reading stages is busy: only their lag can mean
+    stranded messages (a stage that handles or holds something is getting on with its own)."""
+    return {topic for topic, stages in readers.items() if not busy & set(stages)}
+
+
+def busy_stages(
+    stages: Sequence[str], in_flight: Mapping[str, int], handled: Mapping[str, int], last: Mapping[str, int]
+) -> set[str]:
+    """The stages with a message in a handler now, or that finished one since the last look."""
+    return {st for st in stages if in_flight.get(st, 0) or handled.get(st, 0) != last.get(st, 0)}
+
+
 def watchdog(ctx: WorkerContext) -> None:
-    """When this worker's partitions lag while every agent idles: seek them back to what is
-    unfinished, and if that does not help within ``stall_s``, exit for the supervisor to restart it.
+    """When partitions lag while the stages reading them idle: seek them back to what is unfinished,
+    and if that does not help within ``stall_s``, exit for the supervisor to restart it. Judged per
+    stage: a steady stream of questions keeps the query stage busy, not the ingest stages idle.
 
     faust-streaming 0.15 can strand messages fetched around a rebalance or table recovery: no
     agent ever gets them and their partition stops committing (``streams.runtime.offsets``). A seek or a
     restart redelivers them (at-least-once; every sink is idempotent).
     """
-    state: dict[str, Any] = {"last_handled": -1, "stuck_since": None, "rewound": False}
+    state: dict[str, Any] = {"last": {}, "stuck_since": None, "rewound": False}
     stall_s = ctx.s.stall_s
     own_prefix = ctx.s.topic_prefix + "."
+    stages = ctx.s.stage_list()
+    readers: dict[str, list[str]] = {}
+    for stage in stages:
+        for topic in TOPOLOGY[stage].inputs:
+            readers.setdefault(topic, []).append(stage)
 
     async def check() -> None:
-        if ctx.in_flight or ctx.handled != state["last_handled"]:
-            state["last_handled"], state["stuck_since"], state["rewound"] = ctx.handled, None, False
-            return
-        tps = [
-            TopicPartition(tp.topic, tp.partition)
-            for tp in ctx.app.consumer.assignment()
-            if tp.topic.startswith(own_prefix)
-        ]
-        lag = await partition_lag(ctx.s, ctx.app.conf.id, tps)
+        busy = busy_stages(stages, ctx.stage_in_flight, ctx.stage_handled, state["last"])
+        state["last"] = dict(ctx.stage_handled)
+        quiet = {own_prefix + topic for topic in quiet_topics(readers, busy)}
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in ctx.app.consumer.assignment() if tp.topic in quiet]
+        lag = await partition_lag(ctx.s, ctx.app.conf.id, tps) if tps else {}
         lagging = {f"{tp.topic}[{tp.partition}]": n for tp, n in lag.items() if n}
         if not lagging:
             state["stuck_since"], state["rewound"] = None, False
@@ -50,11 +67,11 @@ def watchdog(ctx: WorkerContext) -> None:
             state["rewound"] = True
             sought = await ctx.commits.rewind([(tp.topic, tp.partition) for tp, n in lag.items() if n])
             ctx.metrics.rewinds.inc(len(sought))
-            log.warning("partitions lag while every agent idles (%s): sought back %d of them", lagging, len(sought))
+            log.warning("partitions lag while their stages idle (%s): sought back %d of them", lagging, len(sought))
             return
         if now - state["stuck_since"] >= stall_s:
             log.error(
-                "partitions lag while every agent idles for %.0fs (%s): exiting for a restart (exit code %d)",
+                "partitions lag while their stages idle for %.0fs (%s): exiting for a restart (exit code %d)",
                 now - state["stuck_since"],
                 lagging,
                 EXIT_RESTART,
