@@ -197,7 +197,7 @@ class VectorStore(Protocol):
 
     def scan(self, collection: str, *, with_vectors: bool = False) -> Iterator[StoreHit]:
         """Every point of the collection, of every tenant, a page at a time. For operators' work on the
-        whole store (backup, backfilling the record) only: no query path reads with it."""
+        whole store (backup, syncing the record) only: no query path reads with it."""
         ...
 
     def retrieve(

@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
 
 from memstream.adapters import open_existing_store
 from memstream.config import Settings
@@ -99,37 +103,65 @@ def backup_points(folder: Path) -> Iterator[StoredPoint]:
                 yield StoredPoint.from_bytes(line)
 
 
-async def recorded_keys(settings: Settings) -> set[str]:
-    """Every key the record holds an entry for (a tombstone included), or none without a record."""
-    keys: set[str] = set()
+async def recorded_state(settings: Settings) -> dict[str, bytes | None]:
+    """What the record says of each key: a digest of the point's payload, or None for a tombstone
+    (empty without a record)."""
+    state: dict[str, bytes | None] = {}
     try:
         async with RecordLog(settings) as record:
             async for entries in record.read(None, await record.end_offsets(), batch=2000):
-                keys.update(e.key for e in entries)
+                for e in entries:
+                    state[e.key] = None if e.point is None else payload_digest(e.point.payload)
     except LookupError:
         pass
-    return keys
+    return state
 
 
-def backfill_record(settings: Settings, record: MemoryRecord, on_point: Callable[[], None] = lambda: None) -> int:
-    """Put in the record every point of the serving store it has no entry for: a store written before
-    the record existed (or with MEMSTREAM_RECORD_ENABLED off). A key the record has, even as a
-    tombstone, is left as the record says. Returns the points recorded."""
-    known = asyncio.run(recorded_keys(settings))
-    written = 0
+def payload_digest(payload: Mapping[str, Any]) -> bytes:
+    return hashlib.blake2b(orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+
+
+@dataclass
+class SyncCounts:
+    added: int = 0  # points the record had no entry for (or a tombstone)
+    updated: int = 0  # points the record held with another payload
+    removed: int = 0  # points the record held that the store no longer has: tombstoned
+
+
+def sync_record(settings: Settings, record: MemoryRecord, on_point: Callable[[], None] = lambda: None) -> SyncCounts:
+    """Make the record hold what the serving store holds: a store written before the record existed
+    (or with MEMSTREAM_RECORD_ENABLED off), or by workers of such a version beside this one (a
+    rollback: they rewrote and deleted points without recording). The store is taken as the truth,
+    so its writers (index, consolidate) must be stopped meanwhile; the embedded store's lock says so."""
+    said = asyncio.run(recorded_state(settings))
+    counts = SyncCounts()
+    seen: set[str] = set()
+    batch: list[tuple[str, bytes | None]] = []
+
+    def put(key: str, value: bytes | None) -> None:
+        batch.append((key, value))
+        on_point()
+        if len(batch) >= 500:
+            record.write(batch)
+            batch.clear()
+
     with contextlib.closing(open_existing_store(settings)) as store:
         embedder = built_with(store)
         for collection in COLLECTIONS:
-            batch: list[tuple[str, bytes | None]] = []
             for hit in store.scan(collection, with_vectors=settings.record_vectors):
                 key, value = record_entry(collection, hit.id, hit.payload, hit.vector, embedder)
-                if key not in known:
-                    batch.append((key, value))
-                    on_point()
-                if len(batch) >= 500:
-                    record.write(batch)
-                    written += len(batch)
-                    batch = []
-            record.write(batch)
-            written += len(batch)
-    return written
+                seen.add(key)
+                digest = said.get(key)
+                if digest is None:
+                    counts.added += 1
+                elif digest != payload_digest(hit.payload):
+                    counts.updated += 1
+                else:
+                    continue
+                put(key, value)
+    for key, digest in said.items():
+        if digest is not None and key not in seen:
+            counts.removed += 1
+            put(key, None)
+    record.write(batch)
+    return counts

@@ -16,7 +16,7 @@ from rich.table import Table
 from memstream.adapters import StoreNotFound
 from memstream.adapters.generations import StoreLocked, drop_generation
 from memstream.adapters.kafka_record import KafkaRecord
-from memstream.streams.backup import backfill_record, take_backup
+from memstream.streams.backup import sync_record, take_backup
 from memstream.streams.rebuild import Rebuild, RebuildRefused, RebuildReport
 from memstream.streams.services import Services
 from memstream.streams.topics import ensure_topics
@@ -87,24 +87,25 @@ record_app = typer.Typer(no_args_is_help=True, help="The store's durable record 
 cli.add_typer(record_app, name="record")
 
 
-@record_app.command("backfill")
-def record_backfill() -> None:
-    """Record every point of the serving store the record lacks: once, after upgrading from a version
-    without the record (or after running with MEMSTREAM_RECORD_ENABLED=false). The embedded store's
-    worker must be stopped."""
+@record_app.command("sync")
+def record_sync() -> None:
+    """Make the record hold what the serving store holds: once after upgrading from a version without
+    the record (or running with MEMSTREAM_RECORD_ENABLED=false), and after a rollback to such a
+    version. The store is taken as the truth: stop the workers that write it (index, consolidate)
+    meanwhile (the embedded store's worker must be stopped anyway)."""
     s = _settings()
     asyncio.run(ensure_topics(s))  # the record compacted, not made by a first write with the broker's defaults
     record = KafkaRecord(s)
-    with _progress("backfill") as progress:
+    with _progress("record sync") as progress:
         task = progress.add_task("points", total=None)
         try:
-            n = backfill_record(s, record, on_point=lambda: progress.advance(task))
+            counts = sync_record(s, record, on_point=lambda: progress.advance(task))
         except (StoreNotFound, RuntimeError) as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(2) from None
         finally:
             record.close()
-    console.print(f"{n} points recorded in {record.topic}")
+    console.print(f"{record.topic}: {counts.added} points added, {counts.updated} updated, {counts.removed} tombstoned")
 
 
 def _build(

@@ -19,7 +19,7 @@ from memstream.adapters import open_store
 from memstream.adapters.generations import active_generation, store_generations
 from memstream.bench.deployment import free_port
 from memstream.processors.operations.rebuild import load_progress
-from memstream.processors.write.index import CARDS
+from memstream.processors.write.index import CARDS, TURNS
 from memstream.streams.rebuild import Rebuild
 from memstream.streams.record_log import RecordLog
 from memstream.streams.services import Services
@@ -156,18 +156,34 @@ def test_a_backup_restored_after_the_store_is_lost_has_what_came_later_and_not_w
     assert later_ids <= {p["turn_id"] for p in after.values() if p.get("kind") == "turn"}
 
 
-def test_a_store_written_without_the_record_is_backfilled_into_it(make_pipeline):
-    _, turns, _ = first_sessions(1)
+def test_record_sync_makes_the_record_hold_what_a_store_written_without_it_holds(make_pipeline):
+    conversation, turns, _ = first_sessions(1)
     pipe = make_pipeline(MEMSTREAM_RECORD_ENABLED="false")  # as a version before the record wrote it
     pipe.start_worker("w1")
-    pipe.produce(turns)
+    pipe.produce(turns[: len(turns) // 2])
     pipe.drain()
     pipe.stop_workers()
     assert record_points(pipe.settings, "acme") == {}
-    done = memstream(pipe, "record", "backfill")
+    done = memstream(pipe, "record", "sync")
     assert done.returncode == 0, done.stdout + done.stderr
     with pipe.store() as store:
+        assert store_points(store, "acme") == record_points(pipe.settings, "acme")
+
+    # This version's worker goes on, then a rollback: one of an earlier version rewrites a point and
+    # deletes another without recording either.
+    pipe.start_worker("w2", env={"MEMSTREAM_RECORD_ENABLED": "true"})
+    pipe.produce(turns[len(turns) // 2 :])
+    pipe.drain()
+    pipe.stop_workers()
+    with pipe.store() as store:
+        [card] = store.scroll(CARDS, "acme", limit=1)
+        store.set_payload(CARDS, "acme", card.id, {"retired": True})
+        [turn] = store.scroll(TURNS, "acme", limit=1)
+        store.delete(TURNS, "acme", [turn.id])
         stored = store_points(store, "acme")
-    assert stored and record_points(pipe.settings, "acme") == stored
-    again = memstream(pipe, "record", "backfill")  # what the record has stays as it is
-    assert again.returncode == 0 and "0 points recorded" in again.stdout
+    done = memstream(pipe, "record", "sync")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 points added, 1 updated, 1 tombstoned" in done.stdout
+    assert record_points(pipe.settings, "acme") == stored
+    again = memstream(pipe, "record", "sync")
+    assert again.returncode == 0 and "0 points added, 0 updated, 0 tombstoned" in again.stdout

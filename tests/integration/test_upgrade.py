@@ -7,7 +7,7 @@ server (two workers with store stages cannot share the embedded store's folder).
 (no LLM); questions ask for evidence only.
 
 The earlier version does not write the durable record: what it stores is missing from the record
-until a backfill (printed, not asserted: a known gap of an upgrade from before the record)."""
+until a `memstream record sync` (printed, not asserted: a known gap of an upgrade from before the record)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def assert_nothing_lost_doubled_or_dead_lettered(pipe: Deployment, turns: list[T
     delivery = score_delivery(turns, points, points, writes)
     assert (delivery.lost, delivery.duplicated) == (0, 0), delivery  # no turn extracted in two writes
 
-    # The earlier version writes no record: the points it stored are missing from it (a backfill's job).
+    # The earlier version writes no record: the points it stored are missing from it (`memstream record sync`'s job).
     recorded = record_points(pipe.settings, TENANT)
     unrecorded = stored.keys() - recorded.keys()
     stale = [k for k in recorded.keys() & stored.keys() if recorded[k] != stored[k]]
