@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -67,7 +68,13 @@ def drill(
         workdir=workdir,
     )
     with run_progress(None) as (_, _, status):
-        result = run_drill(options, status=status)
+
+        def on_status(text: str) -> None:
+            status(text)
+            if not console.is_terminal:  # a log file gets a line per step (a live bar draws nothing there)
+                console.print(f"{time.strftime('%H:%M:%S')} {text}")
+
+        result = run_drill(options, status=on_status)
     table = Table(title=f"disaster drill: {result['turns']} turns, {result['recall_questions']} recall questions")
     for column in ("store", "way", "seconds", "points", "s / 10k points", "lost", "forgotten", "recall"):
         table.add_column(column, justify="left" if column in ("store", "way") else "right")

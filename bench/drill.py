@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from memstream.adapters import open_store
-from memstream.adapters.packaged_models import MPNET, ModelNotInstalled, model_path
+from memstream.adapters.packaged_models import MINILM, MPNET, ModelNotInstalled, model_path
 from memstream.bench import clusters
 from memstream.bench.cases import BenchQuestion, locomo_set
 from memstream.bench.chaos import Nodes
@@ -164,18 +164,16 @@ class StoreDrill:
         self.dep = Deployment(base, folder / "deployment", {**WORKER_ENV, **env})
         self.backup = folder / "backup"
         self.status: Callable[[str], None] = lambda text: None
-        self._embedder: Embedder | None = None
         self.last_recall: dict[str, Any] = {}  # of the latest recovery: the re-embed's "before"
 
     @property
     def embedded(self) -> bool:
         return not self.dep.settings.qdrant_url
 
-    @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = Services(self.dep.settings).embedder
-        return self._embedder
+        """A fresh embedder, as a recovery run by an operator has: no texts in its cache yet (one
+        shared by both recoveries made the second one's embedding partly free)."""
+        return Services(self.dep.settings).embedder
 
     def recall(self) -> dict[str, Any]:
         return ask_recall(self.dep.settings, self.data.questions, tenant=TENANT, timeout_s=self.options.ask_timeout_s)
@@ -221,6 +219,7 @@ class StoreDrill:
             "forgotten_remaining": sum(erasure["remaining"].values()),
             "erasure": erasure,
             "recall_equal": all(w["recall_changed"] == 0 for w in ways.values()),
+            "recall_lower": sum(w["recall_lower"] for w in ways.values()),
             "reembed": reembed,
             "dead_letters": len(self.dep.dead_letters()),
             "questions": questions,
@@ -290,7 +289,7 @@ class StoreDrill:
         asker.set_phase(f"recovery:{way}")
         self.status(f"recovering by {way}")
         backup = self.backup if way == "restore" else None
-        report: RebuildReport = Rebuild(self.dep.settings, self.embedder).run(switch=True, backup=backup)
+        report: RebuildReport = Rebuild(self.dep.settings, self.embedder()).run(switch=True, backup=backup)
         after = snapshot(self.dep.settings) if self.embedded else {}
         if self.embedded:
             self.dep.start_worker(f"drill-after-{way}")
@@ -312,7 +311,7 @@ class StoreDrill:
             **compare(before, after),
             "forgotten_points": forgotten_points(after.values(), self.data),
             "recall": {k: v for k, v in recall.items() if k != "found"},
-            "recall_changed": recall_changes(recall_before, recall),
+            **recall_changes(recall_before, recall),
         }
 
     def _reembed(self, asker: Asker) -> dict[str, Any]:
@@ -346,7 +345,7 @@ class StoreDrill:
         return {
             "skipped": False,
             "model": embedder.name,
-            "from_model": self.embedder.name,
+            "from_model": self.dep.settings.embedding_model or MINILM,
             "seconds": round(seconds, 1),
             "build_s": round(built.seconds, 1),
             "switch_s": round(report.seconds, 1),
@@ -355,7 +354,7 @@ class StoreDrill:
             "generation": report.generation,
             "recall_before": self.last_recall["recall"],
             "recall_after": recall["recall"],
-            "questions_changed": recall_changes(self.last_recall, recall),
+            **recall_changes(self.last_recall, recall),
         }
 
     def _erasure(self, before: Snapshot, ways: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -435,6 +434,7 @@ def run_drill(options: DrillOptions, *, status: Callable[[str], None] = lambda s
         "questions_error_replies": sum(r["questions_error_replies"] for r in runs.values()),
         "forgotten_remaining": sum(r["forgotten_remaining"] for r in runs.values()),
         "recall_equal": all(r["recall_equal"] for r in runs.values()),
+        "recall_lower": sum(r["recall_lower"] for r in runs.values()),
         "recovery_s_per_10k_points": {
             kind: {way: r["recoveries"][way]["seconds_per_10k_points"] for way in WAYS} for kind, r in runs.items()
         },

@@ -150,9 +150,12 @@ def ask_recall(settings: Settings, questions: Sequence[BenchQuestion], *, tenant
     return asyncio.run(go())
 
 
-def recall_changes(before: dict[str, Any], after: dict[str, Any]) -> int:
-    """Questions whose found gold turns differ between two ``ask_recall`` results."""
-    return sum(after["found"].get(qid) != turns for qid, turns in before["found"].items())
+def recall_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """Questions whose found gold turns differ between two ``ask_recall`` results, and of those the
+    ones that found fewer afterwards (an error reply finds none)."""
+    changed = [(turns or [], after["found"].get(qid) or []) for qid, turns in before["found"].items()]
+    changed = [(old, new) for old, new in changed if old != new]
+    return {"recall_changed": len(changed), "recall_lower": sum(len(new) < len(old) for old, new in changed)}
 
 
 PHASE_COLORS = {"disaster": "tab:red", "recovery": "tab:orange", "reembed": "tab:blue"}
