@@ -390,9 +390,13 @@ class StoreDrill:
 def drill_services(options: DrillOptions, status: Callable[[str], None]) -> Iterator[tuple[Settings, dict[str, str]]]:
     """The brokers and the Qdrant server the drill runs on: (the deployments' base settings, the
     server store's environment); stopped on the way out when the drill started them."""
+    workdir = absolute_path(options.workdir)
+    # An earlier run's nodes go: their state names other ports.
+    for old in ("kafka-cluster", "qdrant-cluster", "qdrant-node"):
+        shutil.rmtree(workdir / old, ignore_errors=True)
     with contextlib.ExitStack() as running:
         if options.cluster:
-            nodes = Nodes(absolute_path(options.workdir), status)
+            nodes = Nodes(workdir, status)
             status("starting 3 Kafka brokers and 3 Qdrant nodes")
             running.callback(nodes.stop)
             nodes.start()
@@ -403,7 +407,7 @@ def drill_services(options: DrillOptions, status: Callable[[str], None]) -> Iter
         url = options.qdrant_url
         if url is None and "server" in options.stores:
             port = clusters.free_base_port(34333, [0, 1, 2])
-            node = clusters.LocalCluster("qdrant", absolute_path(options.workdir / "qdrant-node"), port, 1)
+            node = clusters.LocalCluster("qdrant", workdir / "qdrant-node", port, 1)
             status("starting a Qdrant node")
             running.callback(node.stop)
             node.start()
