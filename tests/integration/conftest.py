@@ -187,3 +187,8 @@ def record_points(settings, tenant: str) -> dict[str, dict]:
     """The durable record's live points of ``tenant`` (the latest entry of each key, tombstones left out)."""
     live = asyncio.run(live_points(settings))
     return {key: dict(p.payload) for key, p in live.items() if p.tenant_id == tenant}
+
+
+def store_outages(port: int | None) -> float:
+    """How often a worker's stages met the vector store unavailable (held their message)."""
+    return sum(s.value for s in worker_samples(port) if s.name == "memstream_store_unavailable_total")

@@ -13,13 +13,12 @@ import pytest
 from qdrant_client import QdrantClient
 
 from memstream.adapters.generations import active_generation
-from memstream.bench.deploy import worker_samples
 from memstream.bench.deployment import Deployment
 from memstream.processors.write.index import TURNS
 from memstream.streams.rebuild import Rebuild
 from memstream.streams.services import Services
 
-from .conftest import first_sessions, record_points, store_points
+from .conftest import first_sessions, record_points, store_outages, store_points
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 QUESTION = "What did they talk about?"
@@ -103,7 +102,7 @@ def test_with_every_collection_deleted_writes_wait_questions_get_an_error_and_a_
 
         pipe.produce(during)
         deadline = time.monotonic() + 120
-        while outages(worker.metrics_port) == 0:
+        while store_outages(worker.metrics_port) == 0:
             assert time.monotonic() < deadline, "the index stage should find the store gone"
             time.sleep(1)
         asked = time.monotonic()
@@ -125,7 +124,3 @@ def test_with_every_collection_deleted_writes_wait_questions_get_an_error_and_a_
         raw = {h.payload["turn_id"] for h in store.scroll(TURNS, "acme", limit=100_000)}
     assert raw == {t.turn_id for t in turns}
     assert served == record_points(pipe.settings, "acme")
-
-
-def outages(port: int | None) -> float:
-    return sum(s.value for s in worker_samples(port) if s.name == "memstream_store_unavailable_total")

@@ -9,17 +9,12 @@ import time
 import pytest
 
 from memstream.adapters.qdrant_store import QdrantStore
-from memstream.bench.deploy import worker_samples
 from memstream.processors.write.index import TURNS
 from tests.qdrant_servers import started
 
-from .conftest import first_sessions
+from .conftest import first_sessions, store_outages
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
-
-
-def outages(port: int | None) -> float:
-    return sum(s.value for s in worker_samples(port) if s.name == "memstream_store_unavailable_total")
 
 
 def test_a_store_outage_holds_the_messages_answers_questions_with_an_error_and_loses_nothing(make_pipeline, tmp_path):
@@ -36,7 +31,7 @@ def test_a_store_outage_holds_the_messages_answers_questions_with_an_error_and_l
         pipe.produce(during)
         # The buffer flushes on idle: the new cards reach the index stage, which cannot write them.
         deadline = time.monotonic() + 120
-        while outages(worker.metrics_port) == 0:
+        while store_outages(worker.metrics_port) == 0:
             assert time.monotonic() < deadline, "the index stage should meet the outage"
             time.sleep(1)
         asked = time.monotonic()
