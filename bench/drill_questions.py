@@ -150,12 +150,17 @@ def ask_recall(settings: Settings, questions: Sequence[BenchQuestion], *, tenant
     return asyncio.run(go())
 
 
-def recall_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+def recall_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Questions whose found gold turns differ between two ``ask_recall`` results, and of those the
-    ones that found fewer afterwards (an error reply finds none)."""
-    changed = [(turns or [], after["found"].get(qid) or []) for qid, turns in before["found"].items()]
-    changed = [(old, new) for old, new in changed if old != new]
-    return {"recall_changed": len(changed), "recall_lower": sum(len(new) < len(old) for old, new in changed)}
+    ones that found fewer afterwards (an error reply finds none); each changed one named with its
+    gold turns found before and after."""
+    pairs = {qid: (turns or [], after["found"].get(qid) or []) for qid, turns in before["found"].items()}
+    changed = {qid: {"before": old, "after": new} for qid, (old, new) in pairs.items() if old != new}
+    return {
+        "recall_changed": len(changed),
+        "recall_lower": sum(len(c["after"]) < len(c["before"]) for c in changed.values()),
+        "recall_changed_questions": changed,
+    }
 
 
 PHASE_COLORS = {"disaster": "tab:red", "recovery": "tab:orange", "reembed": "tab:blue"}
