@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memstream.settings.consolidation import ConsolidationSettings
@@ -40,6 +41,18 @@ class Settings(
     groups of memstream/settings/, and what is derived from more than one of them."""
 
     model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=".env", extra="ignore")
+
+    @model_validator(mode="after")
+    def _evict_after_idle_work(self) -> Self:
+        # An entry is deleted only once its idle flush and its sleep-time run are done with it: an
+        # eviction sooner would race them (a buffer's turns are deleted before their flush).
+        floor = max(self.stm_idle_s, self.sleep_idle_s)
+        if self.state_evict_idle_s <= floor:
+            raise ValueError(
+                f"MEMSTREAM_STATE_EVICT_IDLE_S ({self.state_evict_idle_s:g}) must exceed MEMSTREAM_STM_IDLE_S "
+                f"and MEMSTREAM_SLEEP_IDLE_S ({floor:g})"
+            )
+        return self
 
     def stage_list(self) -> list[str]:
         if self.stages.strip() in ("", "all"):

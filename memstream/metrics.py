@@ -175,6 +175,15 @@ class WritePathMetrics:
     stm_buffer_conversations = declare(
         Gauge, "memstream_stm_buffer_conversations", "Conversations with turns in their STM buffer on this worker"
     )
+    state_evicted = declare(
+        Counter,
+        "memstream_state_evicted_total",
+        "Per-conversation table entries deleted after STATE_EVICT_IDLE_S with nothing in flight, by stage",
+        ["stage"],
+    )
+    state_entries = declare(
+        Gauge, "memstream_state_entries", "Per-conversation table entries this worker holds, by stage", ["stage"]
+    )
     extract_mode = declare(
         Counter, "memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"]
     )

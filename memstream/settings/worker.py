@@ -32,6 +32,13 @@ class WorkerSettings(BaseModel):
         30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"
     )
 
+    state_evict_idle_s: float = Field(
+        86400.0,
+        gt=0,
+        description="A conversation's table entries (window, buffer, consolidation marks) that hold nothing in "
+        "flight are deleted after this many idle seconds; must exceed STM_IDLE_S and SLEEP_IDLE_S",
+    )
+
     @property
     def kafka_data_dir(self) -> Path:
         """Where the local broker (memstream up, infra/kafka/kafka.sh) keeps its data."""

@@ -33,6 +33,14 @@ def is_asleep(state: PendingState, now: float, idle_s: float) -> bool:
     return bool(state["cards"]) and now - quiet_since >= idle_s
 
 
+def pending_evictable(state: PendingState, now: float, evict_idle_s: float) -> bool:
+    """No card waits and neither a write nor a run touched the conversation for ``evict_idle_s``:
+    its entry may be deleted. A later write starts a new one; a command from before the deletion
+    finds nothing pending and does nothing (``run_needed``)."""
+    quiet_since = max(state.get("last_write", 0.0), state.get("last_run", 0.0))
+    return not state.get("cards") and now - quiet_since >= evict_idle_s
+
+
 def run_needed(state: PendingState | None, requested_at: datetime, scope: Scope) -> bool:
     """A command runs unless a run as of its time (or later) is done -- a broadcast reaches a worker
     once per partition it holds, and a command can come back after its run finished -- or, for

@@ -92,6 +92,12 @@ def turn_point_exists(store: VectorStore, tenant_id: str, conversation_id: str, 
     return store.count(TURNS, tenant_id, where=where) > 0
 
 
+def has_turn_position_from(store: VectorStore, tenant_id: str, conversation_id: str, position: int) -> bool:
+    """The store holds a numbered turn of the conversation at ``position`` or later."""
+    where = StoreFilter(equals={"conversation_id": conversation_id}, range_ts={"seq": (float(position), None)})
+    return store.count(TURNS, tenant_id, where=where) > 0
+
+
 def index_fresh_turn(fresh: FreshTurn, embedder: Embedder, store: VectorStore) -> bool:
     """Write the fresh turn's point unless the turn has one already: from its flush's write (a fresh
     turn delivered again after it must not undo it) or from an earlier delivery. Returns whether it

@@ -189,6 +189,31 @@ def window_is_idle(state: SegmenterState, now: float, idle_s: float) -> bool:
     return bool(state.pending) and now - state.last_activity >= idle_s
 
 
+def window_evictable(state: SegmenterState, now: float, evict_idle_s: float) -> bool:
+    """The window holds no turn (every one emitted) and none came for ``evict_idle_s``: its entry may
+    be deleted. What it forgets is harmless: the next turn opens a new topic, a redelivery older than
+    the entry is long committed, and its position comes back from the store (``highest_position``)."""
+    return not state.pending and now - state.last_activity >= evict_idle_s
+
+
+def highest_position(has_position_from: Callable[[int], bool]) -> int | None:
+    """The highest turn position of a conversation, given ``has_position_from(p)``: whether it holds
+    a turn at position ``p`` or later (None: no numbered turn). Doubling then bisecting: about
+    2·log2(n) questions for n turns, one for a conversation never seen."""
+    if not has_position_from(0):
+        return None
+    below, above = 0, 1  # has_position_from(below) holds; has_position_from(above) is not known yet
+    while has_position_from(above):
+        below, above = above, above * 2
+    while above - below > 1:
+        middle = (below + above) // 2
+        if has_position_from(middle):
+            below = middle
+        else:
+            above = middle
+    return below
+
+
 class Segmenter:
     """Feeds turns through the sensory window; returns the turns it can now assign to segments."""
 

@@ -116,6 +116,12 @@ def is_idle(state: StmState, now: float, policy: StmPolicy) -> bool:
     return bool(state.groups) and now - state.last_activity >= policy.idle_s
 
 
+def buffer_evictable(state: StmState, now: float, evict_idle_s: float) -> bool:
+    """The buffer holds no turn (all flushed) and none came for ``evict_idle_s``: its entry may be
+    deleted (only its recent turn ids go, long past any redelivery)."""
+    return not state.groups and now - state.last_activity >= evict_idle_s
+
+
 def buffer_step(
     data: Any, message: SegmentedTurn | StmTick, now: float, policy: StmPolicy
 ) -> tuple[dict[str, Any], list[StmFlush], bool]:

@@ -70,6 +70,8 @@ class WorkerContext:
         self.save_state = self.tables.save_state
         self.already_applied = self.tables.already_applied
         self.idle_timer = self.tables.idle_timer
+        self.evict_timer = self.tables.evict_timer
+        self.delete_state = self.tables.delete_state
 
     def agent(
         self,

@@ -117,6 +117,15 @@ async def write_table(table: Any, key: str, value: Any) -> None:
     await table.send_changelog(table.partition_for_key(key), key, value)  # a future: delivered when done
 
 
+async def delete_table_entry(table: Any, key: str) -> None:
+    """Delete a table entry and wait until its tombstone (a null value) is on the broker: log
+    compaction then drops the entry's earlier records, and a recovery from the changelog no longer
+    brings it back. Durable before it returns, like :func:`write_table`."""
+    if key in table.data:
+        del table.data[key]
+    await table.send_changelog(table.partition_for_key(key), key, value=None, value_serializer="raw")
+
+
 # --- topic declarations --------------------------------------------------------------------------
 
 DECLARE_RETRY_S = 1.0  # between two tries of a declaration: a fresh metadata view meanwhile

@@ -55,6 +55,33 @@ class Tables:
             value = replay.stamped(value, source.partition, source.offset)
         await faust_compat.write_table(table, key, value)
 
+    async def delete_state(self, stage: str, table: TableT, key: str) -> None:
+        """Delete a conversation's entry (it went quiet with nothing in flight) and wait until its
+        tombstone is on the broker: the changelog's compaction frees its space, a recovery does not
+        bring it back, and the handler's offset commits only after. Counted per stage."""
+        self.fence.check()
+        await faust_compat.delete_table_entry(table, key)
+        self.metrics.state_evicted.labels(stage).inc()
+
+    def evict_timer(
+        self,
+        stage: str,
+        table: TableT,
+        evictable: Callable[[dict[str, Any]], bool],
+        topic: str,
+        tick: Callable[[str, str], Payload],
+    ) -> None:
+        """Every ``stm_tick_s``, send a tick to the partition of each conversation whose entry in
+        ``table`` may go (``evictable``): the stage deletes it inside stream processing, in order
+        with the conversation's messages, never from a side thread. Also keeps the gauge of the
+        entries this worker holds."""
+        self.idle_timer(f"{TOPOLOGY[stage].table}.evict", table, evictable, topic, tick)
+
+        async def count() -> None:
+            self.metrics.state_entries.labels(stage).set(len(table))
+
+        self.app.timer(interval=self.s.stm_tick_s, name=f"memstream.{stage}.entries")(count)
+
     def already_applied(self, stage: str, value: Any, record: Record) -> bool:
         """The table entry ``value`` reflects ``record`` already (saved with it as ``source``, or a
         later one): a replay after a worker died between the entry's write and the offset commit.

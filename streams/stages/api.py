@@ -127,6 +127,20 @@ class StageContext(Protocol):
         """Every ``stm_tick_s``, send a tick to the partition of each conversation whose state in
         ``table`` is idle."""
 
+    def evict_timer(
+        self,
+        stage: str,
+        table: TableT,
+        evictable: Callable[[dict[str, Any]], bool],
+        topic: str,
+        tick: Callable[[str, str], Payload],
+    ) -> None:
+        """Every ``stm_tick_s``, send a tick to the partition of each conversation whose entry in
+        ``table`` may be evicted; the stage deletes it (``delete_state``) when it handles the tick."""
+
+    async def delete_state(self, stage: str, table: TableT, key: str) -> None:
+        """Delete a table entry and wait until its tombstone is on the broker."""
+
     async def send(
         self, topic: str, key: bytes, value: bytes, partition: int | None = None, *, traceparent: str | None = None
     ) -> Awaitable[Any]:

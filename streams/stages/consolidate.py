@@ -26,6 +26,7 @@ from memstream.processors.consolidation.sleep import (
     finish_run,
     is_asleep,
     mark_pending,
+    pending_evictable,
     run_needed,
 )
 from memstream.processors.forgetting.forget import ForgetScope, existing_cards, scrub_pending
@@ -181,6 +182,9 @@ class Consolidation:
             return self.fan_out(command)
         key = command.key
         state = self.pending.get(key)
+        if command.reason == "idle" and state and self.evictable(state):
+            await self.ctx.delete_state(STAGE, self.pending, key)
+            return StageResult()
         if not run_needed(state, command.requested_at, command.scope):
             return StageResult()
         # A run joins many writes: a trace of its own, linked to each write's.
@@ -266,6 +270,9 @@ class Consolidation:
         await asyncio.to_thread(self.apply, update)
         return StageResult()
 
+    def evictable(self, data: dict[str, Any]) -> bool:
+        return pending_evictable(data, time.time(), self.s.state_evict_idle_s)
+
     def asleep(self, data: dict[str, Any]) -> bool:
         return is_asleep(data, time.time(), self.s.sleep_idle_s)
 
@@ -300,6 +307,16 @@ def register(ctx: StageContext) -> None:
         TOPICS.table,
         stage.pending,
         stage.asleep,
+        stage.control,
+        lambda tenant, conv: ConsolidateCommand(
+            tenant_id=tenant, conversation_id=conv, reason="idle", requested_at=datetime.now(timezone.utc)
+        ),
+    )
+    # A conversation with nothing pending, quiet for STATE_EVICT_IDLE_S, leaves the table by the same command.
+    ctx.evict_timer(
+        STAGE,
+        stage.pending,
+        stage.evictable,
         stage.control,
         lambda tenant, conv: ConsolidateCommand(
             tenant_id=tenant, conversation_id=conv, reason="idle", requested_at=datetime.now(timezone.utc)

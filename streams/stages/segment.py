@@ -10,7 +10,14 @@ from datetime import datetime, timezone
 from typing import Any, get_args
 
 from memstream.processors.forgetting.forget import scrub_window
-from memstream.processors.write.segment import Segmenter, SegmenterState, window_is_idle
+from memstream.processors.write.index import has_turn_position_from
+from memstream.processors.write.segment import (
+    Segmenter,
+    SegmenterState,
+    highest_position,
+    window_evictable,
+    window_is_idle,
+)
 from memstream.schemas import CompressedTurn, Forget, SegmentedTurn, StmTick, WindowTick, decode_compressed_message
 from memstream.topology import TOPOLOGY
 
@@ -40,6 +47,15 @@ def register(ctx: StageContext) -> None:
         list(params.heads) or "upper layers",
     )
 
+    # A conversation whose window was evicted (or never seen) continues its positions after the
+    # highest the store holds. Only where this worker may open the store: an embedded store is one
+    # process's, so an ingest-only worker beside the store's worker numbers from 0 as before.
+    positions_from_store = s.qdrant_url is not None or bool({"index", "query", "consolidate"} & set(s.stage_list()))
+
+    def first_position(tenant_id: str, conversation_id: str) -> int:
+        highest = highest_position(lambda p: has_turn_position_from(services.store, tenant_id, conversation_id, p))
+        return 0 if highest is None else highest + 1
+
     forget_in_windows = held_turns_forget(ctx, states, SegmenterState, scrub_window, "window:segmenter", out_topic)
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
@@ -57,6 +73,9 @@ def register(ctx: StageContext) -> None:
         # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
         # in event order.
         if isinstance(message, WindowTick):
+            if data and not message.force and window_evictable(state, time.time(), s.state_evict_idle_s):
+                await ctx.delete_state(STAGE, states, message.key)
+                return StageResult()
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
                 return StageResult()  # a turn arrived after the tick was sent
             outs = [Out(out_topic, seg.key, seg) for seg in await asyncio.to_thread(segmenter.drain, state)]
@@ -71,6 +90,8 @@ def register(ctx: StageContext) -> None:
             outs.append(Out(out_topic, message.key, tick))
         else:
             turn_id = message.turn.turn_id
+            if data is None and positions_from_store:
+                state.next_seq = await asyncio.to_thread(first_position, message.tenant_id, message.conversation_id)
             if record.traceparent and turn_id not in (data or {}).get("seen", ()):
                 # The window may emit this turn while handling a later message: it carries on this
                 # handling's trace, not that one's.
@@ -98,6 +119,14 @@ def register(ctx: StageContext) -> None:
     )
     init_series(ctx.metrics.embedded_texts, ("computed", "cached"))
 
+    # A quiet, empty window is deleted by the same tick (then nothing is idle: it has no turn).
+    ctx.evict_timer(
+        STAGE,
+        states,
+        lambda data: window_evictable(SegmenterState.from_dict(data), time.time(), s.state_evict_idle_s),
+        in_topic,
+        lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
+    )
     # An idle window drains through its own partition: the tick goes to the stage's input topic.
     ctx.idle_timer(
         TOPICS.table,

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, get_args
 
 from memstream.processors.forgetting.forget import scrub_buffer
-from memstream.processors.write.stm import StmPolicy, StmState, buffer_step, is_idle
+from memstream.processors.write.stm import StmPolicy, StmState, buffer_evictable, buffer_step, is_idle
 from memstream.schemas import SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
 from memstream.topology import TOPOLOGY
@@ -30,6 +30,10 @@ def register(ctx: StageContext) -> None:
     on_forget = held_turns_forget(ctx, buffers, StmState, scrub_buffer, "buffer:stm", out_topic)
 
     async def handle(record: Record, message: SegmentedTurn | StmTick, data: Any) -> StageResult:
+        if isinstance(message, StmTick) and not message.force and not message.conversation_idle:
+            if data and buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_idle_s):
+                await ctx.delete_state(STAGE, buffers, message.key)
+                return StageResult()
         state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
         if duplicate:
             ctx.metrics.stm_duplicates.inc()
@@ -64,6 +68,13 @@ def register(ctx: StageContext) -> None:
 
     ctx.app.timer(interval=5.0, name="memstream.stm.gauges")(buffer_gauges)
 
+    ctx.evict_timer(
+        STAGE,
+        buffers,
+        lambda data: buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_idle_s),
+        in_topic,
+        lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
+    )
     ctx.idle_timer(
         TOPICS.table,
         buffers,
