@@ -44,12 +44,12 @@ class Settings(
 
     @model_validator(mode="after")
     def _evict_after_idle_work(self) -> Self:
-        # An entry is deleted only once its idle flush and its sleep-time run are done with it: an
-        # eviction sooner would race them (a buffer's turns are deleted before their flush).
+        # An entry is meant to go after its idle flush and its sleep-time run (it is evictable only
+        # when they left nothing in it). Equal is allowed: a day for both is a common setting.
         floor = max(self.stm_idle_s, self.sleep_idle_s)
-        if self.state_evict_idle_s <= floor:
+        if self.state_evict_idle_s < floor:
             raise ValueError(
-                f"MEMSTREAM_STATE_EVICT_IDLE_S ({self.state_evict_idle_s:g}) must exceed MEMSTREAM_STM_IDLE_S "
+                f"MEMSTREAM_STATE_EVICT_IDLE_S ({self.state_evict_idle_s:g}) must be at least MEMSTREAM_STM_IDLE_S "
                 f"and MEMSTREAM_SLEEP_IDLE_S ({floor:g})"
             )
         return self

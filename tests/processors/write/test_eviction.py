@@ -61,4 +61,5 @@ def test_eviction_must_wait_for_the_idle_flush_and_the_sleep_run():
     with pytest.raises(ValidationError, match="STATE_EVICT_IDLE_S"):
         Settings(state_evict_idle_s=20, stm_idle_s=30, sleep_idle_s=10)
     assert Settings(state_evict_idle_s=601, sleep_idle_s=600).state_evict_idle_s == 601
+    assert Settings(state_evict_idle_s=DAY, sleep_idle_s=DAY).state_evict_idle_s == DAY
     assert Settings().state_evict_idle_s == DAY
