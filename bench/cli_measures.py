@@ -195,6 +195,7 @@ def tracing_overhead(
 def register(app: typer.Typer) -> None:
     """These commands, added to ``memstream bench``."""
     from memstream.bench.cli_drill import drill
+    from memstream.bench.cli_soak import soak
 
     app.command("changelog-bytes")(changelog_bytes)
     app.command("content-query-grid")(content_query_grid)
@@ -204,5 +205,6 @@ def register(app: typer.Typer) -> None:
     app.command("grammar-speed")(grammar_speed)
     app.command("prompt-tokens")(prompt_tokens)
     app.command("query-steps")(query_steps)
+    app.command("soak")(soak)
     app.command("trace-figures")(trace_figures)
     app.command("tracing-overhead")(tracing_overhead)
