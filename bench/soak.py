@@ -139,16 +139,17 @@ class Workload:
         )
 
 
-def folder_bytes(path: Path, *, name_has: str = "") -> int:
-    """Bytes of the files under ``path`` (only in its entries whose name holds ``name_has``)."""
+def folder_bytes(path: Path, *, name_has: str = "", suffix: str = "") -> int:
+    """Bytes of the files under ``path`` (only in its entries whose name holds ``name_has``, only files
+    ending in ``suffix``): their length, not the space the broker preallocates for its indexes."""
     total = 0
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(path):
             if name_has and name_has not in entry.name:
                 continue
             if entry.is_dir(follow_symlinks=False):
-                total += folder_bytes(Path(entry.path))
-            elif entry.is_file(follow_symlinks=False):
+                total += folder_bytes(Path(entry.path), suffix=suffix)
+            elif entry.is_file(follow_symlinks=False) and entry.name.endswith(suffix):
                 with contextlib.suppress(FileNotFoundError):
                     total += entry.stat().st_size
     return total
@@ -284,7 +285,7 @@ class Soak:
         settings = self.dep.settings
         rss = await asyncio.to_thread(tree_rss_bytes, worker.process.pid)
         table_dir = await asyncio.to_thread(folder_bytes, settings.data_dir / "workers")
-        changelog = await asyncio.to_thread(folder_bytes, self.broker_data, name_has="-changelog-")
+        changelog = await asyncio.to_thread(folder_bytes, self.broker_data, name_has="-changelog-", suffix=".log")
         lag = await topics_lag(settings, self.dep.reading(DRAIN_TOPICS))
         tables = await asyncio.to_thread(table_metrics, worker.metrics_port)
         store_rss = await asyncio.to_thread(tree_rss_bytes, self.store_pid) if self.store_pid else 0

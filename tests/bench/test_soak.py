@@ -66,4 +66,6 @@ def test_folder_bytes_sums_files_in_the_entries_named(tmp_path: Path):
     (tmp_path / "turns-0" / "y.log").write_bytes(b"y" * 50)
     assert folder_bytes(tmp_path) == 150
     assert folder_bytes(tmp_path, name_has="-changelog-") == 100
+    (tmp_path / "a-changelog-0" / "x.index").write_bytes(b"i" * 1000)  # the broker's preallocated index
+    assert folder_bytes(tmp_path, name_has="-changelog-", suffix=".log") == 100
     assert folder_bytes(tmp_path / "missing") == 0
