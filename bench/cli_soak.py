@@ -20,7 +20,7 @@ def soak(
     ),
     long_conversations: int = typer.Option(4, min=0, help="Conversations that speak throughout"),
     evict_idle: float = typer.Option(
-        180.0, min=1, help="MEMSTREAM_STATE_EVICT_IDLE_S of the worker (above --stm-idle and --sleep-idle)"
+        180.0, min=1, help="MEMSTREAM_STATE_EVICT_IDLE_S of the worker (at least --stm-idle and --sleep-idle)"
     ),
     stm_idle: float = typer.Option(15.0, min=1, help="MEMSTREAM_STM_IDLE_S of the worker"),
     sleep_idle: float = typer.Option(60.0, min=1, help="MEMSTREAM_SLEEP_IDLE_S of the worker"),
