@@ -34,6 +34,20 @@ INT_FIELDS = ("seq",)
 BOOL_FIELDS = ("retired", "fresh")  # consolidation: out of the current view; raw turns not yet flushed
 
 SCROLL_PAGE = 256
+# Hits of equal score come back in the engine's storage order, which a rebuild or a restore changes:
+# a few more are fetched and equal scores ordered by point id, so the same points answer the same
+# query however the store was built (tied texts beyond the margin at the cut still follow storage order).
+TIE_MARGIN = 16
+
+
+def with_tie_margin(limit: int) -> int:
+    """The limit asked of the engine (a limit below 1 goes as it is, for the engine to refuse)."""
+    return limit + TIE_MARGIN if limit > 0 else limit
+
+
+def canonical_order(hits: list[StoreHit], limit: int) -> list[StoreHit]:
+    """The best ``limit`` hits, equal scores ordered by point id."""
+    return sorted(hits, key=lambda h: (-h.score, h.id))[:limit]
 
 
 def dimension_mismatch(full: str, stored: object, dim: int) -> ValueError:
@@ -221,7 +235,8 @@ class TenantScopedStore(Generic[Handle, Filter]):
         with_vectors: bool = False,
     ) -> list[StoreHit]:
         flt = self.tenant_filter(tenant_id, where)
-        return self._nearest(collection, flt, list(map(float, vector)), None, limit, with_vectors)
+        hits = self._nearest(collection, flt, list(map(float, vector)), None, with_tie_margin(limit), with_vectors)
+        return canonical_order(hits, limit)
 
     def search_text(
         self,
@@ -238,7 +253,10 @@ class TenantScopedStore(Generic[Handle, Filter]):
         indices, values = self._bm25.query(text)
         if not indices:  # stopwords or punctuation only: nothing can match
             return []
-        return self._nearest(collection, flt, self._sparse(indices, values), self._sparse_name, limit, with_vectors)
+        query = self._sparse(indices, values)
+        return canonical_order(
+            self._nearest(collection, flt, query, self._sparse_name, with_tie_margin(limit), with_vectors), limit
+        )
 
     def scroll(
         self,

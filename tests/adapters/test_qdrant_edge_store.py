@@ -394,6 +394,29 @@ def test_with_vectors_returns_the_stored_dense_vector(store):
     assert all(h.vector is None for h in store.search_text(COLL, "t1", "Maria Pixel Alps"))
 
 
+def test_tied_hits_are_the_same_whatever_order_the_points_were_written_in(kind, tmp_path):
+    """A rebuild or a restore writes the points in another order: equal scores are ordered by id, so
+    the cut at ``limit`` keeps the same points (the engine alone keeps storage order)."""
+    tied = [StorePoint(pid(i), unit(1, 0, 0, 0), {"tenant_id": "t1"}, "see you at the lake") for i in range(40, 52)]
+    other = StorePoint(pid(60), unit(1, 1, 0, 0), {"tenant_id": "t1"}, "the lake was cold")
+    answers = []
+    for order, points in (("forward", [other, *tied]), ("reversed", [*reversed(tied), other])):
+        s = _open(kind, tmp_path / order)
+        try:
+            s.ensure_collections([COLL], DIM)
+            s.upsert(COLL, points)
+            answers.append(
+                (
+                    [h.id for h in s.search(COLL, "t1", unit(1, 0, 0, 0), limit=5)],
+                    [h.id for h in s.search_text(COLL, "t1", "see you lake", limit=5)],
+                )
+            )
+        finally:
+            s.close()
+    assert answers[0] == answers[1]
+    assert answers[0][0] == [pid(i) for i in range(40, 45)]
+
+
 def test_bm25_survives_close_and_reopen(kind, tmp_path):
     s = closed_and_reopened(kind, tmp_path / "q", fill_docs)
     try:
