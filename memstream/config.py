@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Self
+from typing import Literal
 
-from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memstream.settings.consolidation import ConsolidationSettings
@@ -42,17 +41,12 @@ class Settings(
 
     model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=".env", extra="ignore")
 
-    @model_validator(mode="after")
-    def _evict_after_idle_work(self) -> Self:
-        # An entry is meant to go after its idle flush and its sleep-time run (it is evictable only
-        # when they left nothing in it). Equal is allowed: a day for both is a common setting.
-        floor = max(self.stm_idle_s, self.sleep_idle_s)
-        if self.state_evict_idle_s < floor:
-            raise ValueError(
-                f"MEMSTREAM_STATE_EVICT_IDLE_S ({self.state_evict_idle_s:g}) must be at least MEMSTREAM_STM_IDLE_S "
-                f"and MEMSTREAM_SLEEP_IDLE_S ({floor:g})"
-            )
-        return self
+    @property
+    def state_evict_after_s(self) -> float:
+        """Idle seconds before a quiet conversation's table entries go: STATE_EVICT_IDLE_S, and never
+        before its idle flush and its sleep-time run are due (a deployment that turns consolidation off
+        with a huge SLEEP_IDLE_S keeps its entries as long)."""
+        return max(self.state_evict_idle_s, self.stm_idle_s, self.sleep_idle_s)
 
     def stage_list(self) -> list[str]:
         if self.stages.strip() in ("", "all"):

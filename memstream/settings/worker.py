@@ -36,7 +36,7 @@ class WorkerSettings(BaseModel):
         86400.0,
         gt=0,
         description="A conversation's table entries (window, buffer, consolidation marks) that hold nothing in "
-        "flight are deleted after this many idle seconds; at least STM_IDLE_S and SLEEP_IDLE_S",
+        "flight are deleted after this many idle seconds (never sooner than STM_IDLE_S and SLEEP_IDLE_S)",
     )
 
     @property

@@ -271,7 +271,7 @@ class Consolidation:
         return StageResult()
 
     def evictable(self, data: dict[str, Any]) -> bool:
-        return pending_evictable(data, time.time(), self.s.state_evict_idle_s)
+        return pending_evictable(data, time.time(), self.s.state_evict_after_s)
 
     def asleep(self, data: dict[str, Any]) -> bool:
         return is_asleep(data, time.time(), self.s.sleep_idle_s)

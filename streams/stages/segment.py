@@ -73,7 +73,7 @@ def register(ctx: StageContext) -> None:
         # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
         # in event order.
         if isinstance(message, WindowTick):
-            if data and not message.force and window_evictable(state, time.time(), s.state_evict_idle_s):
+            if data and not message.force and window_evictable(state, time.time(), s.state_evict_after_s):
                 await ctx.delete_state(STAGE, states, message.key)
                 return StageResult()
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
@@ -123,7 +123,7 @@ def register(ctx: StageContext) -> None:
     ctx.evict_timer(
         STAGE,
         states,
-        lambda data: window_evictable(SegmenterState.from_dict(data), time.time(), s.state_evict_idle_s),
+        lambda data: window_evictable(SegmenterState.from_dict(data), time.time(), s.state_evict_after_s),
         in_topic,
         lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )

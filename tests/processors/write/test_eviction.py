@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from memstream.config import Settings
 from memstream.processors.consolidation.sleep import mark_pending, pending_evictable
@@ -55,11 +54,10 @@ def test_a_conversation_never_seen_has_no_position_after_one_question():
     assert asked == [0]
 
 
-def test_eviction_must_wait_for_the_idle_flush_and_the_sleep_run():
-    with pytest.raises(ValidationError, match="STATE_EVICT_IDLE_S"):
-        Settings(state_evict_idle_s=300, sleep_idle_s=600)
-    with pytest.raises(ValidationError, match="STATE_EVICT_IDLE_S"):
-        Settings(state_evict_idle_s=20, stm_idle_s=30, sleep_idle_s=10)
-    assert Settings(state_evict_idle_s=601, sleep_idle_s=600).state_evict_idle_s == 601
-    assert Settings(state_evict_idle_s=DAY, sleep_idle_s=DAY).state_evict_idle_s == DAY
-    assert Settings().state_evict_idle_s == DAY
+def test_eviction_waits_for_the_idle_flush_and_the_sleep_run():
+    assert Settings(state_evict_idle_s=300, sleep_idle_s=600).state_evict_after_s == 600
+    assert Settings(state_evict_idle_s=20, stm_idle_s=30, sleep_idle_s=10).state_evict_after_s == 30
+    assert Settings(state_evict_idle_s=601, sleep_idle_s=600).state_evict_after_s == 601
+    # consolidation turned off by a huge idle time: entries stay as long, the settings are accepted
+    assert Settings(sleep_idle_s=1e9).state_evict_after_s == 1e9
+    assert Settings().state_evict_after_s == DAY
