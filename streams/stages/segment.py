@@ -56,6 +56,9 @@ def register(ctx: StageContext) -> None:
         highest = highest_position(lambda p: has_turn_position_from(services.store, tenant_id, conversation_id, p))
         return 0 if highest is None else highest + 1
 
+    def evictable(state: SegmenterState) -> bool:
+        return window_evictable(state, time.time(), s.state_evict_after_s)
+
     forget_in_windows = held_turns_forget(ctx, states, SegmenterState, scrub_window, "window:segmenter", out_topic)
 
     async def on_forget(record: Record, forget: Forget) -> StageResult:
@@ -73,7 +76,7 @@ def register(ctx: StageContext) -> None:
         # stages (the index embeds on the other core). The agent awaits it, so the table writes stay
         # in event order.
         if isinstance(message, WindowTick):
-            if data and not message.force and window_evictable(state, time.time(), s.state_evict_after_s):
+            if data and not message.force and evictable(state):
                 await ctx.delete_state(STAGE, states, message.key)
                 return StageResult()
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
@@ -123,7 +126,7 @@ def register(ctx: StageContext) -> None:
     ctx.evict_timer(
         STAGE,
         states,
-        lambda data: window_evictable(SegmenterState.from_dict(data), time.time(), s.state_evict_after_s),
+        lambda data: evictable(SegmenterState.from_dict(data)),
         in_topic,
         lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )

@@ -29,9 +29,12 @@ def register(ctx: StageContext) -> None:
 
     on_forget = held_turns_forget(ctx, buffers, StmState, scrub_buffer, "buffer:stm", out_topic)
 
+    def evictable(data: Any) -> bool:
+        return buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_after_s)
+
     async def handle(record: Record, message: SegmentedTurn | StmTick, data: Any) -> StageResult:
         if isinstance(message, StmTick) and not message.force and not message.conversation_idle:
-            if data and buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_after_s):
+            if data and evictable(data):
                 await ctx.delete_state(STAGE, buffers, message.key)
                 return StageResult()
         state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
@@ -71,7 +74,7 @@ def register(ctx: StageContext) -> None:
     ctx.evict_timer(
         STAGE,
         buffers,
-        lambda data: buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_after_s),
+        evictable,
         in_topic,
         lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )
