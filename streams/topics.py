@@ -74,8 +74,12 @@ def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, d
     Deleted by age: the topics that carry raw text (nothing else removes it after a forget).
     Compacted: the audit topic and the changelogs, which must not lose a conversation's latest
     state however old; ``max.compaction.lag.ms`` bounds how long a replaced record (a window before
-    a forget scrubbed it) stays readable. Every one: ``min.insync.replicas`` from the settings (an
-    acks=all write, which every memstream producer makes, needs that many replicas to have it)."""
+    a forget scrubbed it) stays readable. A changelog keeps a tombstone (an evicted conversation's
+    entry) ``topic_segment_s`` after compaction, not Kafka's day: evictions would otherwise grow it
+    for a day before the first goes; a worker restoring a table reads it within that. The record's and
+    the audit's tombstones keep Kafka's day (a rebuild reads the whole record). Every one:
+    ``min.insync.replicas`` from the settings (an acks=all write, which every memstream producer
+    makes, needs that many replicas to have it)."""
     retention_ms = str(int(settings.topic_retention_s * 1000))
     segment_ms = str(int(settings.topic_segment_s * 1000))
     size = str(settings.max_message_bytes)
@@ -97,7 +101,7 @@ def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, d
         settings.topic(name): dict(compacted) if name in COMPACTED_TOPICS else dict(deleted) for name in ALL_TOPICS
     }
     for full in changelog_topics(settings.topic_prefix, stages):
-        configs[full] = dict(compacted)
+        configs[full] = {**compacted, "delete.retention.ms": segment_ms}
     return configs
 
 

@@ -88,5 +88,7 @@ def test_topics_get_the_configured_retention_and_existing_ones_are_brought_to_it
     assert first[changelog]["cleanup.policy"] == "compact" and first[changelog]["max.compaction.lag.ms"] == day
     assert second[turns]["retention.ms"] == two_days
     assert second[changelog]["max.compaction.lag.ms"] == two_days
+    assert first[changelog]["delete.retention.ms"] == str(86400 * 1000 // 7)
+    assert second[changelog]["delete.retention.ms"] == str(2 * 86400 * 1000 // 7)
     assert second[changelog]["cleanup.policy"] == "compact"  # the whole config was sent, not reset
     assert second[turns]["max.message.bytes"] == str(settings.max_message_bytes)

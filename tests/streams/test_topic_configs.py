@@ -20,8 +20,11 @@ def test_raw_text_topics_are_deleted_by_age_and_state_topics_are_compacted():
         assert configs[f"m.{name}"]["cleanup.policy"] == "delete" and configs[f"m.{name}"]["retention.ms"] == day
         assert int(configs[f"m.{name}"]["segment.ms"]) == 86400 * 1000 // 7
     assert configs["m.audit"]["cleanup.policy"] == "compact" and configs["m.audit"]["max.compaction.lag.ms"] == day
+    assert "delete.retention.ms" not in configs["m.audit"] and "delete.retention.ms" not in configs["m.record"]
     for changelog in changelog_topics("m", ["segment", "stm"]):
         assert configs[changelog]["cleanup.policy"] == "compact"
+        # An evicted entry's tombstone goes within a compaction period, not Kafka's day.
+        assert int(configs[changelog]["delete.retention.ms"]) == 86400 * 1000 // 7
     assert set(configs) == {f"m.{t}" for t in ALL_TOPICS} | set(changelog_topics("m", ["segment", "stm"]))
 
 
