@@ -58,6 +58,9 @@ COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD)
 # Topics whose old records may still hold a forgotten text (until retention deletes them or, for the
 # record, the log cleaner drops the versions a tombstone replaced: max.compaction.lag.ms bounds both).
 TEXT_KEEPING_TOPICS = tuple(name for name in TOPIC_PAYLOADS if name != Topic.AUDIT)
+# The topics producers outside the pipeline write to (chat platforms, the SDK, the gateway): with
+# tenant write secrets, every record on them is signed (schemas/signature.py), workers' own too.
+SIGNED_TOPICS = (Topic.TURNS, Topic.CONTROL, Topic.QUERIES)
 # The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
 INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
 FRONT_TOPICS = INGEST_TOPICS[:-1]

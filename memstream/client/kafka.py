@@ -9,6 +9,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from memstream.config import Settings
+from memstream.schemas.signature import sign
 from memstream.streams.kafka_options import client_options
 from memstream.tracing import SpanKind, Tracing
 
@@ -25,6 +26,8 @@ class KafkaLink:
     def __init__(self, settings: Settings, tracing: Tracing):
         self.settings = settings
         self.tracing = tracing
+        # The tenants' write secrets this client holds: it signs each record with its key's tenant's.
+        self._secrets = settings.write_secrets
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
@@ -80,6 +83,9 @@ class KafkaLink:
                 attributes["memstream.tenant_id"] = key.split(b"/", 1)[0].decode("utf-8", "replace")
             with self.tracing.span(traced, kind=SpanKind.PRODUCER, attributes=attributes) as span:
                 headers = self.tracing.headers(span)
+        signature = sign(self._secrets, key, value) if self._secrets else None
+        if signature:
+            headers = [*(headers or []), signature]
         try:
             return await self.producer.send(topic, key=key, value=value, partition=partition, headers=headers)
         except KafkaError as exc:

@@ -63,6 +63,14 @@ class KafkaSettings(BaseModel):
         262_144, ge=1000, description="Longer turn texts are rejected to the dead-letter topic, not split"
     )
     processing_retries: int = Field(3, ge=0, description="Retries of a failing message before it is dead-lettered")
+    tenant_write_secrets: dict[str, dict[str, SecretStr]] = Field(
+        default_factory=dict,
+        description="Tenant -> {key id: secret} (JSON). Set: every record on an input topic (turns, control, "
+        "queries) must carry an HMAC signature made with a secret of the tenant its key names, or it is "
+        "dead-lettered (docs/security.md); the first listed signs, every listed verifies (rotation). "
+        "Workers and the gateway hold every tenant's; a tenant's own producer only its own. Tenant '*': "
+        "an operator's, for what concerns every tenant",
+    )
 
     @model_validator(mode="after")
     def _replication_is_possible(self) -> Self:
@@ -72,6 +80,28 @@ class KafkaSettings(BaseModel):
                 f"MEMSTREAM_TOPIC_REPLICATION_FACTOR={self.topic_replication_factor}: no write could succeed"
             )
         return self
+
+    @model_validator(mode="after")
+    def _write_secrets_are_usable(self) -> Self:
+        for tenant, keys in self.tenant_write_secrets.items():
+            if not keys:
+                raise ValueError(f"MEMSTREAM_TENANT_WRITE_SECRETS: tenant {tenant!r} has no secret")
+            for key_id, secret in keys.items():
+                if not key_id or ":" in key_id:
+                    raise ValueError(f"MEMSTREAM_TENANT_WRITE_SECRETS: key id {key_id!r} must be non-empty, no ':'")
+                if len(secret.get_secret_value()) < 16:
+                    raise ValueError(
+                        f"MEMSTREAM_TENANT_WRITE_SECRETS: secret {key_id!r} of tenant {tenant!r} is shorter than 16"
+                    )
+        return self
+
+    @property
+    def write_secrets(self) -> dict[str, list[tuple[str, bytes]]]:
+        """Tenant -> [(key id, secret)], the signing one first (schemas.signature.TenantSecrets)."""
+        return {
+            tenant: [(key_id, secret.get_secret_value().encode()) for key_id, secret in keys.items()]
+            for tenant, keys in self.tenant_write_secrets.items()
+        }
 
     @model_validator(mode="after")
     def _kafka_security_is_complete(self) -> Self:

@@ -18,6 +18,7 @@ from faust.types import EventT
 
 from memstream.config import Settings
 from memstream.metrics import Metrics
+from memstream.schemas.signature import check_signature
 from memstream.topology import TOPOLOGY
 
 from ..services import Services
@@ -60,6 +61,7 @@ class WorkerContext:
         self.threads = 0  # slots of the stages that run many at once: threads they may wait in
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self.write_secrets = settings.write_secrets  # empty: records are not signed (single tenant)
         self.output = Output(app, settings, services.tracing, self.metrics, fence)
         self.handling = Handling(settings, services.tracing, self.metrics, self.output)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
@@ -194,6 +196,11 @@ class WorkerContext:
             if ingest:
                 self.ingesting -= 1
                 self.last_ingest = time.monotonic()
+
+    def check_signature(self, record: Record) -> None:
+        """Raises ``SignatureRefused`` unless ``record`` is signed by its key's tenant (when secrets are set)."""
+        if self.write_secrets:
+            check_signature(self.write_secrets, record.key, record.value, record.signature)
 
     def busy_ingesting(self) -> bool:
         """An ingest stage of this worker is handling a message, or finished one within the last second."""

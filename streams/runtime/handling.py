@@ -15,6 +15,7 @@ from memstream.config import Settings
 from memstream.metrics import Metrics, trace_exemplar
 from memstream.ports import StoreUnavailable
 from memstream.schemas import SchemaError
+from memstream.schemas.signature import header_value
 from memstream.tracing import Span, SpanKind, Tracing
 
 from ..stages.api import Handler, Record
@@ -103,7 +104,9 @@ def record_of(event: EventT) -> Record:
     """What a handler is given of a consumed message."""
     msg = event.message
     raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-    return Record(raw, msg.timestamp, msg.partition, msg.offset, Tracing.traceparent(msg.headers), raw_key(msg.key))
+    headers = msg.headers
+    traceparent, signature = Tracing.traceparent(headers), header_value(headers)
+    return Record(raw, msg.timestamp, msg.partition, msg.offset, traceparent, raw_key(msg.key), signature)
 
 
 def raw_key(key: Any) -> bytes | None:

@@ -14,7 +14,8 @@ from faust.types import EventT
 from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas import DeadLetter
-from memstream.schemas.keys import KeyMismatch
+from memstream.schemas.signature import sign
+from memstream.schemas.topics import SIGNED_TOPICS
 from memstream.tracing import SpanKind, Tracing
 
 from ..stages.api import Out
@@ -34,6 +35,12 @@ class Output:
     fence: FreezeFence  # no writes from a worker that was frozen until its group has rebalanced
     _topics: dict[str, faust.TopicT] = field(default_factory=dict, init=False)
 
+    def __post_init__(self) -> None:
+        # What this worker writes to an input topic (a forget moving on, a consolidate command) is
+        # signed like a producer's record: the stage that reads it checks it the same way.
+        self._secrets = self.s.write_secrets
+        self._signed = {self.s.topic(name) for name in SIGNED_TOPICS}
+
     async def send(
         self, topic: str, key: bytes, value: bytes, partition: int | None = None, *, traceparent: str | None = None
     ) -> Awaitable[Any]:
@@ -48,6 +55,10 @@ class Output:
                 topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
             )
         headers = [("traceparent", traceparent.encode())] if traceparent else self.tracing.headers()
+        if self._secrets and topic in self._signed:
+            signature = sign(self._secrets, key, value)
+            if signature:
+                headers = [*(headers or []), signature]
         return await self._topics[topic].send(
             key=key, value=value, partition=partition, headers=headers or None, force=True
         )
@@ -82,7 +93,7 @@ class Output:
             original_size=len(raw),
             failed_at=datetime.now(timezone.utc),
         )
-        short = exc.label if isinstance(exc, KeyMismatch) else reason.split(":", 1)[0][:60]
+        short = getattr(exc, "label", None) or reason.split(":", 1)[0][:60]  # KeyMismatch, SignatureRefused
         self.metrics.dead_letters.labels(stage, short).inc()
         with self.tracing.span("memstream.dlq", kind=SpanKind.PRODUCER, attributes={"memstream.stage": stage}) as span:
             self.tracing.fail(span, reason[:300])

@@ -53,6 +53,7 @@ class Record:
     offset: int = -1  # -1: not from a partition (replay.reflects then never skips it)
     traceparent: str | None = None  # the trace context it carries (memstream.tracing), to link to
     key: bytes | None = None  # as consumed: an input stage checks it against the payload (schemas.keys)
+    signature: bytes | None = None  # its memstream-signature header: an input stage checks it (schemas.signature)
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -112,6 +113,11 @@ class StageContext(Protocol):
         """``handler`` runs for each message of ``topic_name`` (a logical name) as ``stage``: one at a
         time, or with ``slots`` (class of work -> how many at once) as many at once as ``slot_of``
         each message's slot allows (one lane's messages stay in order)."""
+
+    def check_signature(self, record: Record) -> None:
+        """With tenant write secrets configured: raises ``SignatureRefused`` (a dead letter) unless
+        ``record`` is signed with a secret of the tenant its key names. Called by the stage that acts
+        on a record of an input topic (turns, control, queries), after its key check."""
 
     def busy_ingesting(self) -> bool:
         """An ingest stage of this worker is handling a message, or finished one within the last second."""

@@ -50,6 +50,7 @@ def register(ctx: StageContext) -> None:
         message = decode_message(TOPICS.input, record.value)
         assert isinstance(message, (Turn, Forget))
         check_key(record.key, message)  # before anything of it is kept
+        ctx.check_signature(record)
         if isinstance(message, Forget):
             return await on_forget(record, message)
         turn = message
@@ -88,6 +89,7 @@ def register(ctx: StageContext) -> None:
             return StageResult()
         forget = Forget.from_bytes(record.value)
         check_key(record.key, forget)  # this group dead-letters forgets (the consolidate group skips them)
+        ctx.check_signature(record)
         if forget.phase != "request":
             return StageResult()
         moving = forget.model_copy(update={"phase": "pipeline", "part": record.partition})

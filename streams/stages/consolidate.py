@@ -43,6 +43,7 @@ from memstream.schemas import (
 )
 from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
+from memstream.schemas.signature import SignatureRefused
 from memstream.schemas.topics import TEXT_KEEPING_TOPICS, Topic, message_kind
 from memstream.topology import TOPOLOGY
 
@@ -173,11 +174,12 @@ class Consolidation:
                 forget = Forget.from_bytes(record.value)
             except SchemaError:
                 return StageResult()
-            if forget.phase != "erased" or key_problem(record.key, forget):
+            if forget.phase != "erased" or key_problem(record.key, forget) or not self.signed(record):
                 return StageResult()
             return await self.on_forget(record, forget)
         command = ConsolidateCommand.from_bytes(record.value)
         check_key(record.key, command)
+        self.ctx.check_signature(record)
         if command.conversation_id is None:
             return self.fan_out(command)
         key = command.key
@@ -193,6 +195,13 @@ class Consolidation:
         ):
             await self.run(key, command, state)
         return StageResult()
+
+    def signed(self, record: Record) -> bool:
+        try:
+            self.ctx.check_signature(record)
+        except SignatureRefused:
+            return False
+        return True
 
     def fan_out(self, command: ConsolidateCommand) -> StageResult:
         """A broadcast: a keyed command per pending conversation here, so each runs in the partition

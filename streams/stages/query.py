@@ -17,6 +17,7 @@ from memstream.processors.query.engine import QueryEngine, expired_reply
 from memstream.schemas import Query, ReadRequest, Reply, SchemaError
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.query import TOPIC_PATTERN
+from memstream.schemas.signature import SignatureRefused
 from memstream.schemas.topics import message_kind
 from memstream.topology import TOPOLOGY
 from memstream.tracing import SpanKind
@@ -47,7 +48,8 @@ def register(ctx: StageContext) -> None:
         request = ReadRequest.from_bytes(record.value)  # a malformed one is dead-lettered
         try:
             check_key(record.key, request)
-        except KeyMismatch as exc:  # dead-lettered too, and the asker hears why at once
+            ctx.check_signature(record)
+        except (KeyMismatch, SignatureRefused) as exc:  # dead-lettered too, and the asker hears why at once
             failed = failed_read(request, str(exc))
             await (await ctx.send(request.reply_topic, request.correlation_id.encode(), failed.to_bytes()))
             raise
@@ -65,6 +67,7 @@ def register(ctx: StageContext) -> None:
         try:
             query = Query.from_bytes(record.value)
             check_key(record.key, query)
+            ctx.check_signature(record)
         except SchemaError as exc:
             await reply_invalid(ctx, record.value, exc)
             raise  # and dead-letter it

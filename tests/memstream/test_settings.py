@@ -65,3 +65,26 @@ def test_each_groups_checks_still_apply(given, error):
     with pytest.raises(ValidationError, match=error) as raised:
         Settings(**given)
     assert raised.value.error_count() == 1
+
+
+def test_tenant_write_secrets_come_as_json_the_signing_one_first_and_stay_out_of_the_repr(monkeypatch):
+    monkeypatch.setenv(
+        "MEMSTREAM_TENANT_WRITE_SECRETS", '{"acme": {"2026-12": "new-secret-0123456", "2026-06": "old-secret-0123456"}}'
+    )
+    s = Settings()
+    assert s.write_secrets == {"acme": [("2026-12", b"new-secret-0123456"), ("2026-06", b"old-secret-0123456")]}
+    assert "new-secret" not in repr(s) and "new-secret" not in str(s.model_dump())
+
+
+@pytest.mark.parametrize(
+    ("secrets", "reason"),
+    [
+        ({"acme": {}}, "has no secret"),
+        ({"acme": {"a:b": "x" * 16}}, "no ':'"),
+        ({"acme": {"": "x" * 16}}, "non-empty"),
+        ({"acme": {"k1": "short"}}, "shorter than 16"),
+    ],
+)
+def test_unusable_write_secrets_are_refused_with_the_reason(secrets, reason):
+    with pytest.raises(ValidationError, match=reason):
+        Settings(tenant_write_secrets=secrets)

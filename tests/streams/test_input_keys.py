@@ -16,6 +16,7 @@ from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query, ReadRequest
 from memstream.schemas.keys import KeyMismatch, check_key
+from memstream.schemas.signature import check_signature
 from memstream.streams.runtime.handling import Handling, raw_key
 from memstream.streams.runtime.output import Output
 from memstream.streams.stages import compress, consolidate, query
@@ -29,8 +30,9 @@ NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 class StandIn:
     """What a stage's ``register`` uses of a StageContext: its agents are kept to be called."""
 
-    def __init__(self) -> None:
-        self.s = Settings(fresh_turns=False)  # the key rule, not the fresh path (which needs an embedder)
+    def __init__(self, secrets: dict[str, dict[str, str]] | None = None) -> None:
+        # The key rule, not the fresh path (which needs an embedder); ``secrets``: tenant write secrets.
+        self.s = Settings(fresh_turns=False, tenant_write_secrets=secrets or {})
         self.metrics = Metrics()
         self.services = SimpleNamespace(
             compressor=None,
@@ -57,8 +59,12 @@ class StandIn:
         self.sent.append((topic, key, value))
         return asyncio.sleep(0)
 
-    def handle(self, stage: str, key: bytes | None, value: bytes) -> StageResult:
-        return asyncio.run(self.agents[stage](Record(value, NOW.timestamp(), 0, 1, None, key)))
+    def check_signature(self, record: Record) -> None:  # as the worker's (streams/runtime/context.py)
+        if self.s.write_secrets:
+            check_signature(self.s.write_secrets, record.key, record.value, record.signature)
+
+    def handle(self, stage: str, key: bytes | None, value: bytes, signature: bytes | None = None) -> StageResult:
+        return asyncio.run(self.agents[stage](Record(value, NOW.timestamp(), 0, 1, None, key, signature)))
 
 
 @pytest.fixture
