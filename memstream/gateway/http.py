@@ -24,6 +24,7 @@ from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.text import isolated_reply
 
 from .auth import TenantKeys, bearer, verify_slack
+from .limits import GatewayLimits, OverLimit
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -194,18 +195,19 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
     keys = TenantKeys(settings.gateway_api_keys)
     shared = SharedClient(settings)
     metrics = GatewayMetrics()
+    limits = GatewayLimits(settings, metrics.registry)
     mcp_server = None
     if mcp:
         from .mcp_server import build_mcp_server
 
-        mcp_server = build_mcp_server(shared, keys)
+        mcp_server = build_mcp_server(shared, keys, limits=limits)
 
     app = FastAPI(title="memstream gateway", version="1", lifespan=_lifespan(shared, mcp_server))
     app.state.shared = shared
     _count_requests(app, keys, metrics)
     _refusals(app, settings)
-    _memory_routes(app, shared, _caller(keys))
-    _slack_route(app, settings, shared)
+    _memory_routes(app, shared, _caller(keys), limits)
+    _slack_route(app, settings, shared, limits)
     _health_routes(app, settings, shared, metrics)
     if mcp_server is not None:
         # Stateless: any gateway process can serve any MCP request (they share nothing).
@@ -279,6 +281,11 @@ def _refusals(app: FastAPI, settings: Settings) -> None:
     async def error_reply(_request: Request, exc: ReplyError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "reply": exc.reply.model_dump(mode="json")}, status_code=502)
 
+    @app.exception_handler(OverLimit)
+    async def over_limit(_request: Request, exc: OverLimit) -> JSONResponse:
+        headers = {} if exc.admission.too_large else {"Retry-After": exc.retry_after}
+        return JSONResponse({"detail": str(exc), "limit": exc.admission.limit}, status_code=exc.status, headers=headers)
+
     @app.exception_handler(SchemaError)
     async def bad_payload(_request: Request, exc: SchemaError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=422)
@@ -301,14 +308,15 @@ def _caller(keys: TenantKeys) -> Callable[..., str]:
     return caller
 
 
-def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str]) -> None:
-    """Turns, questions and forgets of the caller's tenant."""
+def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str], limits: GatewayLimits) -> None:
+    """Turns, questions and forgets of the caller's tenant, each within the tenant's limits."""
 
     @app.post("/v1/turns", status_code=202)
     async def post_turns(body: TurnsIn, tenant: str = Depends(caller)) -> dict[str, Any]:
         """Remember turns (acknowledged by the broker when this returns). Idempotent on turn ids: a
         batch sent again is stored once."""
         turns = tenant_turns(body.turns, tenant)
+        limits.admit("/v1/turns", tenant, turns=turns)  # the whole batch, or none of it
         sent = await shared.call(lambda c: c.remember(turns))
         return {"accepted": sent, "tenant_id": tenant}
 
@@ -316,6 +324,7 @@ def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str
     async def post_ask(body: AskIn, response: Response, tenant: str = Depends(caller)) -> dict[str, Any]:
         """Ask a question of the key's tenant's conversation; the reply as on ``memory.replies``, its
         trace id (tracing on) also in the ``X-Trace-Id`` header."""
+        limits.admit("/v1/ask", tenant, questions=1)
         reply = await shared.call(
             lambda c: c.ask(
                 body.question,
@@ -336,6 +345,7 @@ def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str
     @app.post("/v1/forget")
     async def post_forget(body: ForgetIn, tenant: str = Depends(caller)) -> dict[str, Any]:
         """Forget turns of the key's tenant (a conversation, a speaker, turn ids) and what came of them."""
+        limits.admit("/v1/forget", tenant, questions=1)
         try:
             outcome = await shared.call(
                 lambda c: c.forget(
@@ -358,7 +368,7 @@ def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str
         }
 
 
-def _slack_route(app: FastAPI, settings: Settings, shared: SharedClient) -> None:
+def _slack_route(app: FastAPI, settings: Settings, shared: SharedClient, limits: GatewayLimits) -> None:
     """Slack's Events API webhook (Slack signs it: no API key)."""
 
     @app.post("/v1/webhooks/slack")
@@ -385,6 +395,8 @@ def _slack_route(app: FastAPI, settings: Settings, shared: SharedClient) -> None
         from memstream.platforms import map_events
 
         mapped = map_events("slack", [payload])
+        for tenant in sorted({t.tenant_id for t in mapped.turns}):  # an event is one team's
+            limits.admit("/v1/webhooks/slack", tenant, turns=[t for t in mapped.turns if t.tenant_id == tenant])
         outcome = await shared.call(lambda c: c.ingest(mapped, source="slack:webhook"))
         return JSONResponse(
             {

@@ -19,6 +19,7 @@ from .auth import TenantKeys, bearer
 
 if TYPE_CHECKING:
     from .http import SharedClient
+    from .limits import GatewayLimits
 
 INSTRUCTIONS = (
     "Long-term memory of conversations. `remember` stores messages of a conversation; `recall` returns "
@@ -54,9 +55,12 @@ def message_turn(message: Message, tenant_id: str, conversation_id: str, session
     )
 
 
-def build_mcp_server(shared: SharedClient, keys: TenantKeys, *, stdio_tenant: str | None = None) -> MCPServer:
+def build_mcp_server(
+    shared: SharedClient, keys: TenantKeys, *, stdio_tenant: str | None = None, limits: GatewayLimits | None = None
+) -> MCPServer:
     """The tools, bound to ``shared`` (the process's SDK client). A request over HTTP carries an API
-    key (``Authorization: Bearer``) that names its tenant; over stdio ``stdio_tenant`` is the tenant."""
+    key (``Authorization: Bearer``) that names its tenant; over stdio ``stdio_tenant`` is the tenant.
+    ``limits``: the gateway's, shared with its HTTP routes (a tool over them fails with the reason)."""
     server: MCPServer = MCPServer("memstream", instructions=INSTRUCTIONS)
 
     def tenant_of(ctx: Context) -> str:
@@ -78,6 +82,8 @@ def build_mcp_server(shared: SharedClient, keys: TenantKeys, *, stdio_tenant: st
         memories are searchable within seconds)."""
         tenant = tenant_of(ctx)
         turns = [message_turn(m, tenant, conversation_id, session_id) for m in messages]
+        if limits is not None:
+            limits.admit("/mcp", tenant, turns=turns)
         sent = await shared.call(lambda c: c.remember(turns))
         return {"remembered": sent, "turn_ids": [t.turn_id for t in turns]}
 
@@ -88,6 +94,8 @@ def build_mcp_server(shared: SharedClient, keys: TenantKeys, *, stdio_tenant: st
         """The evidence memstream finds for a question about a conversation: memory cards, scenes
         and raw turns with the ids of the turns they came from; with ``answer`` also an answer."""
         tenant = tenant_of(ctx)
+        if limits is not None:
+            limits.admit("/mcp", tenant, questions=1)
         asked = await shared.call(
             lambda c: c.ask(question, tenant_id=tenant, conversation_id=conversation_id, k=k, answer=answer)
         )
@@ -118,6 +126,8 @@ def build_mcp_server(shared: SharedClient, keys: TenantKeys, *, stdio_tenant: st
         """Forget turns (of a conversation, a speaker, or given turn ids) and every memory derived
         from them; returns what each place removed."""
         tenant = tenant_of(ctx)
+        if limits is not None:
+            limits.admit("/mcp", tenant, questions=1)
         outcome = await shared.call(
             lambda c: c.forget(
                 tenant_id=tenant, conversation_id=conversation_id, speaker=speaker, turn_ids=turn_ids or ()

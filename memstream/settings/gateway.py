@@ -5,6 +5,15 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, SecretStr
 
 
+class RateLimits(BaseModel):
+    """A tenant's limits at the gateway, per second (unset: unlimited)."""
+
+    turns_per_s: float | None = Field(None, gt=0, description="Turns remembered (/v1/turns, MCP remember, webhooks)")
+    questions_per_s: float | None = Field(None, gt=0, description="Questions and forgets (/v1/ask, /v1/forget, MCP)")
+    bytes_per_s: float | None = Field(None, gt=0, description="Bytes of turn text remembered")
+    burst_s: float = Field(2.0, gt=0, description="A tenant may send this many seconds of its rate at once")
+
+
 class GatewaySettings(BaseModel):
     """The gateway's address, tenants' keys, request limits and inspector sessions."""
 
@@ -24,5 +33,11 @@ class GatewaySettings(BaseModel):
         None,
         description="Signs the inspector's session cookies (/ui). Unset: a random secret per gateway process "
         "(sessions end when it restarts; gateways behind one address need the same secret)",
+    )
+    gateway_rate_limits: dict[str, RateLimits] = Field(
+        default_factory=dict,
+        description='Tenant -> its limits (JSON, e.g. {"*": {"turns_per_s": 50, "questions_per_s": 5}}); '
+        "'*': every tenant not named. Over a limit a request gets 429 with Retry-After and nothing of it is "
+        "written. Per gateway process: N gateways behind one address admit N times as much",
     )
     gateway_session_ttl_s: int = Field(12 * 3600, ge=60, description="How long an inspector session lasts")

@@ -110,3 +110,28 @@ def test_unknown_paths_share_one_metrics_label(http):
         http.get(path)
     text = http.get("/metrics").text
     assert 'route="other",status="404"' in text and "/wp-admin" not in text and "/v1/nope" not in text
+
+
+def test_over_its_limit_a_tenant_gets_429_with_retry_after_before_anything_is_sent():
+    settings = Settings(
+        gateway_api_keys={"acme": [hash_key("k-acme")], "globex": [hash_key("k-globex")]},
+        gateway_rate_limits={"acme": {"turns_per_s": 1, "questions_per_s": 0.1, "burst_s": 2}},
+        kafka_bootstrap="127.0.0.1:1",
+        broker_wait_s=0,
+    )
+    acme, globex = {"Authorization": "Bearer k-acme"}, {"Authorization": "Bearer k-globex"}
+    turns = [{**TURN, "turn_id": f"m{n}"} for n in range(3)]
+    with TestClient(create_app(settings, mcp=False)) as client:
+        too_many = client.post("/v1/turns", json={"turns": turns}, headers=acme)  # 3 > a full bucket of 2
+        assert too_many.status_code == 413 and "split it" in too_many.json()["detail"]
+        assert client.post("/v1/turns", json={"turns": turns[:2]}, headers=acme).status_code == 503  # admitted
+        refused = client.post("/v1/turns", json={"turns": turns[:1]}, headers=acme)
+        assert refused.status_code == 429 and refused.json()["limit"] == "turns"
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert client.post("/v1/turns", json={"turns": turns}, headers=globex).status_code == 503  # unlimited
+        assert client.post("/v1/ask", json={"conversation_id": "c1", "question": "q"}, headers=acme).status_code == 503
+        asked = client.post("/v1/ask", json={"conversation_id": "c1", "question": "q"}, headers=acme)
+        assert asked.status_code == 429 and int(asked.headers["Retry-After"]) >= 9
+        metrics = client.get("/metrics").text
+    assert 'memstream_gateway_rate_limited_total{limit="turns",route="/v1/turns"} 2.0' in metrics
+    assert 'memstream_gateway_rate_limited_total{limit="questions",route="/v1/ask"} 1.0' in metrics

@@ -223,3 +223,53 @@ def test_without_a_broker_the_gateway_answers_503_with_retry_after(stack):
             assert http.get("/healthz").status_code == 503
     finally:
         gateway.stop()
+
+
+def test_a_flooding_tenant_gets_429_and_nothing_of_a_refused_batch_while_others_go_on(stack):
+    pipe, _ = stack
+    limits = {"T0GLOBEX": {"turns_per_s": 2, "questions_per_s": 0.2, "burst_s": 5}}
+    gateway = pipe.start_gateway(KEYS, {**GATEWAY_ENV, "MEMSTREAM_GATEWAY_RATE_LIMITS": orjson.dumps(limits).decode()})
+    conversation = f"c-flood-{time.time_ns()}"
+
+    def batch(prefix: str, n: int) -> dict[str, Any]:
+        return {
+            "turns": [
+                {
+                    "conversation_id": conversation,
+                    "session_id": "S1",
+                    "turn_id": f"{prefix}{i}",
+                    "speaker": "Flo",
+                    "text": f"Flood line {prefix}{i}.",
+                    "event_time": "2024-05-01T10:00:00Z",
+                }
+                for i in range(n)
+            ]
+        }
+
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            assert http.post("/v1/turns", json=batch("a", 10), headers=auth("T0GLOBEX")).status_code == 202
+            refused = http.post("/v1/turns", json=batch("r", 6), headers=auth("T0GLOBEX"))
+            assert refused.status_code == 429 and refused.json()["limit"] == "turns"
+            wait_s = int(refused.headers["retry-after"])
+            assert 1 <= wait_s <= 3  # 6 turns at 2/s
+            # Another tenant is not held by globex's flood.
+            assert http.post("/v1/turns", json=batch("g", 20), headers=auth("T0ACME")).status_code == 202
+            question = {"conversation_id": conversation, "question": "What flooded?", "answer": False}
+            assert http.post("/v1/ask", json=question, headers=auth("T0GLOBEX")).status_code == 200
+            asked = http.post("/v1/ask", json=question, headers=auth("T0GLOBEX"))
+            assert asked.status_code == 429 and int(asked.headers["retry-after"]) >= 4
+            time.sleep(wait_s)
+            assert http.post("/v1/turns", json=batch("r", 6), headers=auth("T0GLOBEX")).status_code == 202
+            metrics = http.get("/metrics").text
+        # The refused batch was written only when sent again: once, after its wait.
+        ids = [
+            orjson.loads(value)["turn_id"]
+            for key, value in pipe.read_topic("turns")
+            if key == f"T0GLOBEX/{conversation}".encode()
+        ]
+        assert sorted(ids) == sorted([f"a{i}" for i in range(10)] + [f"r{i}" for i in range(6)])
+        assert 'memstream_gateway_rate_limited_total{limit="turns",route="/v1/turns"} 1.0' in metrics
+        assert 'memstream_gateway_rate_limited_total{limit="questions",route="/v1/ask"} 1.0' in metrics
+    finally:
+        gateway.stop()
