@@ -22,6 +22,11 @@
 //   --schemas DIR               MEMSTREAM_SCHEMAS_DIR      (../../schemas/json from this file)
 //   broker security: MEMSTREAM_KAFKA_SECURITY_PROTOCOL, _SASL_MECHANISM, _SASL_USERNAME, _SASL_PASSWORD,
 //   _SSL_CAFILE, _SSL_CERTFILE, _SSL_KEYFILE, _SSL_CHECK_HOSTNAME (as for the Python clients)
+//   MEMSTREAM_TENANT_WRITE_SECRETS  JSON {tenant: {key id: secret}}, as for the Python clients: every
+//                               turn and query whose key's tenant has a secret there carries the
+//                               memstream-signature header, made with the tenant's first listed secret
+//                               (signature.mjs; docs/wire-contract.md, "Headers"). Workers configured
+//                               with tenant write secrets dead-letter unsigned records. Unset: unsigned.
 //
 // Exit status: 0 done; 1 a payload failed its schema (refused, or an invalid reply); 2 bad usage or
 // input; 3 Kafka error or no reply in time; 4 the reply says ok=false (it is printed all the same).
@@ -34,6 +39,8 @@ import { parseArgs } from "node:util";
 import Ajv2020 from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import kafkajs from "kafkajs";
+
+import { parseWriteSecrets, signedMessage } from "./signature.mjs";
 
 const { Kafka, Partitioners, logLevel } = kafkajs;
 
@@ -229,7 +236,7 @@ async function produce(opts, contract) {
       const sent = await producer.send({
         topic,
         acks: -1,
-        messages: batch.map((t) => ({ key: `${t.tenant_id}/${t.conversation_id}`, value: JSON.stringify(t) })),
+        messages: batch.map((t) => signedMessage(opts.writeSecrets, `${t.tenant_id}/${t.conversation_id}`, JSON.stringify(t))),
       });
       sent.forEach((r) => partitions.add(r.partition));
     }
@@ -295,7 +302,7 @@ async function ask(opts, contract) {
     await producer.send({
       topic: topicName(opts.prefix, "queries"),
       acks: -1,
-      messages: [{ key: `${query.tenant_id}/${query.conversation_id}`, value: JSON.stringify(query) }],
+      messages: [signedMessage(opts.writeSecrets, `${query.tenant_id}/${query.conversation_id}`, JSON.stringify(query))],
     });
     let timer;
     const timeout = new Promise((_, reject) => {
@@ -380,6 +387,7 @@ async function main(argv) {
   if (mode !== "produce" && mode !== "ask") {
     throw new Exit(EXIT.usage, "usage: produce_and_ask.mjs produce|ask|validate [options] (see the top of this file)");
   }
+  opts.writeSecrets = writeSecrets(env.MEMSTREAM_TENANT_WRITE_SECRETS, opts.tenant);
   // The broker may be down: kafkajs retries, this bounds the whole run (ask: the reply's wait too).
   const limitMs = Number(opts["timeout-ms"] ?? 60_000) + Number(opts["wait-ms"] ?? 0) + 5_000;
   let timer;
@@ -388,6 +396,21 @@ async function main(argv) {
   });
   const work = mode === "produce" ? produce(opts, contract) : ask(opts, contract);
   return Promise.race([work, overdue]).finally(() => clearTimeout(timer));
+}
+
+/** The tenant write secrets this client signs with (before anything touches the broker); a warning
+ * when they hold none of `tenant`, whose records then go unsigned. */
+function writeSecrets(text, tenant) {
+  let secrets;
+  try {
+    secrets = parseWriteSecrets(text);
+  } catch (err) {
+    throw new Exit(EXIT.usage, err.message);
+  }
+  if (secrets.size > 0 && tenant && !secrets.has(tenant)) {
+    process.stderr.write(`produce_and_ask: MEMSTREAM_TENANT_WRITE_SECRETS holds no secret of tenant ${JSON.stringify(tenant)}: its records go unsigned\n`);
+  }
+  return secrets;
 }
 
 /** A KafkaJS error in one line or two: what failed and why, with a hint for a missing topic. */
