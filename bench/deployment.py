@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from memstream.adapters import open_existing_store
-from memstream.bench.topic_reading import message_count, read_messages
 from memstream.client import AsyncMemoryClient, ForgetOutcome, wait_written
 from memstream.config import Settings, absolute_path
 from memstream.ports import VectorStore
@@ -27,6 +26,7 @@ from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.topics import DRAIN_TOPICS
 from memstream.streams import runtime
 from memstream.streams.lag import topics_lag, wait_drained
+from memstream.streams.topic_reading import message_count, read_messages
 from memstream.streams.topics import ensure_topics
 from memstream.topology import group_id, reading_groups
 

@@ -184,6 +184,13 @@ class WritePathMetrics:
     state_entries = declare(
         Gauge, "memstream_state_entries", "Per-conversation table entries this worker holds, by stage", ["stage"]
     )
+    llm_budget_fallbacks = declare(
+        Counter,
+        "memstream_llm_budget_fallbacks_total",
+        "Flushes extracted and consolidation chunks decided without the LLM because their tenant was over its "
+        "LLM budget (MEMSTREAM_LLM_TENANT_BUDGETS), by stage",
+        ["stage"],
+    )
     extract_mode = declare(
         Counter, "memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"]
     )

@@ -31,9 +31,11 @@ from .topics import (
     memory_writes,
 )
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
+from .usage import LlmUsage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "LlmUsage",
     "Payload",
     "SchemaError",
     "TenantScoped",

@@ -18,7 +18,7 @@ HEADER = "memstream-signature"
 # The signed bytes start with this: a signature made for anything else never verifies here.
 DOMAIN = b"memstream-signature-v1\0"
 # ``secrets`` below: tenant id -> [(key id, secret)], the signing one first. The tenant ``*`` signs
-# what concerns every tenant (a forget keyed ``*/*``): an operator's secret.
+# what concerns every tenant (a consolidate command keyed ``*/*``): an operator's secret.
 TenantSecrets = Mapping[str, Sequence[tuple[str, bytes]]]
 
 

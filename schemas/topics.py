@@ -15,6 +15,7 @@ from .query import Query, Reply
 from .read import ReadReply, ReadRequest
 from .record import StoredPoint
 from .turns import CompressedTurn, SegmentedTurn, StmTick, Turn, WindowTick
+from .usage import LlmUsage
 
 
 class Topic:
@@ -32,6 +33,7 @@ class Topic:
     DLQ = "dlq"
     AUDIT = "audit"
     RECORD = "record"
+    LLM_USAGE = "llm.usage"
 
 
 # The first payload of each topic is what it carries without a ``kind`` match (its main payload).
@@ -50,14 +52,16 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.AUDIT: (ForgetAudit,),
     # Every stored point, latest per key: what the store is rebuilt from (schemas/record.py).
     Topic.RECORD: (StoredPoint,),
+    # Each worker's LLM spend per tenant and budget window, latest per key (schemas/usage.py).
+    Topic.LLM_USAGE: (LlmUsage,),
 }
 ALL_TOPICS = tuple(TOPIC_PAYLOADS)
 # Compacted (latest record per key) instead of deleted by age; the others keep raw text, so they
 # get a bounded retention (``MEMSTREAM_TOPIC_RETENTION_S``).
-COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD)
+COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD, Topic.LLM_USAGE)
 # Topics whose old records may still hold a forgotten text (until retention deletes them or, for the
 # record, the log cleaner drops the versions a tombstone replaced: max.compaction.lag.ms bounds both).
-TEXT_KEEPING_TOPICS = tuple(name for name in TOPIC_PAYLOADS if name != Topic.AUDIT)
+TEXT_KEEPING_TOPICS = tuple(name for name in TOPIC_PAYLOADS if name not in (Topic.AUDIT, Topic.LLM_USAGE))
 # The topics producers outside the pipeline write to (chat platforms, the SDK, the gateway): with
 # tenant write secrets, every record on them is signed (schemas/signature.py), workers' own too.
 SIGNED_TOPICS = (Topic.TURNS, Topic.CONTROL, Topic.QUERIES)

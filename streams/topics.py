@@ -13,7 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from memstream.config import Settings
-from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS
+from memstream.schemas.topics import ALL_TOPICS, COMPACTED_TOPICS, Topic
 from memstream.streams.kafka_options import client_options
 from memstream.topology import changelog_topics
 
@@ -100,6 +100,11 @@ def topic_configs(settings: Settings, stages: Sequence[str] = ()) -> dict[str, d
     configs = {
         settings.topic(name): dict(compacted) if name in COMPACTED_TOPICS else dict(deleted) for name in ALL_TOPICS
     }
+    # Keyed per budget window: the windows before the last two decide nothing, so they expire.
+    window_ms = str(int(settings.llm_budget_window_s * 1000))
+    configs[settings.topic(Topic.LLM_USAGE)].update(
+        {"cleanup.policy": "compact,delete", "retention.ms": str(2 * int(window_ms)), "segment.ms": window_ms}
+    )
     for full in changelog_topics(settings.topic_prefix, stages):
         configs[full] = {**compacted, "delete.retention.ms": segment_ms}
     return configs

@@ -79,6 +79,12 @@ class GatewayMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.rate_limited = Counter(
+            "memstream_gateway_rate_limited_total",
+            "Requests refused by their tenant's rate limit (nothing of them written)",
+            ["route", "limit"],
+            registry=self.registry,
+        )
 
 
 class SharedClient:
@@ -195,7 +201,7 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
     keys = TenantKeys(settings.gateway_api_keys)
     shared = SharedClient(settings)
     metrics = GatewayMetrics()
-    limits = GatewayLimits(settings, metrics.registry)
+    limits = GatewayLimits(settings, metrics.rate_limited)
     mcp_server = None
     if mcp:
         from .mcp_server import build_mcp_server

@@ -9,7 +9,7 @@ import math
 import time
 from typing import Iterable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from memstream.config import Settings
 from memstream.processors.operations.quotas import Admission, Rates, TenantLimiter
@@ -35,15 +35,10 @@ class OverLimit(Exception):
 class GatewayLimits:
     """The gateway process's buckets, one set per tenant."""
 
-    def __init__(self, settings: Settings, registry: CollectorRegistry):
+    def __init__(self, settings: Settings, refused: Counter):
         rates = {tenant: Rates(**limits.model_dump()) for tenant, limits in settings.gateway_rate_limits.items()}
         self.limiter = TenantLimiter(rates)
-        self.refused = Counter(
-            "memstream_gateway_rate_limited_total",
-            "Requests refused by their tenant's rate limit (nothing of them written)",
-            ["route", "limit"],
-            registry=registry,
-        )
+        self.refused = refused  # memstream_gateway_rate_limited_total{route, limit}
 
     def admit(self, route: str, tenant: str, *, turns: Iterable[Turn] = (), questions: int = 0) -> None:
         """Raises ``OverLimit`` unless ``tenant`` may send this now (the tokens are then taken)."""

@@ -170,6 +170,13 @@ def _read_routes(router: APIRouter, shared: Any, tenant_of: Callable[..., str]) 
         reply = await shared.call(lambda c: c.read("conversations", tenant_id=tenant))
         return reply.model_dump(mode="json")
 
+    @router.get("/api/llm-usage")
+    async def llm_usage(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        """The tenant's LLM spend this budget window over every worker, and its budget."""
+        from memstream.client.usage import tenant_llm_usage
+
+        return await tenant_llm_usage(shared.settings, tenant)
+
     @router.get("/api/conversations/{conversation_id}")
     async def timeline(conversation_id: str, cursor: int = 0, limit: int = 2000, tenant: str = Depends(tenant_of)):
         _check_id(conversation_id)

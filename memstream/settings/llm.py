@@ -5,6 +5,13 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+class TenantLlmBudget(BaseModel):
+    """What one tenant's extraction and consolidation may spend on the LLM per budget window."""
+
+    calls: int | None = Field(None, ge=0, description="LLM calls (unset: no cap)")
+    tokens: int | None = Field(None, ge=0, description="Prompt and completion tokens together (unset: no cap)")
+
+
 class LLMSettings(BaseModel):
     """The OpenAI-compatible endpoint, and each worker's share of it (calls in flight, provider limits)."""
 
@@ -18,6 +25,16 @@ class LLMSettings(BaseModel):
     llm_max_tokens: int = Field(1024)
     llm_retries: int = Field(
         1, ge=0, description="Retries of an LLM call after a timeout, connection, rate-limit or server error"
+    )
+
+    llm_tenant_budgets: dict[str, TenantLlmBudget] = Field(
+        default_factory=dict,
+        description="Tenant -> {calls, tokens} its extraction and consolidation may spend per window (JSON; '*': "
+        "every tenant not named). Over it a flush is extracted without the LLM and a consolidation run decides "
+        "by rules (memories still made, never dropped), until the window ends. Summed over every worker",
+    )
+    llm_budget_window_s: float = Field(
+        3600.0, ge=60, description="Budget window: budgets reset when it ends (windows aligned to the epoch, UTC)"
     )
 
     # --- LLM concurrency and provider limits ---------------------------------------------------

@@ -113,3 +113,98 @@ class TenantLimiter:
             return
         for key in [k for k, b in self.buckets.items() if b.tokens + (now - b.updated) * b.rate >= b.capacity]:
             del self.buckets[key]
+
+
+# --- LLM budgets: calls and tokens per tenant per window, over every worker ----------------------
+
+
+@dataclass(frozen=True)
+class LlmBudget:
+    """What a tenant's extraction and consolidation may spend on the LLM per window (None: no cap)."""
+
+    calls: int | None = None
+    tokens: int | None = None
+
+
+@dataclass
+class Usage:
+    """One worker's spend for one tenant in one window (what it publishes; others add it up)."""
+
+    calls: int = 0
+    tokens: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)  # stage -> work done without the LLM (over budget)
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.tokens += other.tokens
+        for stage, n in other.fallbacks.items():
+            self.fallbacks[stage] = self.fallbacks.get(stage, 0) + n
+
+
+def window_start(now: float, window_s: float) -> int:
+    """The start (epoch seconds) of the budget window ``now`` is in: windows are aligned to the epoch,
+    so every worker agrees on when a budget resets."""
+    return int(now // window_s * window_s)
+
+
+@dataclass
+class UsageLedger:
+    """Every worker's spend per tenant and window, as published (``merge``), plus this worker's own
+    (``spend``, ``fell_back``). A tenant is over budget when the sum over workers reaches a cap; the
+    sum may trail other workers' spend by the publishing interval (a few calls over, never unbounded)."""
+
+    budgets: Mapping[str, LlmBudget]
+    window_s: float
+    worker: str
+    usage: dict[tuple[str, int, str], Usage] = field(default_factory=dict)  # (tenant, window, worker)
+    changed: set[tuple[str, int, str]] = field(default_factory=set)  # own entries not published yet
+
+    def budget(self, tenant: str) -> LlmBudget | None:
+        return self.budgets.get(tenant) or self.budgets.get(EVERY_TENANT)
+
+    def used(self, tenant: str, now: float) -> Usage:
+        window = window_start(now, self.window_s)
+        total = Usage()
+        for (t, w, _), usage in self.usage.items():
+            if t == tenant and w == window:
+                total.add(usage)
+        return total
+
+    def over_budget(self, tenant: str, now: float) -> bool:
+        budget = self.budget(tenant)
+        if budget is None or (budget.calls is None and budget.tokens is None):
+            return False
+        used = self.used(tenant, now)
+        return (budget.calls is not None and used.calls >= budget.calls) or (
+            budget.tokens is not None and used.tokens >= budget.tokens
+        )
+
+    def _own(self, tenant: str, now: float) -> Usage:
+        key = (tenant, window_start(now, self.window_s), self.worker)
+        self.changed.add(key)
+        return self.usage.setdefault(key, Usage())
+
+    def spend(self, tenant: str, now: float, calls: int, tokens: int) -> None:
+        if calls or tokens:
+            self._own(tenant, now).add(Usage(calls, tokens))
+
+    def fell_back(self, tenant: str, now: float, stage: str) -> None:
+        self._own(tenant, now).add(Usage(fallbacks={stage: 1}))
+
+    def merge(self, tenant: str, window: int, worker: str, usage: Usage) -> None:
+        """Another worker's published spend (its latest totals replace what was known of it). This
+        worker's own entries are its to keep: a copy read back is never newer."""
+        if worker != self.worker:
+            self.usage[(tenant, window, worker)] = usage
+
+    def unpublished(self) -> list[tuple[tuple[str, int, str], Usage]]:
+        """Own entries changed since the last call (their totals, to publish)."""
+        out = [(key, self.usage[key]) for key in sorted(self.changed)]
+        self.changed.clear()
+        return out
+
+    def forget_before(self, now: float) -> None:
+        """Windows before the current one no longer decide anything."""
+        current = window_start(now, self.window_s)
+        for key in [k for k in self.usage if k[1] < current]:
+            del self.usage[key]

@@ -23,6 +23,7 @@ from memstream.topology import TOPOLOGY
 
 from ..services import Services
 from ..stages.api import BARRIER, Handler, Record, Slot
+from .budget import LlmBudgets
 from .fence import Fenced, FreezeFence
 from .handling import Handling, record_of
 from .lanes import Lanes
@@ -64,6 +65,7 @@ class WorkerContext:
         self.write_secrets = settings.write_secrets  # empty: records are not signed (single tenant)
         self.output = Output(app, settings, services.tracing, self.metrics, fence)
         self.handling = Handling(settings, services.tracing, self.metrics, self.output)
+        self.llm_budget = LlmBudgets(app, settings, self.output, self.metrics)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
         # The rest of StageContext, answered by the collaborators.
         self.send = self.output.send

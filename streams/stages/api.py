@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping, Protocol, Sequence
 
 import faust
 from aiokafka.partitioner import DefaultPartitioner
@@ -18,7 +18,7 @@ from faust.types import TableT
 
 from memstream.config import Settings
 from memstream.metrics import Metrics
-from memstream.schemas import Payload
+from memstream.schemas import Payload, StageCost
 
 from ..services import Services
 
@@ -92,6 +92,19 @@ def conversation_lane(key: bytes | None, partition: int) -> Hashable:
 # --- the context a stage registers with --------------------------------------------------------
 
 
+class LlmBudget(Protocol):
+    """The tenants' LLM budgets (MEMSTREAM_LLM_TENANT_BUDGETS), over every worker."""
+
+    def over(self, tenant: str) -> bool:
+        """``tenant`` has spent its budget of the current window: do its work without the LLM."""
+
+    def spend(self, tenant: str, costs: Iterable[StageCost]) -> None:
+        """What an LLM call for ``tenant`` cost."""
+
+    def fell_back(self, tenant: str, stage: str) -> None:
+        """A piece of ``stage``'s work for ``tenant`` was done without the LLM (counted)."""
+
+
 class StageContext(Protocol):
     """The app, settings and services a stage registers itself with, and what it may ask of the
     runtime: an agent per input topic, changelog tables, timers, and sending."""
@@ -100,6 +113,7 @@ class StageContext(Protocol):
     s: Settings
     services: Services
     metrics: Metrics
+    llm_budget: LlmBudget
 
     def agent(
         self,

@@ -71,6 +71,7 @@ class Consolidation:
         self.control, self.updates = self.s.topic(Topic.CONTROL), self.s.topic(Topic.UPDATES)
         self.params = ConsolidateParams(tau=self.s.consolidate_tau, top_n=self.s.consolidate_top_n)
         llm = self.services.llm_for("consolidate")
+        self.rules = RuleDecider(self.params)
         self.decider: Decider = (
             LlmDecider(llm, self.params, stable_schema=self.s.llm_stable_schemas)
             if llm is not None
@@ -242,10 +243,14 @@ class Consolidation:
         # updates already out are replays (idempotent).
         for i in range(0, len(hits), RUN_CHUNK):
             chunk_started = time.perf_counter()
+            decider = self.decider
+            if isinstance(decider, LlmDecider) and self.ctx.llm_budget.over(tenant):
+                decider = self.rules  # over its LLM budget: the tenant's chunk is decided by rules
+                self.ctx.llm_budget.fell_back(tenant, STAGE)
             outcomes = await asyncio.to_thread(
                 decide_queues,
                 self.services.store,
-                self.decider,
+                decider,
                 tenant,
                 conversation,
                 hits[i : i + RUN_CHUNK],
@@ -253,6 +258,7 @@ class Consolidation:
                 command.requested_at,
                 self.pool,
             )
+            self.ctx.llm_budget.spend(tenant, [cost for update in outcomes if update for cost in update.costs])
             await self.ctx.produce("consolidate.run", self.observe(outcomes, command.scope == "pending"))
             log.debug("consolidating %s: %d of %d queues out", key, min(i + RUN_CHUNK, len(hits)), len(hits))
             if s.consolidate_yield and self.ctx.busy_ingesting():

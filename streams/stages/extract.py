@@ -8,7 +8,7 @@ from functools import partial
 from typing import get_args
 
 from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
-from memstream.schemas import Forget, StmFlush, decode_message
+from memstream.schemas import Forget, MemoryWrite, StmFlush, decode_message
 from memstream.schemas.memory import ExtractionMode
 from memstream.topology import TOPOLOGY
 
@@ -37,6 +37,22 @@ def register(ctx: StageContext) -> None:
     )
     log.info("extraction mode: %s", extractor.mode)
     out_topic = s.topic(TOPICS.outputs[0])
+    without_llm = ExtractiveExtractor()  # for a tenant over its LLM budget
+
+    async def extract(flush: StmFlush) -> MemoryWrite:
+        # An unreachable LLM (a restart, an outage) holds the partition for up to LLM_OUTAGE_S, then
+        # the flush falls back to the extractive mode: memories from a short outage stay the LLM's.
+        waited, delay = 0.0, 1.0
+        while True:
+            try:
+                return await asyncio.to_thread(
+                    partial(extractor.extract, flush, fallback_when_unavailable=waited >= s.llm_outage_s)
+                )
+            except LlmUnavailable as exc:
+                log.warning("LLM unavailable for flush %s, trying again in %.0fs: %s", flush.flush_id, delay, exc)
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 15.0)
 
     async def handler(record: Record) -> StageResult:
         message = decode_message(TOPICS.input, record.value)
@@ -44,20 +60,13 @@ def register(ctx: StageContext) -> None:
             return StageResult([Out(out_topic, message.key, message, partition=record.partition)])
         assert isinstance(message, StmFlush)
         flush = message
-        # An unreachable LLM (a restart, an outage) holds the partition for up to LLM_OUTAGE_S, then
-        # the flush falls back to the extractive mode: memories from a short outage stay the LLM's.
-        waited, delay = 0.0, 1.0
-        while True:
-            try:
-                write = await asyncio.to_thread(
-                    partial(extractor.extract, flush, fallback_when_unavailable=waited >= s.llm_outage_s)
-                )
-                break
-            except LlmUnavailable as exc:
-                log.warning("LLM unavailable for flush %s, trying again in %.0fs: %s", flush.flush_id, delay, exc)
-                await asyncio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 15.0)
+        if extractor.mode == "llm" and ctx.llm_budget.over(flush.tenant_id):
+            # Over its LLM budget: the tenant's memories are still made, without the LLM.
+            write = await asyncio.to_thread(without_llm.write, flush, mode="extractive_fallback", costs=[])
+            ctx.llm_budget.fell_back(flush.tenant_id, STAGE)
+        else:
+            write = await extract(flush)
+            ctx.llm_budget.spend(flush.tenant_id, write.costs)
         metrics.extract_mode.labels(write.mode).inc()
         for cost in write.costs:
             metrics.count_llm(cost.stage, cost.model, cost.calls, cost.prompt_tokens, cost.completion_tokens)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -20,7 +21,8 @@ import pytest
 
 from memstream.client import MemoryClient
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.schemas import Turn
+from memstream.schemas import LlmUsage, Turn
+from memstream.schemas.topics import Topic
 
 from .conftest import Pipeline
 
@@ -323,3 +325,41 @@ def test_forgetting_a_speaker_takes_their_cards_away(inspector, page):
     page.wait_for_selector(".card[data-speaker='Nora']")
     assert page.locator(".card[data-speaker='Tomas']").count() == 0
     assert page.locator(".turn .speaker", has_text="Tomas:").count() == 0
+
+
+def test_the_conversations_page_shows_the_tenants_llm_spend_over_every_worker(inspector, page):
+    """What the workers publish on llm.usage (here: written as two workers of acme and one of globex
+    would), summed for the signed-in tenant's current budget window; globex's stays apart."""
+    pipe, url = inspector["pipe"], inspector["url"]
+    window_s = pipe.settings.llm_budget_window_s
+    if window_s - time.time() % window_s < 60:  # not across the end of a window
+        time.sleep(window_s - time.time() % window_s + 1)
+    start = datetime.fromtimestamp(time.time() // window_s * window_s, timezone.utc)
+    now = datetime.now(timezone.utc)
+
+    def usage(tenant: str, worker: str, calls: int, tokens: int, **fallbacks: int) -> LlmUsage:
+        return LlmUsage(
+            tenant_id=tenant,
+            window_start=start,
+            window_s=window_s,
+            worker=worker,
+            calls=calls,
+            tokens=tokens,
+            fallbacks=fallbacks,
+            updated_at=now,
+        )
+
+    earlier = start - timedelta(seconds=window_s)
+    published = [
+        usage("acme", "w1", 1, 100),
+        usage("acme", "w1", 2, 700, extract=1),  # w1's later totals replace its earlier ones
+        usage("acme", "w2", 3, 800, extract=2, consolidate=1),
+        usage("globex", "w1", 40, 9000, extract=9),
+        usage("acme", "w3", 50, 5000).model_copy(update={"window_start": earlier}),  # a window gone by
+    ]
+    for record in published:
+        pipe.produce_raw(Topic.LLM_USAGE, record.key.encode(), record.to_bytes())
+    sign_in(page, url, KEYS["acme"])
+    line = page.wait_for_selector("#llm-usage").inner_text()
+    assert line.startswith("LLM this window: 5 calls, 1500 tokens")
+    assert "3 flushes extracted without the LLM" in line and "1 consolidation chunks decided" in line

@@ -89,8 +89,20 @@ async function logout() {
 
 // --- pages -----------------------------------------------------------------------------------------
 
+function llmUsageLine(usage) {
+  const budget = usage.budget;
+  const caps = budget ? [budget.calls != null ? budget.calls + " calls" : null,
+    budget.tokens != null ? budget.tokens + " tokens" : null].filter(Boolean).join(", ") : "";
+  const without = Object.entries(usage.fallbacks).map(([stage, n]) =>
+    n + (stage === "extract" ? " flushes extracted" : " consolidation chunks decided") + " without the LLM");
+  return el("p", { id: "llm-usage", class: "muted" },
+    "LLM this window: " + usage.calls + " calls, " + usage.tokens + " tokens" +
+    (caps ? " of a budget of " + caps : "") +
+    (without.length ? "; over budget: " + without.join(", ") : "") + ".");
+}
+
 async function conversationsPage(token) {
-  const data = await api("GET", "/ui/api/conversations");
+  const [data, usage] = await Promise.all([api("GET", "/ui/api/conversations"), api("GET", "/ui/api/llm-usage")]);
   if (token !== state.route) return;  // another page was asked for meanwhile
   const rows = data.records.map((c) => el("tr", { "data-conversation-id": c.conversation_id },
     el("td", {}, el("a", { href: "#/c/" + encodeURIComponent(c.conversation_id), class: "text" }, c.conversation_id)),
@@ -100,6 +112,7 @@ async function conversationsPage(token) {
     el("td", { class: "lag" }, c.waiting_turns)));
   view().replaceChildren(
     el("h1", {}, "Conversations"),
+    llmUsageLine(usage),
     rows.length ? el("table", { id: "conversations" },
       el("thead", {}, el("tr", {}, ["Conversation", "Turns", "Cards", "Scenes", "Speakers", "Last turn",
         "Ingest lag (turns not yet in a scene)"].map((h) => el("th", {}, h)))),

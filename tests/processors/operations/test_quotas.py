@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from memstream.processors.operations.quotas import SWEEP_EVERY, Rates, TenantLimiter
+from memstream.processors.operations.quotas import (
+    SWEEP_EVERY,
+    LlmBudget,
+    Rates,
+    TenantLimiter,
+    Usage,
+    UsageLedger,
+    window_start,
+)
 
 
 def limiter(**limits: Rates) -> TenantLimiter:
@@ -56,3 +64,61 @@ def test_buckets_of_tenants_idle_long_enough_to_refill_are_forgotten():
     assert len(quotas.buckets) == SWEEP_EVERY - 1
     quotas.admit("late", 10.0, turns=1)  # every earlier bucket has refilled by now
     assert list(quotas.buckets) == [("late", "turns")]
+
+
+# --- LLM budgets ---------------------------------------------------------------------------------
+
+HOUR = 3600.0
+
+
+def ledger(worker: str = "w1", **budgets: LlmBudget) -> UsageLedger:
+    return UsageLedger({k.replace("every", "*"): v for k, v in budgets.items()}, HOUR, worker)
+
+
+def test_a_tenant_is_over_budget_once_its_calls_or_tokens_reach_the_cap_and_not_before():
+    spend = ledger(every=LlmBudget(calls=3, tokens=1000))
+    spend.spend("acme", 10.0, calls=2, tokens=500)
+    assert not spend.over_budget("acme", 10.0)
+    spend.spend("acme", 11.0, calls=1, tokens=10)
+    assert spend.over_budget("acme", 11.0)  # calls
+    spend.spend("globex", 11.0, calls=1, tokens=1000)
+    assert spend.over_budget("globex", 11.0)  # tokens
+    assert not spend.over_budget("initech", 11.0)
+
+
+def test_the_budget_resets_when_the_window_ends_on_every_worker_alike():
+    spend = ledger(every=LlmBudget(calls=1))
+    spend.spend("acme", HOUR - 1, calls=1, tokens=0)
+    assert spend.over_budget("acme", HOUR - 1)
+    assert not spend.over_budget("acme", HOUR)  # windows are aligned to the epoch: a fresh one
+    assert window_start(HOUR * 5 + 17, HOUR) == int(HOUR * 5)
+    spend.forget_before(HOUR)
+    assert spend.usage == {}
+
+
+def test_other_workers_published_spend_counts_and_their_latest_totals_replace_earlier_ones():
+    mine = ledger(every=LlmBudget(calls=10))
+    mine.spend("acme", 5.0, calls=4, tokens=0)
+    mine.merge("acme", 0, "w2", Usage(calls=3))
+    mine.merge("acme", 0, "w2", Usage(calls=5))  # w2's running total now
+    assert mine.used("acme", 5.0).calls == 9 and not mine.over_budget("acme", 5.0)
+    mine.merge("acme", 0, "w3", Usage(calls=1))
+    assert mine.over_budget("acme", 5.0)
+    mine.merge("acme", 0, "w1", Usage(calls=0))  # its own totals read back: ignored, never newer
+    assert mine.used("acme", 5.0).calls == 10
+
+
+def test_only_changed_own_totals_are_published_once_each():
+    mine = ledger(every=LlmBudget(calls=10))
+    mine.spend("acme", 5.0, calls=1, tokens=20)
+    mine.fell_back("acme", 6.0, "extract")
+    mine.merge("globex", 0, "w2", Usage(calls=1))
+    [(key, usage)] = mine.unpublished()
+    assert key == ("acme", 0, "w1") and (usage.calls, usage.tokens, usage.fallbacks) == (1, 20, {"extract": 1})
+    assert mine.unpublished() == []
+
+
+def test_without_a_budget_nobody_is_ever_over():
+    spend = ledger(acme=LlmBudget(calls=None, tokens=None))
+    spend.spend("acme", 1.0, calls=10**6, tokens=10**9)
+    assert not spend.over_budget("acme", 1.0) and not spend.over_budget("other", 1.0)

@@ -1,5 +1,6 @@
-"""Reading a topic of a deployment from the beginning, outside any consumer group: what the
-benchmarks and integration tests check (memory writes, dead letters, keys) after a run."""
+"""Reading a topic from the beginning, outside any consumer group: what the inspector shows of a
+small compacted topic (``llm.usage``), and what the benchmarks and integration tests check after a run
+(memory writes, dead letters, keys)."""
 
 from __future__ import annotations
 
