@@ -7,7 +7,7 @@ from typing import Iterable
 
 import orjson
 
-from .base import Payload
+from .base import Payload, SchemaError
 from .dlq import DeadLetter
 from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, FreshTurn, MemoryWrite, StmFlush
@@ -70,6 +70,29 @@ INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_
 FRONT_TOPICS = INGEST_TOPICS[:-1]
 # ... and then those of consolidation: what a deployment waits on to call itself drained.
 DRAIN_TOPICS = (*INGEST_TOPICS, Topic.CONTROL, Topic.UPDATES)
+
+
+class ReplyTopicRefused(SchemaError):
+    """A question, read or forget that names one of memstream's own topics (or Kafka's) to answer on:
+    the worker would write a reply where only memstream's records belong (a reply on ``record`` would
+    stop every rebuild). A dead letter, answered nowhere."""
+
+    label = "bad reply topic"
+
+
+def reply_topic_problem(prefix: str, topic: str) -> str | None:
+    """Why ``topic`` may not take replies of the deployment with topic prefix ``prefix``; None when it
+    may: ``<prefix>.replies``, or a topic that is not memstream's or Kafka's own."""
+    own = {f"{prefix}.{name}" for name in ALL_TOPICS if name != Topic.REPLIES}
+    if topic in own or topic.startswith(f"{prefix}-memstream") or topic.startswith("__"):
+        return f"reply topic {topic!r} is one of memstream's or Kafka's own topics"
+    return None
+
+
+def check_reply_topic(prefix: str, topic: str) -> None:
+    problem = reply_topic_problem(prefix, topic)
+    if problem:
+        raise ReplyTopicRefused(problem)
 
 
 def message_kind(raw: bytes) -> object:

@@ -12,11 +12,11 @@ from aiokafka import AIOKafkaProducer
 from memstream.config import Settings
 from memstream.schemas import ConsolidateCommand, Forget, Query, Reply, SchemaError, Turn, WindowTick
 from memstream.schemas.read import ReadKind, ReadReply, ReadRequest
-from memstream.schemas.topics import Topic
+from memstream.schemas.topics import Topic, reply_topic_problem
 from memstream.streams.lag import wait_drained
 from memstream.tracing import Tracing
 
-from .errors import ReadError, ReplyError
+from .errors import MemstreamError, ReadError, ReplyError
 from .ingest import put_on_broker
 from .kafka import KafkaLink
 from .outcomes import ForgetOutcome, IngestOutcome
@@ -53,6 +53,9 @@ class AsyncMemoryClient:
     ):
         self.settings = settings or Settings()
         self.reply_topic = reply_topic or self.settings.topic(Topic.REPLIES)
+        problem = reply_topic_problem(self.settings.topic_prefix, self.reply_topic)
+        if problem:  # the workers would dead-letter every question and forget of this client
+            raise MemstreamError(f"{problem}: choose another reply_topic")
         self.create_topics = create_topics
         self.batch_size = batch_size
         self.tracing = Tracing("memstream-client")  # off unless OTEL_EXPORTER_OTLP_ENDPOINT is set

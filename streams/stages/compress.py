@@ -14,7 +14,7 @@ from memstream.processors.forgetting.forget import ForgetScope, add_tombstone, t
 from memstream.processors.write.compress import compress_turn, fresh_turn, split_turn
 from memstream.schemas import Forget, SchemaError, Turn, decode_message
 from memstream.schemas.keys import check_key
-from memstream.schemas.topics import Topic, message_kind
+from memstream.schemas.topics import Topic, check_reply_topic, message_kind
 from memstream.topology import TOPOLOGY
 
 from .api import Out, Record, StageContext, StageResult, init_series
@@ -52,6 +52,7 @@ def register(ctx: StageContext) -> None:
         check_key(record.key, message)  # before anything of it is kept
         ctx.check_signature(record)
         if isinstance(message, Forget):
+            check_reply_topic(s.topic_prefix, message.reply_topic)
             return await on_forget(record, message)
         turn = message
         if len(turn.text) > s.max_turn_chars_hard:
@@ -90,6 +91,7 @@ def register(ctx: StageContext) -> None:
         forget = Forget.from_bytes(record.value)
         check_key(record.key, forget)  # this group dead-letters forgets (the consolidate group skips them)
         ctx.check_signature(record)
+        check_reply_topic(s.topic_prefix, forget.reply_topic)
         if forget.phase != "request":
             return StageResult()
         moving = forget.model_copy(update={"phase": "pipeline", "part": record.partition})

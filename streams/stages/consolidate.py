@@ -44,7 +44,7 @@ from memstream.schemas import (
 from memstream.schemas.keys import check_key, key_problem
 from memstream.schemas.memory import ConsolidationAction
 from memstream.schemas.signature import SignatureRefused
-from memstream.schemas.topics import TEXT_KEEPING_TOPICS, Topic, message_kind
+from memstream.schemas.topics import TEXT_KEEPING_TOPICS, Topic, message_kind, reply_topic_problem
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, Slot, StageContext, StageResult, conversation_lane, init_series
@@ -176,6 +176,8 @@ class Consolidation:
             except SchemaError:
                 return StageResult()
             if forget.phase != "erased" or key_problem(record.key, forget) or not self.signed(record):
+                return StageResult()
+            if reply_topic_problem(self.s.topic_prefix, forget.reply_topic):  # the ingest group dead-letters it
                 return StageResult()
             return await self.on_forget(record, forget)
         command = ConsolidateCommand.from_bytes(record.value)

@@ -18,7 +18,7 @@ from memstream.schemas import Query, ReadRequest, Reply, SchemaError
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.query import TOPIC_PATTERN
 from memstream.schemas.signature import SignatureRefused
-from memstream.schemas.topics import message_kind
+from memstream.schemas.topics import check_reply_topic, message_kind, reply_topic_problem
 from memstream.topology import TOPOLOGY
 from memstream.tracing import SpanKind
 
@@ -46,6 +46,7 @@ def register(ctx: StageContext) -> None:
 
     async def on_read(record: Record) -> StageResult:
         request = ReadRequest.from_bytes(record.value)  # a malformed one is dead-lettered
+        check_reply_topic(ctx.s.topic_prefix, request.reply_topic)  # dead-lettered, answered nowhere
         try:
             check_key(record.key, request)
             ctx.check_signature(record)
@@ -66,6 +67,7 @@ def register(ctx: StageContext) -> None:
             return await on_read(record)
         try:
             query = Query.from_bytes(record.value)
+            check_reply_topic(ctx.s.topic_prefix, query.reply_topic)
             check_key(record.key, query)
             ctx.check_signature(record)
         except SchemaError as exc:
@@ -135,6 +137,8 @@ async def reply_invalid(ctx: StageContext, raw: bytes, exc: SchemaError) -> None
         )
         topic = data["reply_topic"]
         if not isinstance(topic, str) or not re.fullmatch(TOPIC_PATTERN, topic):
+            return
+        if reply_topic_problem(ctx.s.topic_prefix, topic):
             return
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from memstream.client import AsyncMemoryClient, MemoryClient, MemstreamError, ReplyError, as_turn
+from memstream.config import Settings
 from memstream.schemas import SchemaError
 from tests import factories
 
@@ -100,3 +101,9 @@ def test_every_record_the_sdk_sends_on_an_input_topic_carries_its_payloads_key()
     assert len(checked) == 1 + 1 + 3 + 3 + 1 + 3 + 1 + 1  # the broadcasts: one copy per partition
     for topic, key, value in checked:
         check_key(key, decode_message(topic, value))  # type: ignore[arg-type]
+
+
+def test_a_client_refuses_a_reply_topic_the_workers_would_never_answer_on():
+    with pytest.raises(MemstreamError, match="'memory.record' is one of memstream's or Kafka's own topics"):
+        AsyncMemoryClient(Settings(), reply_topic="memory.record")
+    assert AsyncMemoryClient(Settings(), reply_topic="acme.replies").reply_topic == "acme.replies"

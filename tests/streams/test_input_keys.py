@@ -17,6 +17,7 @@ from memstream.metrics import Metrics
 from memstream.schemas import ConsolidateCommand, DeadLetter, Forget, Query, ReadRequest
 from memstream.schemas.keys import KeyMismatch, check_key
 from memstream.schemas.signature import check_signature
+from memstream.schemas.topics import ReplyTopicRefused, reply_topic_problem
 from memstream.streams.runtime.handling import Handling, raw_key
 from memstream.streams.runtime.output import Output
 from memstream.streams.stages import compress, consolidate, query
@@ -188,3 +189,40 @@ def test_a_wrongly_keyed_read_is_refused_and_its_asker_told_why():
     reply = orjson.loads(value)
     assert (topic, key, reply["kind"], reply["ok"]) == ("mine", b"r1", "read_reply", False)
     assert reply["error"] == "key 't2/*' does not match the payload's 't1/*'"
+
+
+@pytest.mark.parametrize(
+    "topic", ["memory.record", "memory.turns", "memory-memstream-segmenter-changelog", "__consumer_offsets"]
+)
+def test_a_question_read_or_forget_naming_memstreams_own_topic_to_answer_on_is_refused_and_answered_nowhere(topic):
+    ctx = StandIn()
+    query.register(ctx)  # type: ignore[arg-type]
+    compress.register(ctx)  # type: ignore[arg-type]
+    asked = Query(
+        tenant_id="t1", conversation_id="c1", correlation_id="q1", reply_topic=topic, question="?", sent_at=NOW
+    )
+    read = ReadRequest(read="conversations", tenant_id="t1", correlation_id="r1", reply_topic=topic, sent_at=NOW)
+    request = Forget(forget_id="f1", tenant_id="t1", requested_at=NOW, reply_topic=topic)
+    for stage, key, payload in [
+        ("query", b"t1/c1", asked),
+        ("query", b"t1/*", read),
+        ("compress.forget", b"t1/*", request),
+    ]:
+        with pytest.raises(ReplyTopicRefused, match="one of memstream's or Kafka's own topics"):
+            ctx.handle(stage, key, payload.to_bytes())
+    moving = request.model_copy(update={"phase": "pipeline"})
+    with pytest.raises(ReplyTopicRefused):
+        ctx.handle("compress", b"t1/*", moving.to_bytes())
+    assert ctx.sent == [] and ctx.tables["forgets"] == {}  # nothing written there, no tombstone
+    ok = Query(
+        tenant_id="t1",
+        conversation_id="c1",
+        correlation_id="q2",
+        reply_topic="memory-replies",
+        question="?",
+        sent_at=NOW,
+    )
+    assert (
+        reply_topic_problem("memory", ok.reply_topic) is None
+        and reply_topic_problem("memory", "memory.replies") is None
+    )
