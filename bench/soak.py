@@ -404,6 +404,7 @@ def run_soak(o: SoakOptions, *, status: Callable[[str], None] = lambda s: None) 
         raise ValueError(f"store is server or embedded, not {o.store!r}")
     if o.evict_idle_s < max(o.stm_idle_s, o.sleep_idle_s):
         raise ValueError("the eviction idle time must be at least the STM and sleep idle times")
+    commit = source_commit()  # the code the worker runs: taken at the start (commits may land meanwhile)
     workdir = absolute_path(o.workdir)
     folder = workdir / "deployment"
     shutil.rmtree(folder, ignore_errors=True)
@@ -426,7 +427,7 @@ def run_soak(o: SoakOptions, *, status: Callable[[str], None] = lambda s: None) 
     evicted = last["evicted_by_stage"]
     return {
         "bench": "soak",
-        "commit": source_commit(),
+        "commit": commit,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
         "turns": soak.workload.turns,
         "conversations_started": soak.workload.started,
