@@ -102,6 +102,17 @@ def kafka_security_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def settings_of_env(env: Mapping[str, str]) -> Settings:
+    """The settings a worker started with ``env`` reads: as pydantic-settings reads the environment,
+    a JSON value of a mapping or list setting (tenant secrets, budgets, limits) is parsed."""
+    values: dict[str, object] = {}
+    for key, value in env.items():
+        name = key.removeprefix("MEMSTREAM_").lower()
+        complex_value = name in Settings.model_fields and value[:1] in ("{", "[")
+        values[name] = json.loads(value) if complex_value else value
+    return Settings.model_validate(values)
+
+
 class Deployment:
     """One isolated deployment: nothing of another deployment's topics or memories is visible."""
 
@@ -126,7 +137,7 @@ class Deployment:
             "MEMSTREAM_METRICS_PORT": str(free_port()),
             **(extra_env or {}),
         }
-        self.settings = Settings.model_validate({k.removeprefix("MEMSTREAM_").lower(): v for k, v in self.env.items()})
+        self.settings = settings_of_env(self.env)
         self.workers: list[runtime.WorkerProcess] = []
         self.gateways: list[GatewayProcess] = []
         self.stage_sets: list[tuple[str, ...]] = []  # of the workers started (each set is a consumer group)
