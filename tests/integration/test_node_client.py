@@ -1,6 +1,8 @@
 """The wire contract from another language: clients/node/produce_and_ask.mjs (kafkajs + ajv, written
 against schemas/json only) produces the demo conversation to a real worker on the real broker and
-asks it a question; its validator accepts what memstream writes and refuses what memstream refuses."""
+asks it a question, signing both with the tenant's write secret the worker checks (without it, its
+turns are dead-lettered); its validator accepts what memstream writes and refuses what memstream
+refuses."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ SCRIPT = NODE_DIR / "produce_and_ask.mjs"
 TENANT = "nodeco"
 # The demo conversation's single-hop question and its gold turn (as in test_pipeline.py).
 QUESTION, GOLD = "What is the name of Tomas's dog?", "D2:5"
+SECRETS_VARIABLE = "MEMSTREAM_TENANT_WRITE_SECRETS"
+# The worker holds every tenant's write secrets; the Node client only its own tenant's.
+NODE_SECRETS = {TENANT: {"n-2026-12": "nodeco-secret-2026-12-xyz"}}
+WORKER_SECRETS = {**NODE_SECRETS, "other": {"o1": "other-secret-2026-12-xyz"}}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +65,8 @@ def run(node: str, *args: str, env: dict[str, str] | None = None, timeout: float
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        # Signed only where a test hands the client its secret.
+        env={**{k: v for k, v in os.environ.items() if k != SECRETS_VARIABLE}, **(env or {})},
     )
 
 
@@ -89,14 +96,16 @@ def test_the_node_validator_accepts_what_memstream_writes_and_refuses_an_invalid
         assert [x["index"] for x in json.loads(done.stdout)["invalid"]] == list(range(len(lines))), done.stdout
 
 
-def test_a_node_producer_and_asker_against_a_real_worker(make_pipeline, node):
+def test_a_node_producer_and_asker_signs_for_a_real_worker_that_refuses_it_unsigned(make_pipeline, node):
     pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
-    pipe.start_worker()
-    env = {
+    # The drain's flush ticks travel on no input topic: the test's own client needs no secret.
+    pipe.start_worker(env={SECRETS_VARIABLE: json.dumps(WORKER_SECRETS)})
+    unsigned = {
         "MEMSTREAM_KAFKA_BOOTSTRAP": pipe.settings.kafka_bootstrap,
         "MEMSTREAM_TOPIC_PREFIX": pipe.settings.topic_prefix,
         "MEMSTREAM_TENANT": TENANT,
     }
+    env = {**unsigned, SECRETS_VARIABLE: json.dumps(NODE_SECRETS)}
     path = demo_conversation_path()
     sample = load_locomo(path)[0]
     expected = list(locomo_turns(sample, tenant_id=TENANT))
@@ -136,4 +145,15 @@ def test_a_node_producer_and_asker_against_a_real_worker(make_pipeline, node):
     turn_ids = [tid for e in reply.evidence for tid in e.turn_ids]
     assert GOLD in turn_ids, f"gold {GOLD} not in evidence {turn_ids}"
     assert pipe.message_count("queries") == 1
-    assert pipe.dead_letters() == []
+    assert pipe.dead_letters() == []  # every signed turn and the query were accepted
+
+    # The same client without the secret: its turns are refused, each one a dead letter saying why.
+    refused = [t.turn_id for t in locomo_turns(sample, tenant_id=TENANT, max_sessions=1)]
+    done = run(node, "produce", "--locomo", str(path), "--sessions", "1", "--conversation", "unsigned", env=unsigned)
+    assert done.returncode == 0, done.stderr
+    pipe.drain(flush=False)
+    letters = pipe.dead_letters()
+    assert sorted(Turn.from_bytes(letter.original).turn_id for letter in letters) == sorted(refused)
+    for letter in letters:
+        assert (letter.stage, letter.error_type, letter.key) == ("compress", "SignatureRefused", f"{TENANT}/unsigned")
+        assert letter.reason.startswith(f"unsigned record for tenant '{TENANT}'"), letter.reason
