@@ -87,8 +87,10 @@ class KafkaSettings(BaseModel):
             if not keys:
                 raise ValueError(f"MEMSTREAM_TENANT_WRITE_SECRETS: tenant {tenant!r} has no secret")
             for key_id, secret in keys.items():
-                if not key_id or ":" in key_id:
-                    raise ValueError(f"MEMSTREAM_TENANT_WRITE_SECRETS: key id {key_id!r} must be non-empty, no ':'")
+                if not key_id or ":" in key_id or not key_id.isascii():
+                    raise ValueError(
+                        f"MEMSTREAM_TENANT_WRITE_SECRETS: key id {key_id!r} must be non-empty ASCII, no ':'"
+                    )
                 if len(secret.get_secret_value()) < 16:
                     raise ValueError(
                         f"MEMSTREAM_TENANT_WRITE_SECRETS: secret {key_id!r} of tenant {tenant!r} is shorter than 16"

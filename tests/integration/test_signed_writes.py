@@ -89,12 +89,15 @@ def test_a_tenants_secret_writes_only_its_own_memory_and_rotation_keeps_both_sec
             async with AsyncMemoryClient(producer) as client:
                 await client.remember(attack_turns[1 + n : 2 + n])
                 asked.append(
-                    await client.ask("Dog?", tenant_id="acme", conversation_id="c1", answer=False, timeout_s=60)
+                    await client.ask(
+                        "Dog?", tenant_id="acme", conversation_id="c1", answer=False, timeout_s=60, raise_on_error=False
+                    )
                 )
         async with AsyncMemoryClient(claims_a2) as client:
             forget = Forget(
                 forget_id=uuid.uuid4().hex,
                 tenant_id="acme",
+                conversation_id="c1",
                 turn_ids=["T1", "T2", "T3"],
                 requested_at=datetime.now(timezone.utc),
                 reply_topic=replies,
@@ -133,7 +136,9 @@ def test_a_tenants_secret_writes_only_its_own_memory_and_rotation_keeps_both_sec
     assert {letter.error_type for letter in letters} == {"SignatureRefused"}
 
     # acme's own forget, signed with its new secret, crosses every stage (the worker signs its copies).
-    outcome = pipe._call(lambda client: client.forget(tenant_id="acme", turn_ids=["T3"], timeout_s=120))
+    outcome = pipe._call(
+        lambda client: client.forget(tenant_id="acme", conversation_id="c1", turn_ids=["T3"], timeout_s=120)
+    )
     assert outcome.done
     pipe.stop_workers()
     with pipe.store() as store:
