@@ -3,6 +3,7 @@
 # Maven Central jars -- no tarball, no Docker. One broker by default; a cluster of N on request.
 #
 # Usage: infra/kafka/kafka.sh [--brokers N] {fetch|start|stop|restart|status|logs [LINES]|bootstrap}
+#        infra/kafka/kafka.sh [--brokers N] configs ARGS...   (kafka-configs against it: quotas, configs)
 #        infra/kafka/kafka.sh [--brokers N] {kill-node I|start-node I|node-pid I}   (clusters)
 #
 # One broker (the default): 127.0.0.1:$MEMSTREAM_KAFKA_PORT (9092), controller on port+1, data in
@@ -49,7 +50,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/service.sh" kafka.sh
 POM="$SCRIPT_DIR/pom.xml"
 
 usage() {
-    echo "usage: $0 [--brokers N] {fetch|start|stop|restart|status|logs [LINES]|bootstrap|kill-node I|start-node I|node-pid I}" >&2
+    echo "usage: $0 [--brokers N] {fetch|start|stop|restart|status|logs [LINES]|bootstrap|configs ARGS...|kill-node I|start-node I|node-pid I}" >&2
     exit 2
 }
 
@@ -173,7 +174,8 @@ fi
 
 # --------------------------------------------------------------------- fetch
 fetch() {
-    if [[ -f "$LIBS/.complete" ]]; then
+    # The admin tools came later than the broker's jars: a cache without them is fetched again.
+    if [[ -f "$LIBS/.complete" && -f "$LIBS/kafka-tools-$KAFKA_VERSION.jar" ]]; then
         log "jars for Kafka $KAFKA_VERSION already in $LIBS"
         return 0
     fi
@@ -680,6 +682,14 @@ case "${1:-}" in
     status) status ;;
     logs) logs "${2:-100}" ;;
     bootstrap) bootstrap_servers ;;
+    configs)
+        # kafka-configs against this broker (or cluster): e.g. client quotas per principal,
+        #   kafka.sh configs --alter --add-config producer_byte_rate=1048576 --entity-type users --entity-name acme
+        fetch >&2
+        shift
+        "$JAVA" -cp "$LIBS/*" -Dlog4j2.level=warn org.apache.kafka.tools.ConfigCommand \
+            --bootstrap-server "$(bootstrap_servers)" "$@"
+        ;;
     kill-node) node_arg "$@"; kill_node "$2" ;;
     start-node) node_arg "$@"; start_node "$2" ;;
     node-pid)
