@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -357,8 +358,9 @@ def test_the_conversations_page_shows_the_tenants_llm_spend_over_every_worker(in
         usage("globex", "w1", 40, 9000, extract=9),
         usage("acme", "w3", 50, 5000).model_copy(update={"window_start": earlier}),  # a window gone by
     ]
-    for record in published:
-        pipe.produce_raw(Topic.LLM_USAGE, record.key.encode(), record.to_bytes())
+    with ThreadPoolExecutor(1) as thread:  # the browser's loop runs in this one
+        for record in published:
+            thread.submit(pipe.produce_raw, Topic.LLM_USAGE, record.key.encode(), record.to_bytes()).result()
     sign_in(page, url, KEYS["acme"])
     line = page.wait_for_selector("#llm-usage").inner_text()
     assert line.startswith("LLM this window: 5 calls, 1500 tokens")
