@@ -89,13 +89,28 @@ def page(browser, inspector) -> Iterator[Any]:
     context.close()
 
 
+def has_session(page: Any) -> bool:
+    return any(c["name"] == "memstream_session" for c in page.context.cookies())
+
+
+def until(condition: Any, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def sign_in(page: Any, url: str, key: str) -> None:
+    # The browser's cookie store and what the test's requests (page.request) read of it may lag the
+    # page by a moment under load: wait for the old session to be gone and the new one to be there.
     page.context.clear_cookies()
+    until(lambda: not has_session(page), "the old session cookie to go")
     page.goto(f"{url}/ui")
     page.wait_for_selector("#key", state="visible")
     page.fill("#key", key)
     page.click("#login-form button[type=submit]")
     page.wait_for_selector("#nav", state="visible")
+    until(lambda: has_session(page), "the session cookie")
 
 
 def test_a_key_opens_a_session_cookie_and_lists_the_conversations(inspector, page):
