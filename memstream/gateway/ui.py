@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from memstream.client.usage import tenant_llm_usage
 from memstream.config import Settings
 from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.read import ReadReply
@@ -173,8 +174,6 @@ def _read_routes(router: APIRouter, shared: Any, tenant_of: Callable[..., str]) 
     @router.get("/api/llm-usage")
     async def llm_usage(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
         """The tenant's LLM spend this budget window over every worker, and its budget."""
-        from memstream.client.usage import tenant_llm_usage
-
         return await tenant_llm_usage(shared.settings, tenant)
 
     @router.get("/api/conversations/{conversation_id}")

@@ -149,7 +149,7 @@ def test_the_worker_signs_what_it_writes_to_an_input_topic_and_only_that():
     assert record_of(SimpleNamespace(value=value, message=message)).signature == signature
 
 
-def test_without_secrets_nothing_is_signed_or_checked(ingest):
+def test_without_secrets_nothing_is_signed_or_checked():
     plain = StandIn()
     compress.register(plain)  # type: ignore[arg-type]
     value = turn(tenant="b", conversation="c1").to_bytes()
