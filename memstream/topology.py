@@ -15,6 +15,8 @@ class StageTopology:
     inputs: tuple[str, ...]  # logical topic names; the first is the stage's main input
     outputs: tuple[str, ...]
     table: str = ""  # a changelog-backed table ("<consumer group>-<table>-changelog"); "" for none
+    # The table of its conversations' sealed pieces of recent turn ids (processors/write/seen_ids.py).
+    seen_table: str = ""
 
     @property
     def input(self) -> str:
@@ -25,8 +27,8 @@ TOPOLOGY: dict[str, StageTopology] = {
     # control: forget requests enter the pipeline here; cards: a turn's fresh-turn point, ahead of its flush.
     # Table: tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition).
     "compress": StageTopology((Topic.TURNS, Topic.CONTROL), (Topic.TURNS_COMPRESSED, Topic.CARDS), "forgets"),
-    "segment": StageTopology((Topic.TURNS_COMPRESSED,), (Topic.SEGMENTS,), "segmenter"),
-    "stm": StageTopology((Topic.SEGMENTS,), (Topic.STM_FLUSH,), "stm"),
+    "segment": StageTopology((Topic.TURNS_COMPRESSED,), (Topic.SEGMENTS,), "segmenter", "segmenter-seen"),
+    "stm": StageTopology((Topic.SEGMENTS,), (Topic.STM_FLUSH,), "stm", "stm-seen"),
     "extract": StageTopology((Topic.STM_FLUSH,), (Topic.CARDS,)),
     # Writes to the vector store, each write recorded first in record (RecordedStore: the store's
     # durable record, what a rebuild reads); erased forgets go back to control.
@@ -57,7 +59,7 @@ def group_id(prefix: str, stages: Sequence[str]) -> str:
 def changelog_topics(prefix: str, stages: Sequence[str]) -> list[str]:
     """The changelog topics of the tables that workers of ``stages`` keep (one set per consumer group)."""
     group = group_id(prefix, stages)
-    tables = [TOPOLOGY[stage].table for stage in stages]
+    tables = [table for stage in stages for table in (TOPOLOGY[stage].table, TOPOLOGY[stage].seen_table)]
     return [f"{group}-{table}-changelog" for table in tables if table]
 
 

@@ -38,6 +38,12 @@ class WorkerSettings(BaseModel):
         description="A conversation's table entries (window, buffer, consolidation marks) that hold nothing in "
         "flight are deleted after this many idle seconds (never sooner than STM_IDLE_S and SLEEP_IDLE_S)",
     )
+    state_seen_piece_ids: int = Field(
+        32,
+        ge=1,
+        description="The recent turn ids a window or buffer keeps to drop redelivered turns are written in pieces "
+        "of this many (a turn rewrites only the newest piece, whatever the conversation's length)",
+    )
 
     @property
     def kafka_data_dir(self) -> Path:

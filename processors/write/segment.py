@@ -19,7 +19,7 @@ supplies embeddings and attention cohesion through two small callables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Container, Literal, Sequence
 
 import numpy as np
 
@@ -161,7 +161,8 @@ class SegmenterState(TableEntry):
     segment_index: int = 0
     pending: list[dict[str, Any]] = field(default_factory=list)  # CompressedTurn json, not yet emitted
     head_reason: str | None = None  # boundary before pending[0], decided by an earlier window
-    seen: list[str] = field(default_factory=list)  # recent turn ids, to drop redeliveries
+    seen: list[str] = field(default_factory=list)  # recent turn ids, to drop redeliveries (the open piece)
+    seen_sealed: int = 0  # pieces of older ids sealed so far (processors/write/seen_ids.py)
     last_activity: float = 0.0  # wall-clock seconds of the last turn added
     next_seq: int = 0  # the position the conversation's next turn gets (``metadata.seq``)
 
@@ -226,8 +227,11 @@ class Segmenter:
         self.embed = embed
         self.cohesion = cohesion
 
-    def add(self, state: SegmenterState, item: CompressedTurn, now: float = 0.0) -> list[SegmentedTurn]:
-        if item.turn.turn_id in state.seen:
+    def add(
+        self, state: SegmenterState, item: CompressedTurn, now: float = 0.0, seen_before: Container[str] = ()
+    ) -> list[SegmentedTurn]:
+        """``seen_before``: the conversation's recent turn ids beyond ``state.seen`` (its sealed pieces)."""
+        if item.turn.turn_id in state.seen or item.turn.turn_id in seen_before:
             return []  # redelivered: already in the window or emitted
         item = number_turn(state, item)
         turn = item.turn

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Container
 
 from memstream.processors.ids import stable_id
 from memstream.processors.write.table_entry import TableEntry
@@ -34,7 +34,8 @@ class StmState(TableEntry):
     conversation_id: str = ""
     groups: list[dict[str, Any]] = field(default_factory=list)  # {segment_id, topic_label, turns: [json]}
     tokens: int = 0
-    seen: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)  # recent turn ids (the open piece)
+    seen_sealed: int = 0  # pieces of older ids sealed so far (processors/write/seen_ids.py)
     last_activity: float = 0.0  # wall-clock seconds of the last buffered turn
 
     @property
@@ -68,10 +69,13 @@ def _flush(state: StmState, reason: str, now: float) -> StmFlush | None:
     return flush
 
 
-def add_turn(state: StmState, message: SegmentedTurn, now: float, policy: StmPolicy) -> list[StmFlush]:
-    """Buffer one segmented turn; returns the flushes it triggers (0, 1 or 2), in order."""
+def add_turn(
+    state: StmState, message: SegmentedTurn, now: float, policy: StmPolicy, seen_before: Container[str] = ()
+) -> list[StmFlush]:
+    """Buffer one segmented turn; returns the flushes it triggers (0, 1 or 2), in order.
+    ``seen_before``: the conversation's recent turn ids beyond ``state.seen`` (its sealed pieces)."""
     turn = message.item.turn
-    if turn.turn_id in state.seen:
+    if turn.turn_id in state.seen or turn.turn_id in seen_before:
         return []
     state.tenant_id, state.conversation_id = message.tenant_id, message.conversation_id
     flushes: list[StmFlush] = []
@@ -123,7 +127,7 @@ def buffer_evictable(state: StmState, now: float, evict_idle_s: float) -> bool:
 
 
 def buffer_step(
-    data: Any, message: SegmentedTurn | StmTick, now: float, policy: StmPolicy
+    data: Any, message: SegmentedTurn | StmTick, now: float, policy: StmPolicy, seen_before: Container[str] = ()
 ) -> tuple[dict[str, Any], list[StmFlush], bool]:
     """One message against a buffer's table entry: the entry after it, the flushes it makes, and
     whether it was a turn the buffer had seen already."""
@@ -132,5 +136,5 @@ def buffer_step(
         flush = on_tick(state, now, policy, force=message.force, conversation_idle=message.conversation_idle)
         return state.to_dict(), [flush] if flush else [], False
     before = state.pending_turns + len(state.seen)
-    flushes = add_turn(state, message, now, policy)
+    flushes = add_turn(state, message, now, policy, seen_before)
     return state.to_dict(), flushes, state.pending_turns + len(state.seen) == before and not flushes

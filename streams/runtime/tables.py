@@ -39,7 +39,7 @@ class Tables:
 
         Keys and values go through faust's json codec, live and on recovery from the changelog.
         """
-        if name != TOPOLOGY[stage].table:
+        if name not in (TOPOLOGY[stage].table, TOPOLOGY[stage].seen_table) or not name:
             raise ValueError(f"stage {stage} keeps table {name}, which memstream.topology does not give it")
         return self.app.Table(name, default=None, partitions=self.s.topic_partitions, key_type=str, value_type=None)
 
@@ -55,13 +55,14 @@ class Tables:
             value = replay.stamped(value, source.partition, source.offset)
         await faust_compat.write_table(table, key, value)
 
-    async def delete_state(self, stage: str, table: TableT, key: str) -> None:
+    async def delete_state(self, stage: str, table: TableT, key: str, *, evicted: bool = True) -> None:
         """Delete a conversation's entry (it went quiet with nothing in flight) and wait until its
         tombstone is on the broker: the changelog's compaction frees its space, a recovery does not
-        bring it back, and the handler's offset commits only after. Counted per stage."""
+        bring it back, and the handler's offset commits only after. Counted per stage when ``evicted``."""
         self.fence.check()
         await faust_compat.delete_table_entry(table, key)
-        self.metrics.state_evicted.labels(stage).inc()
+        if evicted:
+            self.metrics.state_evicted.labels(stage).inc()
 
     def evict_timer(
         self,

@@ -158,8 +158,9 @@ class StageContext(Protocol):
         """Every ``stm_tick_s``, send a tick to the partition of each conversation whose entry in
         ``table`` may be evicted; the stage deletes it (``delete_state``) when it handles the tick."""
 
-    async def delete_state(self, stage: str, table: TableT, key: str) -> None:
-        """Delete a table entry and wait until its tombstone is on the broker."""
+    async def delete_state(self, stage: str, table: TableT, key: str, *, evicted: bool = True) -> None:
+        """Delete a table entry and wait until its tombstone is on the broker (``evicted``: counted as
+        an evicted conversation; a piece of one is not)."""
 
     async def send(
         self, topic: str, key: bytes, value: bytes, partition: int | None = None, *, traceparent: str | None = None

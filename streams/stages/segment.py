@@ -11,6 +11,7 @@ from typing import Any, get_args
 
 from memstream.processors.forgetting.forget import scrub_window
 from memstream.processors.write.index import has_turn_position_from
+from memstream.processors.write.seen_ids import SeenPieces
 from memstream.processors.write.segment import (
     Segmenter,
     SegmenterState,
@@ -23,6 +24,7 @@ from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .held import held_turns_forget, held_turns_handler
+from .seen import SeenTable
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,9 @@ TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
 def register(ctx: StageContext) -> None:
     s, services = ctx.s, ctx.services
     states = ctx.table(STAGE, TOPICS.table)
+    seen = SeenTable(
+        ctx, STAGE, ctx.table(STAGE, TOPICS.seen_table), SeenPieces(Segmenter.remember_turn_ids, s.state_seen_piece_ids)
+    )
     out_topic = s.topic(TOPICS.outputs[0])
     in_topic = s.topic(TOPICS.input)
     params = services.segment_params
@@ -77,6 +82,7 @@ def register(ctx: StageContext) -> None:
         # in event order.
         if isinstance(message, WindowTick):
             if data and not message.force and evictable(state):
+                await seen.drop(message.key, data)
                 await ctx.delete_state(STAGE, states, message.key)
                 return StageResult()
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
@@ -95,11 +101,12 @@ def register(ctx: StageContext) -> None:
             turn_id = message.turn.turn_id
             if data is None and positions_from_store:
                 state.next_seq = await asyncio.to_thread(first_position, message.tenant_id, message.conversation_id)
-            if record.traceparent and turn_id not in (data or {}).get("seen", ()):
+            if record.traceparent and not seen.seen(message.key, data, turn_id):
                 # The window may emit this turn while handling a later message: it carries on this
                 # handling's trace, not that one's.
                 traces[turn_id] = ctx.services.tracing.current_traceparent() or record.traceparent
-            added = await asyncio.to_thread(segmenter.add, state, message, time.time())
+            earlier = seen.earlier(message.key, data)
+            added = await asyncio.to_thread(segmenter.add, state, message, time.time(), earlier)
             outs = [Out(out_topic, seg.key, seg) for seg in added]
         for out in outs:
             if isinstance(out.value, SegmentedTurn):
@@ -112,6 +119,7 @@ def register(ctx: StageContext) -> None:
         entry = state.to_dict()
         if traces:
             entry[TRACES] = traces
+        await seen.seal(message.key, entry)
         await ctx.save_state(states, message.key, entry, source=record)
         return StageResult()
 

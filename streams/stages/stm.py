@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, get_args
 
 from memstream.processors.forgetting.forget import scrub_buffer
+from memstream.processors.write.seen_ids import SeenPieces
 from memstream.processors.write.stm import StmPolicy, StmState, buffer_evictable, buffer_step, is_idle
 from memstream.schemas import SegmentedTurn, StmTick, decode_segments_message
 from memstream.schemas.memory import FlushReason
@@ -15,6 +16,7 @@ from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
 from .held import held_turns_forget, held_turns_handler
+from .seen import SeenTable
 
 STAGE = "stm"
 TOPICS = TOPOLOGY[STAGE]  # its topics and table: memstream/topology.py
@@ -24,6 +26,9 @@ def register(ctx: StageContext) -> None:
     s = ctx.s
     buffers = ctx.table(STAGE, TOPICS.table)
     policy = StmPolicy(budget_tokens=s.stm_tokens, idle_s=s.stm_idle_s)
+    seen = SeenTable(
+        ctx, STAGE, ctx.table(STAGE, TOPICS.seen_table), SeenPieces(policy.remember_turn_ids, s.state_seen_piece_ids)
+    )
     out_topic = s.topic(TOPICS.outputs[0])
     in_topic = s.topic(TOPICS.input)
 
@@ -35,9 +40,10 @@ def register(ctx: StageContext) -> None:
     async def handle(record: Record, message: SegmentedTurn | StmTick, data: Any) -> StageResult:
         if isinstance(message, StmTick) and not message.force and not message.conversation_idle:
             if data and evictable(data):
+                await seen.drop(message.key, data)
                 await ctx.delete_state(STAGE, buffers, message.key)
                 return StageResult()
-        state, flushes, duplicate = buffer_step(data, message, time.time(), policy)
+        state, flushes, duplicate = buffer_step(data, message, time.time(), policy, seen.earlier(message.key, data))
         if duplicate:
             ctx.metrics.stm_duplicates.inc()
         # Each buffered turn's trace context, so that its flush links back to it.
@@ -57,6 +63,7 @@ def register(ctx: StageContext) -> None:
             ctx.metrics.stm_flushes.labels(f.reason).inc()
         if traces:
             state[TRACES] = traces
+        await seen.seal(message.key, state)
         await ctx.save_state(buffers, message.key, state, source=record)
         return StageResult()
 

@@ -12,5 +12,12 @@ def test_every_turn_is_counted_and_the_seen_ids_are_part_of_the_state():
     assert 0 < result["stm_seen_bytes_per_turn"] < result["stm_bytes_per_turn"]
 
 
+def test_ids_in_pieces_cost_a_turn_less_than_one_list():
+    pieces = state_bytes(demo_conversation_path(), stm_tokens=2000, piece_ids=4)
+    one_list = state_bytes(demo_conversation_path(), stm_tokens=2000, piece_ids=10**9)
+    assert pieces["segmenter_seen_bytes_per_turn"] < one_list["segmenter_seen_bytes_per_turn"]
+    assert pieces["stm_seen_bytes_per_turn"] < one_list["stm_seen_bytes_per_turn"]
+
+
 def test_a_loopback_send_costs_some_cpu():
     assert loopback_send_ms(10_000, sends=20) >= 0.0

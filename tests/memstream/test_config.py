@@ -28,11 +28,14 @@ def test_each_stage_set_names_the_changelogs_of_its_tables():
     assert changelog_topics("memory", list(STAGES)) == [
         "memory-memstream-forgets-changelog",
         "memory-memstream-segmenter-changelog",
+        "memory-memstream-segmenter-seen-changelog",
         "memory-memstream-stm-changelog",
+        "memory-memstream-stm-seen-changelog",
         "memory-memstream-consolidation-changelog",
     ]
     assert changelog_topics("p", ["compress", "segment"]) == [
         "p-memstream-compress-segment-forgets-changelog",
         "p-memstream-compress-segment-segmenter-changelog",
+        "p-memstream-compress-segment-segmenter-seen-changelog",
     ]
     assert changelog_topics("p", ["query"]) == []
