@@ -191,6 +191,15 @@ class WritePathMetrics:
         "LLM budget (MEMSTREAM_LLM_TENANT_BUDGETS), by stage",
         ["stage"],
     )
+    bulk_wait_seconds = declare(
+        Histogram,
+        "memstream_bulk_wait_seconds",
+        "How long an imported turn (bulk.turns) waited for live work to let it into the pipeline",
+        buckets=_LATENCY_BUCKETS,
+    )
+    imported_turns = declare(
+        Counter, "memstream_imported_turns_total", "Imported turns (bulk.turns) let into the pipeline"
+    )
     extract_mode = declare(
         Counter, "memstream_extractions_total", "Extractions by mode (llm, extractive, extractive_fallback)", ["mode"]
     )

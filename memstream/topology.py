@@ -26,7 +26,10 @@ class StageTopology:
 TOPOLOGY: dict[str, StageTopology] = {
     # control: forget requests enter the pipeline here; cards: a turn's fresh-turn point, ahead of its flush.
     # Table: tombstones, keyed "<partition>/<tenant>" (a broadcast forget writes each partition).
-    "compress": StageTopology((Topic.TURNS, Topic.CONTROL), (Topic.TURNS_COMPRESSED, Topic.CARDS), "forgets"),
+    # bulk.turns: history imports, taken only while live work allows (the bulk lane, streams/runtime/bulk.py).
+    "compress": StageTopology(
+        (Topic.TURNS, Topic.CONTROL, Topic.BULK_TURNS), (Topic.TURNS_COMPRESSED, Topic.CARDS), "forgets"
+    ),
     "segment": StageTopology((Topic.TURNS_COMPRESSED,), (Topic.SEGMENTS,), "segmenter", "segmenter-seen"),
     "stm": StageTopology((Topic.SEGMENTS,), (Topic.STM_FLUSH,), "stm", "stm-seen"),
     "extract": StageTopology((Topic.STM_FLUSH,), (Topic.CARDS,)),

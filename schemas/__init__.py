@@ -19,7 +19,9 @@ from .memory import (
     SourceTurn,
     StageCost,
     StmFlush,
+    imported_flush,
 )
+from .progress import ImportProgress
 from .query import Evidence, Plan, Query, Reply
 from .read import ReadReply, ReadRequest
 from .record import StoredPoint, parse_record_key, record_key
@@ -35,6 +37,7 @@ from .usage import LlmUsage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ImportProgress",
     "LlmUsage",
     "Payload",
     "SchemaError",
@@ -64,6 +67,7 @@ __all__ = [
     "SourceTurn",
     "StageCost",
     "StmFlush",
+    "imported_flush",
     "Evidence",
     "Plan",
     "Query",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain. '#'
 # marks a chunk of a long turn (``D3:4#2``), '~' a later version of an edited turn (``1712.05~1713``).

@@ -58,6 +58,7 @@ KEYS: dict[tuple[str, str], str] = {
     ("replies", "forget_reply"): "the forget's key: tenant_id/conversation_id or tenant_id/*",
     ("dlq", "dead_letter"): "the key of the message that failed, as it came",
     ("audit", "forget_audit"): "forget_id/part (the topic is compacted: the latest record per key stays)",
+    ("import.progress", "import_progress"): "tenant_id/counter (compacted: the latest record per key stays)",
 }
 
 

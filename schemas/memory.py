@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .base import ID_PATTERN, ScopeKeyed, TenantScoped, UtcDatetime
@@ -39,6 +40,17 @@ class StmFlush(TenantScoped):
 
     def turns(self) -> list[CompressedTurn]:
         return [t for seg in self.segments for t in seg.turns]
+
+
+def imported_flush(raw: bytes) -> bool:
+    """Whether a ``memory.stm.flush`` record is a flush of imported turns only (the bulk lane's), read
+    without validating it: for routing, it raises nothing (a malformed record is not imported)."""
+    try:
+        data = orjson.loads(raw)
+        turns = [t for seg in data["segments"] for t in seg["turns"]] if data.get("kind") == "stm_flush" else []
+        return bool(turns) and all(t.get("imported") is True for t in turns)
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return False
 
 
 class StageCost(Part):
@@ -119,7 +131,7 @@ class SourceTurn(Part):
     text: str
     event_time: UtcDatetime
     image_captions: list[str] = Field(default_factory=list)
-    seq: int = Field(ge=0, description="Position in the conversation, for the Replay window")
+    seq: int = Field(description="Position in the conversation, for the Replay window (imported history: below 0)")
     received_at: UtcDatetime | None = Field(None, description="When the turn reached the turns topic")
 
 

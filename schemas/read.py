@@ -25,7 +25,11 @@ class ReadRequest(ScopeKeyed):
     tenant_id: str = Field(pattern=ID_PATTERN)
     conversation_id: str | None = Field(None, pattern=ID_PATTERN)
     point_id: str | None = Field(None, pattern=ID_PATTERN, description="The memory a lineage read is about")
-    cursor: int = Field(0, ge=0, description="timeline: the first turn seq; export: the first record")
+    cursor: int | None = Field(
+        None,
+        description="timeline: the first turn seq (imported history is numbered below 0); export: the first record; "
+        "none: from the start",
+    )
     limit: int = Field(500, ge=1, le=MAX_PAGE, description="timeline: turns; export: records")
     correlation_id: str = Field(pattern=ID_PATTERN)
     reply_topic: str = Field(pattern=TOPIC_PATTERN)
@@ -37,6 +41,8 @@ class ReadRequest(ScopeKeyed):
             raise ValueError(f"a {self.read} read needs conversation_id")
         if self.read == "lineage" and not self.point_id:
             raise ValueError("a lineage read needs point_id")
+        if self.read == "export" and self.cursor is not None and self.cursor < 0:
+            raise ValueError("an export cursor counts records: it is not below 0")
         return self
 
 

@@ -11,6 +11,7 @@ from .base import Payload, SchemaError
 from .dlq import DeadLetter
 from .forget import Forget, ForgetAudit, ForgetReply
 from .memory import ConsolidateCommand, ConsolidationUpdate, FreshTurn, MemoryWrite, StmFlush
+from .progress import ImportProgress
 from .query import Query, Reply
 from .read import ReadReply, ReadRequest
 from .record import StoredPoint
@@ -22,6 +23,7 @@ class Topic:
     """The logical topic names."""
 
     TURNS = "turns"
+    BULK_TURNS = "bulk.turns"  # history imports: admitted into the pipeline when live work allows
     TURNS_COMPRESSED = "turns.compressed"
     SEGMENTS = "segments"
     STM_FLUSH = "stm.flush"
@@ -34,12 +36,14 @@ class Topic:
     AUDIT = "audit"
     RECORD = "record"
     LLM_USAGE = "llm.usage"
+    IMPORT_PROGRESS = "import.progress"
 
 
 # The first payload of each topic is what it carries without a ``kind`` match (its main payload).
 # A forget travels through every ingest topic behind the turns it must catch.
 TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.TURNS: (Turn, Forget),
+    Topic.BULK_TURNS: (Turn,),
     Topic.TURNS_COMPRESSED: (CompressedTurn, WindowTick, Forget),
     Topic.SEGMENTS: (SegmentedTurn, StmTick, Forget),
     Topic.STM_FLUSH: (StmFlush, Forget),
@@ -54,19 +58,23 @@ TOPIC_PAYLOADS: dict[str, tuple[type[Payload], ...]] = {
     Topic.RECORD: (StoredPoint,),
     # Each worker's LLM spend per tenant and budget window, latest per key (schemas/usage.py).
     Topic.LLM_USAGE: (LlmUsage,),
+    # History imports: turns each import sent, turns each worker let in (schemas/progress.py).
+    Topic.IMPORT_PROGRESS: (ImportProgress,),
 }
 ALL_TOPICS = tuple(TOPIC_PAYLOADS)
 # Compacted (latest record per key) instead of deleted by age; the others keep raw text, so they
 # get a bounded retention (``MEMSTREAM_TOPIC_RETENTION_S``).
-COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD, Topic.LLM_USAGE)
+COMPACTED_TOPICS = (Topic.AUDIT, Topic.RECORD, Topic.LLM_USAGE, Topic.IMPORT_PROGRESS)
 # Topics whose old records may still hold a forgotten text (until retention deletes them or, for the
 # record, the log cleaner drops the versions a tombstone replaced: max.compaction.lag.ms bounds both).
-TEXT_KEEPING_TOPICS = tuple(name for name in TOPIC_PAYLOADS if name not in (Topic.AUDIT, Topic.LLM_USAGE))
+TEXT_KEEPING_TOPICS = tuple(
+    name for name in TOPIC_PAYLOADS if name not in (Topic.AUDIT, Topic.LLM_USAGE, Topic.IMPORT_PROGRESS)
+)
 # The topics producers outside the pipeline write to (chat platforms, the SDK, the gateway): with
 # tenant write secrets, every record on them is signed (schemas/signature.py), workers' own too.
-SIGNED_TOPICS = (Topic.TURNS, Topic.CONTROL, Topic.QUERIES)
+SIGNED_TOPICS = (Topic.TURNS, Topic.BULK_TURNS, Topic.CONTROL, Topic.QUERIES)
 # The topics a turn crosses before its memories are in the store (FRONT: before the index stage).
-INGEST_TOPICS = (Topic.TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
+INGEST_TOPICS = (Topic.TURNS, Topic.BULK_TURNS, Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH, Topic.CARDS)
 FRONT_TOPICS = INGEST_TOPICS[:-1]
 # ... and then those of consolidation: what a deployment waits on to call itself drained.
 DRAIN_TOPICS = (*INGEST_TOPICS, Topic.CONTROL, Topic.UPDATES)

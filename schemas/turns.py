@@ -29,10 +29,11 @@ class Turn(TenantScoped):
 
     @property
     def seq(self) -> int | None:
-        """The turn's position in its conversation, ``metadata.seq`` (a non-negative integer): the
-        producer's, or the one the segment stage gives a turn that has none."""
+        """The turn's position in its conversation, ``metadata.seq`` (an integer): the producer's, or
+        the one the segment stage gives a turn that has none (from 0). Imported history is numbered
+        below 0 (``memstream.client.history``): it comes before the conversation's live turns."""
         seq = self.metadata.get("seq")
-        return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+        return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
     @field_validator("speaker")
     @classmethod
@@ -55,6 +56,9 @@ class CompressedTurn(TenantScoped):
     received_at: UtcDatetime | None = Field(
         None,
         description="When the turn reached the turns topic (its record timestamp): the start of turn-to-memory latency",
+    )
+    imported: bool = Field(
+        False, description="Came through the bulk lane (a history import): its flushes wait behind live ones"
     )
 
 

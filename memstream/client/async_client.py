@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Literal, Mapping
 
 from aiokafka import AIOKafkaProducer
 
@@ -17,6 +17,7 @@ from memstream.streams.lag import wait_drained
 from memstream.tracing import Tracing
 
 from .errors import MemstreamError, ReadError, ReplyError
+from .history import send_history
 from .ingest import put_on_broker
 from .kafka import KafkaLink
 from .outcomes import ForgetOutcome, IngestOutcome
@@ -101,29 +102,34 @@ class AsyncMemoryClient:
         """Produce turns onto ``memory.turns``, keyed ``tenant/conversation`` (a conversation stays on
         one partition, in order), and return once the broker has acknowledged all of them. Sent in
         batches of ``batch_size``; a redelivered turn (same ids) is stored once."""
+        valid = (as_turn(raw) for raw in turns)
         topic = self.settings.topic(Topic.TURNS)
-        sent = 0
-        pending: list[Awaitable] = []
-        for raw in turns:
-            turn = as_turn(raw)
-            pending.append(
-                await self.kafka.send(topic, turn.key.encode(), turn.to_bytes(), traced="memstream.remember")
-            )
-            if on_sent:
-                on_sent(turn)
-            if len(pending) >= self.batch_size:
-                await self.kafka.acked(pending)
-                sent += len(pending)
-                pending = []
-        await self.kafka.acked(pending)
-        return sent + len(pending)
+        return await self.kafka.send_turns(topic, valid, self.batch_size, on_sent, "memstream.remember")
 
-    async def ingest(self, mapped: Mapped, *, source: str) -> IngestOutcome:
+    async def import_history(
+        self,
+        turns: Iterable[Turn | Mapping[str, Any]],
+        *,
+        after: str | None = None,
+        on_sent: Callable[[Turn], None] | None = None,
+    ) -> int:
+        """Produce a history import (a chat export, an old conversation) onto ``memory.bulk.turns``: the
+        workers let it into the pipeline only while no live turn or question waits, so live traffic of
+        every tenant stays fast while it runs. Each conversation's turns are put in event-time order
+        and numbered before its live turns (-N..-1, ``processors.write.history``); a turn its producer
+        numbered keeps its position. Sending the same import again stores nothing twice; ``after``
+        (``<conversation_id>/<turn_id>``, in that order) resumes one after its turns up to there were
+        acknowledged. Progress: ``memstream.client.history.import_progress``. Returns, with the turns
+        sent, once the broker has acknowledged every one."""
+        return await send_history(self, [as_turn(raw) for raw in turns], after, on_sent)
+
+    async def ingest(self, mapped: Mapped, *, source: str, bulk: bool = False) -> IngestOutcome:
         """Put chat-platform events, as ``memstream.platforms`` mapped them, on the broker: turns onto
         ``memory.turns``, an edit's old version and a deletion as forgets (not waited for: they
         travel behind the turns they name), malformed events onto the dead-letter topic with their
-        reason (``source`` says where they came from, e.g. ``slack:webhook``)."""
-        return await put_on_broker(self, mapped, source)
+        reason (``source`` says where they came from, e.g. ``slack:webhook``). ``bulk``: the turns are
+        a history import (``import_history``)."""
+        return await put_on_broker(self, mapped, source, bulk)
 
     async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
         """One record as it is (tests and benches that feed malformed input)."""
@@ -240,7 +246,7 @@ class AsyncMemoryClient:
         tenant_id: str,
         conversation_id: str | None = None,
         point_id: str | None = None,
-        cursor: int = 0,
+        cursor: int | None = None,
         limit: int = 500,
         timeout_s: float | None = None,
     ) -> ReadReply:

@@ -17,14 +17,15 @@ if TYPE_CHECKING:
     from .async_client import AsyncMemoryClient
 
 
-async def put_on_broker(client: AsyncMemoryClient, mapped: Mapped, source: str) -> IngestOutcome:
-    """What ``client.ingest(mapped, source=source)`` does: the turns first, then the forgets they
-    carry, then the dead letters."""
+async def put_on_broker(client: AsyncMemoryClient, mapped: Mapped, source: str, bulk: bool = False) -> IngestOutcome:
+    """What ``client.ingest(mapped, source=source, bulk=bulk)`` does: the turns first (``bulk``: as a
+    history import), then the forgets they carry, then the dead letters. A forget goes live either
+    way: a turn it covers that is still waiting in the import is dropped when it is let in."""
     from memstream.platforms import TurnRemoval
 
     outcome = IngestOutcome(skipped=dict(mapped.skipped))
     turns = [item for item in mapped.items if isinstance(item, Turn)]
-    outcome.turns = await client.remember(turns)
+    outcome.turns = await (client.import_history(turns) if bulk else client.remember(turns))
     for item in mapped.items:
         if isinstance(item, TurnRemoval):
             done = await client.forget(

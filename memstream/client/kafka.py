@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from memstream.config import Settings
+from memstream.schemas import Turn
 from memstream.schemas.signature import sign
 from memstream.streams.kafka_options import client_options
 from memstream.tracing import SpanKind, Tracing
@@ -103,3 +104,21 @@ class KafkaLink:
         futures = [await self.send(topic, key, value, partition, traced=traced) for key, value, partition in records]
         await self.acked(futures)
         return len(futures)
+
+    async def send_turns(
+        self, topic: str, turns: Iterable[Turn], batch_size: int, on_sent: Callable[[Turn], None] | None, traced: str
+    ) -> int:
+        """Send turns keyed by their conversation, waiting for the broker's acks every ``batch_size``
+        (and at the end); returns how many."""
+        sent = 0
+        pending: list[Awaitable] = []
+        for turn in turns:
+            pending.append(await self.send(topic, turn.key.encode(), turn.to_bytes(), traced=traced))
+            if on_sent:
+                on_sent(turn)
+            if len(pending) >= batch_size:
+                await self.acked(pending)
+                sent += len(pending)
+                pending = []
+        await self.acked(pending)
+        return sent + len(pending)

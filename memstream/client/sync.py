@@ -82,6 +82,7 @@ class MemoryClient:
     # AsyncMemoryClient's calls, blocking: each runs on the client's loop thread and its result (or
     # error) comes back here; signatures and docs are the async ones.
     remember = _blocking(AsyncMemoryClient.remember)
+    import_history = _blocking(AsyncMemoryClient.import_history)
     ingest = _blocking(AsyncMemoryClient.ingest)
     ask = _blocking(AsyncMemoryClient.ask)
     forget = _blocking(AsyncMemoryClient.forget)

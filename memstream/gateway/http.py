@@ -18,7 +18,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, Field
 
 from memstream.client import AsyncMemoryClient, BrokerUnavailable, QueryTimeout, ReplyError
+from memstream.client.history import turn_place
 from memstream.config import Settings
+from memstream.processors.write.history import number_history
 from memstream.schemas import SchemaError, Turn
 from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.text import isolated_reply
@@ -29,7 +31,9 @@ from .limits import GatewayLimits, OverLimit
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-ROUTES = frozenset({"/v1/turns", "/v1/ask", "/v1/forget", "/v1/webhooks/slack", "/healthz", "/metrics", "/mcp"})
+ROUTES = frozenset(
+    {"/v1/turns", "/v1/import", "/v1/ask", "/v1/forget", "/v1/webhooks/slack", "/healthz", "/metrics", "/mcp"}
+)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -193,6 +197,25 @@ def tenant_turns(raw: list[dict[str, Any]], tenant_id: str) -> list[Turn]:
     return turns
 
 
+def ndjson_objects(body: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of an NDJSON body, one a line (blank lines skipped); 422 naming the first
+    line that is not one, or when there is none."""
+    out = []
+    for number, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise HTTPException(422, f"line {number} is not JSON: {exc}") from None
+        if not isinstance(item, dict):
+            raise HTTPException(422, f"line {number} is not a JSON object")
+        out.append(item)
+    if not out:
+        raise HTTPException(422, "an import needs at least one turn (NDJSON: one turn a line)")
+    return out
+
+
 # --- the app -------------------------------------------------------------------------------------
 
 
@@ -325,6 +348,21 @@ def _memory_routes(app: FastAPI, shared: SharedClient, caller: Callable[..., str
         limits.admit("/v1/turns", tenant, turns=turns)  # the whole batch, or none of it
         sent = await shared.call(lambda c: c.remember(turns))
         return {"accepted": sent, "tenant_id": tenant}
+
+    @app.post("/v1/import", status_code=202)
+    async def post_import(request: Request, after: str | None = None, tenant: str = Depends(caller)) -> dict[str, Any]:
+        """A history import: NDJSON, one turn a line (``tenant_id`` may be left out), sent through the
+        bulk lane (``import_history``: each conversation in event-time order, before its live turns;
+        the whole of a conversation belongs in one request). Resumable: ``after`` is the ``last`` a
+        previous try returned (``<conversation_id>/<turn_id>``), and only the turns after it are sent
+        (sending them all again stores nothing twice either). Not counted against the tenant's turn
+        rates: the bulk lane lets an import in only while live traffic allows."""
+        turns = tenant_turns(ndjson_objects(await request.body()), tenant)
+        places = [turn_place(t) for t in number_history(turns)]  # the order the import is sent in
+        if after is not None and after not in places:
+            raise HTTPException(422, f"after={after!r} names no turn of this import (<conversation_id>/<turn_id>)")
+        sent = await shared.call(lambda c: c.import_history(turns, after=after))
+        return {"accepted": sent, "tenant_id": tenant, "last": places[-1]}
 
     @app.post("/v1/ask")
     async def post_ask(body: AskIn, response: Response, tenant: str = Depends(caller)) -> dict[str, Any]:

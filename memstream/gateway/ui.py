@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from memstream.client.history import import_progress
 from memstream.client.usage import tenant_llm_usage
 from memstream.config import Settings
 from memstream.schemas.base import ID_PATTERN
@@ -176,8 +177,15 @@ def _read_routes(router: APIRouter, shared: Any, tenant_of: Callable[..., str]) 
         """The tenant's LLM spend this budget window over every worker, and its budget."""
         return await tenant_llm_usage(shared.settings, tenant)
 
+    @router.get("/api/imports")
+    async def imports(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        """The tenant's history imports: turns sent, let into the pipeline, remaining."""
+        return await import_progress(shared.settings, tenant)
+
     @router.get("/api/conversations/{conversation_id}")
-    async def timeline(conversation_id: str, cursor: int = 0, limit: int = 2000, tenant: str = Depends(tenant_of)):
+    async def timeline(
+        conversation_id: str, cursor: int | None = None, limit: int = 2000, tenant: str = Depends(tenant_of)
+    ):
         _check_id(conversation_id)
         reply = await shared.call(
             lambda c: c.read(

@@ -38,6 +38,12 @@ class WorkerSettings(BaseModel):
         description="A conversation's table entries (window, buffer, consolidation marks) that hold nothing in "
         "flight are deleted after this many idle seconds (never sooner than STM_IDLE_S and SLEEP_IDLE_S)",
     )
+    bulk_backlog: int = Field(
+        16,
+        ge=1,
+        description="An imported turn (bulk.turns) enters the pipeline only while fewer than this many messages are "
+        "unfinished on the topics after the turns topic, and no live turn or question waits",
+    )
     state_seen_piece_ids: int = Field(
         32,
         ge=1,

@@ -78,12 +78,12 @@ def conversation_summaries(turns: Iterable[Record], scenes: Iterable[Record], ca
     return sorted(out, key=lambda c: (str(c["last_event_time"] or ""), c["conversation_id"]), reverse=True)
 
 
-def timeline_page(records: Sequence[Record], cursor: int, limit: int) -> Page:
-    """The turns with ``seq >= cursor`` (at most ``limit``, in order) and every scene, card version
-    and profile item citing one of them; the summary counts the whole conversation. Turns not
+def timeline_page(records: Sequence[Record], cursor: int | None, limit: int) -> Page:
+    """The turns with ``seq >= cursor`` (None: from the first; at most ``limit``, in order) and every
+    scene, card version and profile item citing one of them; the summary counts the whole conversation. Turns not
     numbered yet (fresh, ahead of their flush) are the newest: on the last page, after the others."""
     turns = sorted((r for r in records if r["collection"] == TURNS), key=_position)
-    later = [t for t in turns if _numbered(t) and _seq(t) >= cursor]
+    later = [t for t in turns if _numbered(t) and (cursor is None or _seq(t) >= cursor)]
     more = len(later) > limit
     page = later[:limit] if more else later + [t for t in turns if not _numbered(t)][:limit]
     ids = {t.get("turn_id") for t in page}
@@ -99,6 +99,7 @@ def timeline_page(records: Sequence[Record], cursor: int, limit: int) -> Page:
         "profiles": counts[PROFILES],
         "sessions": sorted({str(t.get("session_id")) for t in turns if t.get("session_id")}),
         "speakers": sorted({str(t.get("speaker")) for t in turns if t.get("speaker")}),
+        "first_seq": min((_seq(t) for t in turns if _numbered(t)), default=None),
         "last_seq": max((_seq(t) for t in turns if _numbered(t)), default=None),
     }
     return Page(page + derived, summary, _seq(later[limit]) if more else None, found=bool(records))
@@ -168,7 +169,7 @@ class ReadEngine:
         rows = conversation_summaries(turns, scenes, cards)
         return Page(rows, {"conversations": len(rows)})
 
-    def timeline(self, tenant_id: str, conversation_id: str, cursor: int, limit: int) -> Page:
+    def timeline(self, tenant_id: str, conversation_id: str, cursor: int | None, limit: int) -> Page:
         return timeline_page(list(export_records(self.store, tenant_id, conversation_id, TIMELINE)), cursor, limit)
 
     def lineage(self, tenant_id: str, point_id: str) -> Page:
@@ -178,7 +179,8 @@ class ReadEngine:
         where = StoreFilter(equals={"conversation_id": str(found[0].get("conversation_id"))})
         return lineage(self._all(CARDS, tenant_id, where), self._all(TURNS, tenant_id, where), point_id)
 
-    def export(self, tenant_id: str, conversation_id: str | None, cursor: int, limit: int) -> Page:
+    def export(self, tenant_id: str, conversation_id: str | None, cursor: int | None, limit: int) -> Page:
+        cursor = cursor or 0
         records = list(
             islice(export_records(self.store, tenant_id, conversation_id, EXPORT_ORDER), cursor, cursor + limit + 1)
         )

@@ -473,7 +473,7 @@ class Retriever:
         where = scope.conversation(turn_id=wanted)
         sources = self.store.scroll(TURNS, scope.tenant_id, where=where, limit=len(wanted) + 1)
         seq_of = {str(h.payload["turn_id"]): int(h.payload["seq"]) for h in sources if "seq" in h.payload}
-        seqs = sorted({s + d for s in seq_of.values() for d in (-1, 1) if s + d >= 0})
+        seqs = sorted({s + d for s in seq_of.values() for d in (-1, 1)})
         if not seqs:
             return {}
         around = self.store.scroll(

@@ -24,21 +24,43 @@ from memstream.schemas.text import isolate_bidi
 from ._app import _load_turns, _progress, _settings, cli, console, own_reading
 
 
-async def produce_turns(settings: Settings, turns: list[Turn]) -> float:
+async def produce_turns(settings: Settings, turns: list[Turn], bulk: bool = False) -> float:
     started = time.perf_counter()
-    with _progress("ingest") as progress:
+    with _progress("import" if bulk else "ingest") as progress:
         task = progress.add_task("turns", total=len(turns))
         async with AsyncMemoryClient(settings, create_topics=True) as client:
-            await client.remember(turns, on_sent=lambda _t: progress.advance(task))
+            send = client.import_history if bulk else client.remember
+            await send(turns, on_sent=lambda _t: progress.advance(task))
     return time.perf_counter() - started
 
 
-async def _ingest_platform(settings: Settings, file: Path, fmt: str, tenant: str | None, conversation: str | None):
+async def watch_imports(settings: Settings, tenants: set[str], poll_s: float = 1.0) -> None:
+    """A progress bar per tenant of its history imports let into the pipeline, until all are."""
+    from memstream.client.history import import_progress
+
+    with _progress("let in") as progress:
+        tasks: dict[str, Any] = {}
+        while True:
+            left = 0
+            for tenant in sorted(tenants):
+                now = await import_progress(settings, tenant)
+                if tenant not in tasks:
+                    tasks[tenant] = progress.add_task(tenant, total=now["sent"])
+                progress.update(tasks[tenant], total=now["sent"], completed=now["let_in"])
+                left += now["remaining"]
+            if not left:
+                return
+            await asyncio.sleep(poll_s)
+
+
+async def _ingest_platform(
+    settings: Settings, file: Path, fmt: str, tenant: str | None, conversation: str | None, bulk: bool
+):
     from memstream.platforms import load_events, map_events
 
     mapped = map_events(fmt, load_events(fmt, file), tenant_id=tenant, conversation_id=conversation)
     async with AsyncMemoryClient(settings, create_topics=True) as client:
-        outcome = await client.ingest(mapped, source=f"{fmt}:{file.name}")
+        outcome = await client.ingest(mapped, source=f"{fmt}:{file.name}", bulk=bulk)
     return outcome, {(t.tenant_id, t.conversation_id) for t in mapped.items if isinstance(t, Turn)}
 
 
@@ -55,18 +77,25 @@ def ingest(
     sample: Optional[str] = typer.Option(None, help="Only this LoCoMo sample_id"),
     sessions: Optional[int] = typer.Option(None, help="Only the first N sessions"),
     wait: bool = typer.Option(False, help="Wait until every turn is in memory (flushes what the buffers hold)"),
+    bulk: bool = typer.Option(
+        False,
+        "--bulk",
+        help="A history import: onto memory.bulk.turns, let in only while live turns and questions allow, "
+        "each conversation in event-time order before its live turns",
+    ),
 ) -> None:
     """Produce a conversation's turns onto memory.turns: a LoCoMo file, or a chat platform's events
-    (edits become new versions of a turn, deletions forget it, malformed events are dead-lettered)."""
+    (edits become new versions of a turn, deletions forget it, malformed events are dead-lettered).
+    With --bulk, as a history import (docs/operations.md, "History import")."""
     s = _settings()
     try:
         if fmt == "locomo":
             turns = _load_turns(file, tenant or "default", conversation, sample, sessions)
-            seconds = asyncio.run(produce_turns(s, turns))
+            seconds = asyncio.run(produce_turns(s, turns, bulk))
             console.print(f"produced {len(turns)} turns in {seconds:.2f}s")
             conversations = {(t.tenant_id, t.conversation_id) for t in turns}
         else:
-            outcome, conversations = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation))
+            outcome, conversations = asyncio.run(_ingest_platform(s, file, fmt, tenant, conversation, bulk))
             skipped = ", ".join(f"{k} {n}" for k, n in sorted(outcome.skipped.items())) or "none"
             console.print(
                 f"produced {outcome.turns} turns and {len(outcome.forgets)} forgets (edits, deletions)", soft_wrap=True
@@ -77,6 +106,8 @@ def ingest(
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     if wait:
+        if bulk:
+            asyncio.run(watch_imports(s, {tenant for tenant, _ in conversations}))
         asyncio.run(wait_written(s, own_reading(s), conversations))
         console.print("pipeline drained, every turn written")
 

@@ -24,6 +24,7 @@ from memstream.topology import TOPOLOGY
 from ..services import Services
 from ..stages.api import BARRIER, Handler, Record, Slot
 from .budget import LlmBudgets
+from .bulk import ImportCounts, LiveFirst
 from .fence import Fenced, FreezeFence
 from .handling import Handling, record_of
 from .lanes import Lanes
@@ -67,6 +68,8 @@ class WorkerContext:
         self.handling = Handling(settings, services.tracing, self.metrics, self.output)
         self.llm_budget = LlmBudgets(app, settings, self.output, self.metrics)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
+        self.live_first = LiveFirst(settings, commits, self.metrics).wait
+        self.imported = ImportCounts(app, settings, self.output, self.metrics).count
         # The rest of StageContext, answered by the collaborators.
         self.send = self.output.send
         self.produce = self.output.produce

@@ -220,6 +220,22 @@ class SafeCommits:
                 out[Partition(tp.topic, tp.partition)] = max(0, end - position)
         return out
 
+    async def unfinished(self) -> dict[Partition, int]:
+        """Per partition this worker owns and reads: log end (as last fetched) minus the first offset
+        some stage reading it has not finished (messages fetched, queued or in progress, or not yet
+        fetched). Unlike ``lag`` it does not wait for a commit."""
+        consumer = self.app.consumer
+        unknown = self._assigned_without_position()
+        if unknown:
+            await self._learn_positions(unknown)
+        out = {}
+        for tp in consumer.assignment():
+            nexts = [self.tracker.next_for(stage, tp.topic, tp.partition) for stage in self.tracker.stages(tp.topic)]
+            end = consumer.highwater(tp)
+            if nexts and None not in nexts and end is not None:
+                out[Partition(tp.topic, tp.partition)] = max(0, end - min(n for n in nexts if n is not None))
+        return out
+
     def took(self, stage: str, topic: str, partition: int, offset: int) -> None:
         """The stage has the message in progress (see ``skip_reason``)."""
         self.tracker.took(stage, topic, partition, offset)

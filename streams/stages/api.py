@@ -133,6 +133,13 @@ class StageContext(Protocol):
         ``record`` is signed with a secret of the tenant its key names. Called by the stage that acts
         on a record of an input topic (turns, control, queries), after its key check."""
 
+    async def live_first(self) -> None:
+        """Return once an imported turn may enter the pipeline: no live turn or question of this
+        worker waits, and few messages are unfinished after it (streams/runtime/bulk.py)."""
+
+    def imported(self, tenant: str) -> None:
+        """An imported turn of ``tenant`` went into the pipeline (counted, and published as progress)."""
+
     def busy_ingesting(self) -> bool:
         """An ingest stage of this worker is handling a message, or finished one within the last second."""
 

@@ -54,7 +54,19 @@ def register(ctx: StageContext) -> None:
         if isinstance(message, Forget):
             check_reply_topic(s.topic_prefix, message.reply_topic)
             return await on_forget(record, message)
-        turn = message
+        return await take_turn(record, message)
+
+    async def bulk_handler(record: Record) -> StageResult:
+        turn = decode_message(Topic.BULK_TURNS, record.value)
+        assert isinstance(turn, Turn)  # the topic carries nothing else
+        check_key(record.key, turn)
+        ctx.check_signature(record)  # a refused record does not wait for its turn
+        await ctx.live_first()
+        result = await take_turn(record, turn, imported=True)
+        ctx.imported(turn.tenant_id)
+        return result
+
+    async def take_turn(record: Record, turn: Turn, imported: bool = False) -> StageResult:
         if len(turn.text) > s.max_turn_chars_hard:
             raise TurnRejected(f"turn text too long: {len(turn.text)} characters > {s.max_turn_chars_hard}")
         if tombstoned(tombstones.get(f"{record.partition}/{turn.tenant_id}"), turn, time.time()):
@@ -64,7 +76,10 @@ def register(ctx: StageContext) -> None:
             chunks = split_turn(turn, s.max_turn_chars)  # a long turn goes on as chunks of its id
         except ValueError as exc:
             raise TurnRejected(f"turn cannot be split into chunks: {exc}") from exc
-        received_at = datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp else None
+        # Imported turns are not live: turn-to-memory latency (which starts here) leaves them out.
+        received_at = (
+            datetime.fromtimestamp(record.timestamp, timezone.utc) if record.timestamp and not imported else None
+        )
         if warm:
             await asyncio.to_thread(services.embedder.embed, [chunk.text for chunk in chunks])
         outs = []
@@ -73,11 +88,13 @@ def register(ctx: StageContext) -> None:
                 item = compress_turn(chunk, None, s.compress_rate, received_at)
             else:
                 item = await asyncio.to_thread(compress_turn, chunk, compressor, s.compress_rate, received_at)
+            if imported:
+                item = item.model_copy(update={"imported": True})
             ctx.metrics.compress_tokens.labels("in").inc(item.tokens_in)
             ctx.metrics.compress_tokens.labels("out").inc(item.tokens_out)
             ctx.metrics.turn_tokens.labels("in").observe(item.tokens_in)
             ctx.metrics.turn_tokens.labels("out").observe(item.tokens_out)
-            if s.fresh_turns:
+            if s.fresh_turns and not imported:  # history need not be searchable ahead of its flush
                 outs.append(Out(fresh_topic, item.key, fresh_turn(item)))
             outs.append(Out(out_topic, item.key, item))
         if len(chunks) > 1:
@@ -99,5 +116,6 @@ def register(ctx: StageContext) -> None:
 
     ctx.agent(STAGE, TOPICS.input, handler)
     ctx.agent(f"{STAGE}.forget", Topic.CONTROL, on_control)
+    ctx.agent(f"{STAGE}.bulk", Topic.BULK_TURNS, bulk_handler)
     init_series(ctx.metrics.compress_tokens, ("in", "out"))
     init_series(ctx.metrics.forgotten, ("dropped",))

@@ -8,7 +8,7 @@ from functools import partial
 from typing import get_args
 
 from memstream.processors.write.extract import ExtractiveExtractor, LlmExtractor, LlmUnavailable
-from memstream.schemas import Forget, MemoryWrite, StmFlush, decode_message
+from memstream.schemas import Forget, MemoryWrite, StmFlush, decode_message, imported_flush
 from memstream.schemas.memory import ExtractionMode
 from memstream.topology import TOPOLOGY
 
@@ -74,10 +74,13 @@ def register(ctx: StageContext) -> None:
 
     def slot_of(record: Record) -> Slot:
         # A conversation's flushes (and a forget behind them) in order; conversations side by side.
-        return Slot(conversation_lane(record.key, record.partition), "llm")
+        # Imported history has a slot of its own: a live flush never waits for a free one behind it.
+        kind = "bulk" if imported_flush(record.value) else "llm"
+        return Slot(conversation_lane(record.key, record.partition), kind)
 
     if extractor.mode == "llm":
-        ctx.agent(STAGE, TOPICS.input, handler, slots={"llm": s.in_flight(STAGE)}, slot_of=slot_of)
+        slots = {"llm": s.in_flight(STAGE), "bulk": 1}
+        ctx.agent(STAGE, TOPICS.input, handler, slots=slots, slot_of=slot_of)
     else:  # bound by the CPU: one at a time
         ctx.agent(STAGE, TOPICS.input, handler)
     init_series(metrics.extract_mode, get_args(ExtractionMode))

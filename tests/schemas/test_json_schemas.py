@@ -31,6 +31,7 @@ from memstream.schemas import (
     Forget,
     ForgetAudit,
     ForgetReply,
+    ImportProgress,
     LlmUsage,
     Payload,
     Plan,
@@ -227,6 +228,7 @@ def examples() -> list[Payload]:
             fallbacks={"extract": 2},
             updated_at=NOW,
         ),
+        ImportProgress(tenant_id=TENANT, counter="import-3f2a", role="sent", turns=20000, updated_at=NOW),
         ReadRequest(
             read="timeline",
             tenant_id=TENANT,

@@ -12,7 +12,7 @@ def test_turn_round_trips_through_bytes():
     again = Turn.from_bytes(t.to_bytes())
     assert again == t
     assert again.key == "t1/c1"
-    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 3
+    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 4
 
 
 def test_a_v1_payload_is_still_read():
@@ -69,3 +69,40 @@ def test_dead_letter_keeps_the_original_bytes():
         failed_at=datetime.now(timezone.utc),
     )
     assert DeadLetter.from_bytes(letter.to_bytes()).original == raw
+
+
+def test_a_position_below_zero_is_imported_history_and_export_cursors_are_not():
+    from datetime import datetime, timezone
+
+    from memstream.schemas import ReadRequest, Turn
+
+    turn = Turn(
+        tenant_id="t",
+        conversation_id="c",
+        session_id="S1",
+        turn_id="m1",
+        speaker="Ann",
+        text="hi",
+        event_time=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        metadata={"seq": -4},
+    )
+    assert turn.seq == -4
+    assert turn.model_copy(update={"metadata": {"seq": True}}).seq is None
+    fields = dict(tenant_id="t", correlation_id="q1", reply_topic="memory.replies", sent_at=datetime.now(timezone.utc))
+    assert ReadRequest(read="timeline", conversation_id="c", cursor=-4, **fields).cursor == -4
+    with pytest.raises(ValueError, match="export cursor"):
+        ReadRequest(read="export", cursor=-1, **fields)
+
+
+def test_a_flush_of_imported_turns_only_takes_the_bulk_slot():
+    from memstream.schemas import imported_flush
+    from tests.factories import compressed, turn
+
+    def flush(*imported: bool) -> bytes:
+        items = [compressed(turn(f"m{i}", seq=i)).model_copy(update={"imported": x}) for i, x in enumerate(imported)]
+        segment = {"segment_id": "s", "topic_label": "t", "turns": [i.model_dump(mode="json") for i in items]}
+        return orjson.dumps({"kind": "stm_flush", "segments": [segment]})
+
+    assert imported_flush(flush(True, True))
+    assert not imported_flush(flush(True, False))
+    assert not imported_flush(b"not json") and not imported_flush(b'{"kind": "forget"}')

@@ -204,3 +204,22 @@ def test_a_message_given_up_unfinished_is_taken_again_when_it_comes_again():
         assert await commits.skip_reason("compress", TOPIC, 0, 5) is None
 
     asyncio.run(run())
+
+
+def test_unfinished_counts_from_the_first_offset_a_reader_has_not_finished():
+    import asyncio
+
+    commits = safe_commits(5)
+    commits.subscribe("other", TOPIC)
+    commits.app.consumer.highwater = lambda tp: 9
+
+    async def run():
+        await commits.skip_reason("compress", TOPIC, 0, 5)  # learns the position: both readers at 5
+        assert await commits.unfinished() == {TP: 4}
+        for offset in (5, 6, 7):
+            commits.finished("compress", TOPIC, 0, offset)
+        assert await commits.unfinished() == {TP: 4}, "the other reader has finished nothing"
+        commits.finished("other", TOPIC, 0, 5)
+        assert await commits.unfinished() == {TP: 3}, "no commit needed to count what finished"
+
+    asyncio.run(run())

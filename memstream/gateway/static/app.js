@@ -101,8 +101,16 @@ function llmUsageLine(usage) {
     (without.length ? "; over budget: " + without.join(", ") : "") + ".");
 }
 
+function importLine(imports) {
+  // The tenant's history imports (the bulk lane): nothing shown before its first.
+  if (!imports.sent) return null;
+  return el("p", { id: "imports", class: "muted" }, "History import: " + imports.let_in + " of " + imports.sent +
+    " turns let in, " + imports.remaining + " remaining (live turns and questions go first).");
+}
+
 async function conversationsPage(token) {
-  const [data, usage] = await Promise.all([api("GET", "/ui/api/conversations"), api("GET", "/ui/api/llm-usage")]);
+  const [data, usage, imports] = await Promise.all([api("GET", "/ui/api/conversations"),
+    api("GET", "/ui/api/llm-usage"), api("GET", "/ui/api/imports")]);
   if (token !== state.route) return;  // another page was asked for meanwhile
   const rows = data.records.map((c) => el("tr", { "data-conversation-id": c.conversation_id },
     el("td", {}, el("a", { href: "#/c/" + encodeURIComponent(c.conversation_id), class: "text" }, c.conversation_id)),
@@ -113,6 +121,7 @@ async function conversationsPage(token) {
   view().replaceChildren(
     el("h1", {}, "Conversations"),
     llmUsageLine(usage),
+    importLine(imports) || "",
     rows.length ? el("table", { id: "conversations" },
       el("thead", {}, el("tr", {}, ["Conversation", "Turns", "Cards", "Scenes", "Speakers", "Last turn",
         "Ingest lag (turns not yet in a scene)"].map((h) => el("th", {}, h)))),
@@ -205,11 +214,12 @@ function pageBar(conv, data) {
   const base = "#/c/" + encodeURIComponent(conv);
   const turns = data.records.filter((r) => r.collection === "turns" && numbered(r));
   const later = data.next_cursor !== null && data.next_cursor !== undefined;
-  if (!data.start && !later) return null;
+  const first = firstSeq(data.summary);
+  if (!(data.start > first) && !later) return null;
   return el("div", { class: "bar", id: "pages" },
     el("span", { class: "muted" }, "turns " + (turns.length ? turns[0].seq + "–" + turns[turns.length - 1].seq : "none")
       + " of " + data.summary.turns),
-    data.start ? el("a", { id: "earlier", href: base + "/from/" + Math.max(0, data.start - PAGE_TURNS) }, "← earlier turns") : null,
+    data.start > first ? el("a", { id: "earlier", href: base + "/from/" + Math.max(first, data.start - PAGE_TURNS) }, "← earlier turns") : null,
     later ? el("a", { id: "later", href: base + "/from/" + data.next_cursor }, "later turns →") : null,
     data.from !== null ? el("a", { id: "latest", href: base }, "latest") : null);
 }
@@ -278,6 +288,8 @@ const FULL_EVERY = 15;  // polls: a full read now and then, whatever the counts 
 
 // A turn's position; a fresh turn not numbered yet (ahead of its flush) has none and is the newest.
 const numbered = (turn) => typeof turn.seq === "number";
+// Imported history is numbered below 0 (before the conversation's live turns).
+const firstSeq = (summary) => (typeof summary.first_seq === "number" ? Math.min(0, summary.first_seq) : 0);
 const byPosition = (a, b) => (numbered(a) !== numbered(b) ? (numbered(a) ? -1 : 1)
   : numbered(a) ? a.seq - b.seq : (a.event_ts || 0) - (b.event_ts || 0));
 
@@ -334,7 +346,7 @@ async function timelinePage(conv, token, from) {
     renderTimeline(conv, data);  // the detail panel is kept as it is (moved, not redrawn)
   };
   // The latest page: the last PAGE_TURNS positions (a one-turn read finds where they start).
-  const latestStart = (summary) => (summary.last_seq === null ? 0 : Math.max(0, summary.last_seq - PAGE_TURNS + 1));
+  const latestStart = (summary) => (summary.last_seq === null ? 0 : Math.max(firstSeq(summary), summary.last_seq - PAGE_TURNS + 1));
   let probed = from !== null;
   const load = async () => {
     if (!probed) {
@@ -447,7 +459,7 @@ async function route() {
   }
   const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const ask = hash.match(/^\/c\/(.+)\/ask$/);
-  const page = hash.match(/^\/c\/(.+)\/from\/(\d+)$/);
+  const page = hash.match(/^\/c\/(.+)\/from\/(-?\d+)$/);
   const conv = hash.match(/^\/c\/(.+)$/);
   try {
     if (ask) await askPage(ask[1]);

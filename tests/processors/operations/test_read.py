@@ -85,3 +85,11 @@ def test_lineage_follows_versions_both_ways_and_brings_the_source_turns() -> Non
     assert [r["turn_id"] for r in page.records if r["collection"] == "turns"] == ["D1:1", "D1:4"]
     assert page.summary["current"] == ["merged"]
     assert not lineage(cards, turns, "nope").found
+
+
+def test_imported_history_numbered_below_zero_comes_first_from_the_start() -> None:
+    records = [turn("c", i) for i in range(-3, 3)]
+    start = timeline_page(records, cursor=None, limit=4)
+    assert [r["seq"] for r in start.records] == [-3, -2, -1, 0] and start.next_cursor == 1
+    assert start.summary["first_seq"] == -3 and start.summary["last_seq"] == 2
+    assert [r["seq"] for r in timeline_page(records, cursor=0, limit=10).records] == [0, 1, 2]

@@ -1,0 +1,101 @@
+"""History imports through the bulk lane, over the real broker, worker and embedded store: a live
+turn of another tenant is in memory while an import is still being let in; imported turns come
+before the conversation's live turns in its order; and an old fact imported after a newer live one
+is superseded by it at sleep time, never the other way round."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memstream.client import MemoryClient
+from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
+from memstream.processors.write.index import CARDS
+from memstream.schemas import Turn
+
+from .conftest import metric_total
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2024, 3, 4, 18, 0, tzinfo=timezone.utc)
+
+
+def said(conversation: str, turn_id: str, text: str, day: int, tenant: str = "acme") -> Turn:
+    """Maria's turn, unnumbered (the pipeline or the importer numbers it)."""
+    return Turn(
+        tenant_id=tenant,
+        conversation_id=conversation,
+        session_id=f"S{day}",
+        turn_id=turn_id,
+        speaker="Maria",
+        text=text,
+        event_time=T0 + timedelta(days=day),
+    )
+
+
+def history(tenant: str) -> list[Turn]:
+    """The packaged conversation as an export would give it: no positions."""
+    sample = load_locomo(demo_conversation_path())[0]
+    return [t.model_copy(update={"metadata": {}}) for t in locomo_turns(sample, tenant_id=tenant)]
+
+
+@pytest.mark.timeout(600)
+def test_a_live_turn_goes_ahead_of_an_import_that_is_then_let_in_whole(make_pipeline):
+    pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
+    pipe.start_worker()
+    port = pipe.workers[0].metrics_port
+    old = history("importer")
+    live = said("live", "l1", "I keep bees on the library roof.", 400, tenant="beekeeper")
+    with MemoryClient(pipe.settings) as client:
+        assert client.import_history(old) == len(old)
+        client.remember([live])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            page = client.read("timeline", tenant_id="beekeeper", conversation_id="live")
+            if any(r.get("turn_id") == "l1" for r in page.records):
+                break
+            time.sleep(0.2)
+        let_in = metric_total(port, "memstream_imported_turns_total")
+        assert any(r.get("turn_id") == "l1" for r in page.records), "the live turn reached memory"
+        assert let_in < len(old), f"the live turn was in memory before the import was let in ({let_in} of {len(old)})"
+        pipe.drain()
+        assert metric_total(port, "memstream_imported_turns_total") == len(old)
+        assert metric_total(port, "memstream_bulk_wait_seconds_count") == len(old)
+        conversation = old[0].conversation_id
+        stored = client.read("timeline", tenant_id="importer", conversation_id=conversation, limit=5000)
+    turns = [r for r in stored.records if r["collection"] == "turns"]
+    assert len(turns) == len(old)
+    by_time = sorted(old, key=lambda t: t.event_time)
+    assert [r["turn_id"] for r in turns] == [t.turn_id for t in by_time], "in event-time order"
+    assert [r["seq"] for r in turns] == list(range(-len(old), 0)), "numbered before any live turn"
+    assert stored.summary["first_seq"] == -len(old)
+
+
+@pytest.mark.timeout(600)
+def test_an_old_fact_imported_late_is_superseded_by_the_newer_live_one(make_pipeline):
+    pipe = make_pipeline(
+        MEMSTREAM_EXTRACT_MODE="extractive", MEMSTREAM_CONSOLIDATE_TAU="0.68", MEMSTREAM_SLEEP_IDLE_S="3600"
+    )
+    pipe.start_worker()
+    with MemoryClient(pipe.settings) as client:
+        client.remember([said("maria", "m21", "Maria moved to Denver.", 21)])
+        pipe.drain()
+        client.import_history([said("maria", "m0", "Maria lives in Boston.", 0)])
+        pipe.drain()
+        page = client.read("timeline", tenant_id="acme", conversation_id="maria")
+        assert [(r["turn_id"], r["seq"]) for r in page.records if r["collection"] == "turns"] == [
+            ("m0", -1),
+            ("m21", 0),
+        ], "the imported turn comes first"
+    assert pipe.consolidate(tenant="acme", conversation="maria") == 1
+    pipe.drain()
+    pipe.stop_workers()
+    with pipe.store() as store:
+        cards = [h.payload for h in store.scroll(CARDS, "acme", limit=100)]
+    boston = [c for c in cards if "Boston" in c["text"]]
+    denver = [c for c in cards if "Denver" in c["text"]]
+    assert boston and denver, cards
+    assert all(c.get("superseded_by") for c in boston), "the older fact, imported last, is superseded"
+    assert not any(c.get("superseded_by") or c.get("valid_to") for c in denver), "the newer live fact stays current"
