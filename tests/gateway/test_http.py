@@ -135,3 +135,15 @@ def test_over_its_limit_a_tenant_gets_429_with_retry_after_before_anything_is_se
         metrics = client.get("/metrics").text
     assert 'memstream_gateway_rate_limited_total{limit="turns",route="/v1/turns"} 2.0' in metrics
     assert 'memstream_gateway_rate_limited_total{limit="questions",route="/v1/ask"} 1.0' in metrics
+
+
+def test_an_import_that_is_not_ndjson_turns_is_422_naming_the_line(http):
+    key = {"Authorization": "Bearer k-acme"}
+    empty = http.post("/v1/import", content=b"\n\n", headers=key)
+    assert empty.status_code == 422 and "at least one turn" in empty.json()["detail"]
+    broken = http.post("/v1/import", content=orjson.dumps(TURN) + b"\n{not json", headers=key)
+    assert broken.status_code == 422 and "line 2 is not JSON" in broken.json()["detail"]
+    listed = http.post("/v1/import", content=b"[1, 2]", headers=key)
+    assert listed.status_code == 422 and "line 1 is not a JSON object" in listed.json()["detail"]
+    other = http.post("/v1/import", content=orjson.dumps({**TURN, "tenant_id": "globex"}), headers=key)
+    assert other.status_code == 403

@@ -273,3 +273,62 @@ def test_a_flooding_tenant_gets_429_and_nothing_of_a_refused_batch_while_others_
         assert 'memstream_gateway_rate_limited_total{limit="questions",route="/v1/ask"} 1.0' in metrics
     finally:
         gateway.stop()
+
+
+def test_a_history_import_goes_through_the_bulk_lane_resumes_after_a_turn_and_shows_its_progress(stack):
+    from memstream.client.history import import_progress
+
+    pipe, gateway = stack
+    conversation = f"c-import-{time.time_ns()}"
+    lines = [
+        {
+            "conversation_id": conversation,
+            "session_id": "S1",
+            "turn_id": f"h{i}",
+            "speaker": "Ivo",
+            "text": f"Old line {i} about the lighthouse.",
+            "event_time": f"2019-05-0{9 - i}T10:00:00Z",  # given newest first: the import reorders
+        }
+        for i in range(4)
+    ]
+    body = b"\n".join(orjson.dumps(line) for line in lines)
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        first = http.post("/v1/import", content=body, headers=auth("T0ACME"))
+        assert first.status_code == 202, first.text
+        assert first.json() == {"accepted": 4, "tenant_id": "T0ACME", "last": f"{conversation}/h0"}
+        # Resumed after the second turn (in event-time order: h3, h2, h1, h0): two are sent again.
+        key = auth("T0ACME")
+        resumed = http.post("/v1/import", params={"after": f"{conversation}/h2"}, content=body, headers=key)
+        assert resumed.status_code == 202 and resumed.json()["accepted"] == 2
+        unknown = http.post(
+            "/v1/import", params={"after": f"{conversation}/nope"}, content=body, headers=auth("T0ACME")
+        )
+        assert unknown.status_code == 422 and "names no turn" in unknown.json()["detail"]
+    sent = [orjson.loads(v) for k, v in pipe.read_topic("bulk.turns") if k == f"T0ACME/{conversation}".encode()]
+    assert [(t["turn_id"], t["metadata"]["seq"]) for t in sent] == [
+        ("h3", -4),
+        ("h2", -3),
+        ("h1", -2),
+        ("h0", -1),
+        ("h1", -2),
+        ("h0", -1),
+    ]
+    assert pipe.read_topic("turns") == [] or all(
+        k != f"T0ACME/{conversation}".encode() for k, _ in pipe.read_topic("turns")
+    )
+    pipe.drain()
+    with MemoryClient(pipe.settings) as memory:
+        page = memory.read("timeline", tenant_id="T0ACME", conversation_id=conversation)
+    assert [(r["turn_id"], r["seq"]) for r in page.records if r["collection"] == "turns"] == [
+        ("h3", -4),
+        ("h2", -3),
+        ("h1", -2),
+        ("h0", -1),
+    ], "stored once each, in the order they happened"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        progress = asyncio.run(import_progress(pipe.settings, "T0ACME"))
+        if progress["sent"] >= 4 and not progress["remaining"]:
+            break
+        time.sleep(1)
+    assert progress["sent"] >= 4 and progress["remaining"] == 0, progress

@@ -22,7 +22,7 @@ import pytest
 
 from memstream.client import MemoryClient
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
-from memstream.schemas import LlmUsage, Turn
+from memstream.schemas import ImportProgress, LlmUsage, Turn
 from memstream.schemas.topics import Topic
 
 from .conftest import Pipeline
@@ -343,9 +343,10 @@ def test_forgetting_a_speaker_takes_their_cards_away(inspector, page):
     assert page.locator(".turn .speaker", has_text="Tomas:").count() == 0
 
 
-def test_the_conversations_page_shows_the_tenants_llm_spend_over_every_worker(inspector, page):
+def test_the_conversations_page_shows_the_tenants_llm_spend_and_import_progress_over_every_worker(inspector, page):
     """What the workers publish on llm.usage (here: written as two workers of acme and one of globex
-    would), summed for the signed-in tenant's current budget window; globex's stays apart."""
+    would), summed for the signed-in tenant's current budget window; globex's stays apart. The same for
+    import.progress: what acme's import sent against what its workers let in."""
     pipe, url = inspector["pipe"], inspector["url"]
     window_s = pipe.settings.llm_budget_window_s
     if window_s - time.time() % window_s < 60:  # not across the end of a window
@@ -373,10 +374,21 @@ def test_the_conversations_page_shows_the_tenants_llm_spend_over_every_worker(in
         usage("globex", "w1", 40, 9000, extract=9),
         usage("acme", "w3", 50, 5000).model_copy(update={"window_start": earlier}),  # a window gone by
     ]
+    progress = [
+        ImportProgress(tenant_id="acme", counter="import-a1", role="sent", turns=300, updated_at=now),
+        ImportProgress(tenant_id="acme", counter="worker-w1", role="let_in", turns=100, updated_at=now),
+        ImportProgress(tenant_id="acme", counter="worker-w1", role="let_in", turns=120, updated_at=now),
+        ImportProgress(tenant_id="acme", counter="worker-w2", role="let_in", turns=60, updated_at=now),
+        ImportProgress(tenant_id="globex", counter="import-g1", role="sent", turns=9000, updated_at=now),
+    ]
     with ThreadPoolExecutor(1) as thread:  # the browser's loop runs in this one
         for record in published:
             thread.submit(pipe.produce_raw, Topic.LLM_USAGE, record.key.encode(), record.to_bytes()).result()
+        for record in progress:
+            thread.submit(pipe.produce_raw, Topic.IMPORT_PROGRESS, record.key.encode(), record.to_bytes()).result()
     sign_in(page, url, KEYS["acme"])
     line = page.wait_for_selector("#llm-usage").inner_text()
     assert line.startswith("LLM this window: 5 calls, 1500 tokens")
     assert "3 flushes extracted without the LLM" in line and "1 consolidation chunks decided" in line
+    imports = page.wait_for_selector("#imports").inner_text()
+    assert imports.startswith("History import: 180 of 300 turns let in, 120 remaining"), imports
