@@ -5,6 +5,9 @@ is superseded by it at sleep time, never the other way round."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -99,3 +102,22 @@ def test_an_old_fact_imported_late_is_superseded_by_the_newer_live_one(make_pipe
     assert boston and denver, cards
     assert all(c.get("superseded_by") for c in boston), f"the older fact, imported last, is superseded: {cards}"
     assert not any(c.get("superseded_by") or c.get("valid_to") for c in denver), "the newer live fact stays current"
+
+
+@pytest.mark.timeout(600)
+def test_the_cli_imports_history_and_waits_with_a_bar_until_it_is_let_in_and_written(make_pipeline):
+    pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
+    pipe.start_worker()
+    args = [sys.executable, "-m", "memstream.streams.cli", "ingest", str(demo_conversation_path())]
+    args += ["--bulk", "--wait", "--sessions", "1", "--tenant", "cli"]
+    run = subprocess.run(args, env={**os.environ, **pipe.env}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "let in" in run.stdout and "pipeline drained, every turn written" in run.stdout, run.stdout
+    sample = load_locomo(demo_conversation_path())[0]
+    sent = list(locomo_turns(sample, tenant_id="cli", max_sessions=1))
+    with MemoryClient(pipe.settings) as client:
+        page = client.read("timeline", tenant_id="cli", conversation_id=sample.sample_id)
+    seqs = [r["seq"] for r in page.records if r["collection"] == "turns"]
+    # The loader numbers LoCoMo turns from 0 itself: a producer's positions are kept.
+    assert seqs == [t.seq for t in sent]
+    assert metric_total(pipe.workers[0].metrics_port, "memstream_imported_turns_total") == len(sent)
