@@ -195,11 +195,13 @@ def tracing_overhead(
 def register(app: typer.Typer) -> None:
     """These commands, added to ``memstream bench``."""
     from memstream.bench.cli_drill import drill
+    from memstream.bench.cli_fairness import fairness
     from memstream.bench.cli_soak import soak
 
     app.command("changelog-bytes")(changelog_bytes)
     app.command("content-query-grid")(content_query_grid)
     app.command("drill")(drill)
+    app.command("fairness")(fairness)
     app.add_typer(embed_device, name="embed-device")
     app.command("fill-recall")(fill_recall)
     app.command("grammar-speed")(grammar_speed)

@@ -99,7 +99,12 @@ def test_the_result_names_the_ratios_and_the_plot_is_drawn(tmp_path: Path) -> No
         b.card_seen[f"{phase}-t"] = 4.0 * slower
         b.fresh.append(Timed(phase, 10.0 * i, 1.0 * slower))
         b.replies.append(Timed(phase, 10.0 * i + 1, 0.1 * slower))
-        run.windows[phase] = {"start_s": 10.0 * i, "end_s": 10.0 * i + 10, "imported": 5 * i, "fallbacks": 0}
+        run.windows[phase] = {
+            "start_s": 10.0 * i,
+            "end_s": 10.0 * i + 10,
+            "imported": 10 * (phase == "bulk"),
+            "fallbacks": 0,
+        }
         run.windows[phase]["drained_s"] = 1.0
         run.samples.append({"t_s": 10.0 * i + 5, "imported": 10 * i, "fallbacks": 0, "lag_turns": i, "lag_bulk": 0})
     a.accepted = {"bulk-t", "x"}
@@ -107,7 +112,7 @@ def test_the_result_names_the_ratios_and_the_plot_is_drawn(tmp_path: Path) -> No
     assert result["fresh_p99_ratio_bulk"] == 2.0 and result["reply_p99_ratio_live"] == 3.0
     assert result["card_p99_ratio_bulk"] == 2.0 and result["target_within_2x_bulk"] is True
     assert result["turns_lost"] == 0 and result["turns_duplicated"] == 0 and result["turns_sent"] == 4
-    assert result["phases"]["bulk"]["a_import_rate_per_s"] == 0.5
     assert result["phases"]["bulk"]["a_import_all_let_in_s"] == 5.0  # the first sample with all 10 in
+    assert result["phases"]["bulk"]["a_import_rate_per_s"] == 2.0  # while it ran: 10 turns in 5 s
     json.dumps(result)
     assert plot_fairness(result, tmp_path / "f.png").stat().st_size > 10_000
