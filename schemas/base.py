@@ -6,9 +6,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 4
+# A payload is written as the oldest version that carries it: what uses nothing of v4 says v3, so the
+# workers of the previous release keep reading what this one writes during a rolling upgrade
+# (docs/wire-contract.md, "Version history"). ``written_version`` knows what v4 added.
+OLDEST_WRITTEN = 3
 
 # Ids travel inside Kafka keys (tenant/conversation) and Qdrant payloads: keep them plain. '#'
 # marks a chunk of a long turn (``D3:4#2``), '~' a later version of an edited turn (``1712.05~1713``).
@@ -50,8 +54,22 @@ class Payload(BaseModel):
 
     schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
 
+    @model_validator(mode="after")
+    def _this_release(self) -> Self:
+        # The bound above is checked on the way in; held, a payload is this release's (what it is
+        # written as is decided by its content, in ``to_bytes``), so a payload read back equals it.
+        self.__dict__["schema_version"] = SCHEMA_VERSION
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """The payload as JSON, as it is written: to a topic, or into a table entry a worker of the
+        previous release may recover (a window's pending turns)."""
+        data = self.model_dump(mode="json")
+        written_version(data)  # sets its schema_version, and those of the payloads nested in it
+        return data
+
     def to_bytes(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json"))
+        return orjson.dumps(self.wire())
 
     @classmethod
     def from_bytes(cls, raw: bytes | str) -> Self:
@@ -89,6 +107,33 @@ class ScopeKeyed(Payload):
     @property
     def key(self) -> str:
         return f"{self.tenant_id or '*'}/{self.conversation_id or '*'}"
+
+
+def written_version(data: Any) -> int:
+    """The oldest contract version whose readers take ``data`` (a payload's JSON, changed in place: a
+    v4 field at its default is left out, as a v3 payload has none). v4 added imported history: the
+    ``imported`` mark, positions (``seq``) below 0, ``import_progress``, and a read's ``cursor`` that
+    may be below 0 or left to start from the first turn."""
+    version = OLDEST_WRITTEN
+    if isinstance(data, dict):
+        if data.get("imported") is False:
+            del data["imported"]
+        if data.get("imported") is True or data.get("kind") == "import_progress":
+            version = 4
+        seq = data.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq < 0:
+            version = 4
+        if data.get("kind") == "read" and (data.get("cursor") is None or data["cursor"] < 0):
+            version = 4
+        for value in data.values():
+            if isinstance(value, (dict, list)):
+                version = max(version, written_version(value))
+        if "schema_version" in data:  # a payload, or one nested in another (a turn in a compressed turn)
+            data["schema_version"] = version
+    elif isinstance(data, list):
+        for value in data:
+            version = max(version, written_version(value))
+    return version
 
 
 def utc(dt: datetime) -> datetime:

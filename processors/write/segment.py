@@ -242,7 +242,7 @@ class Segmenter:
             state.head_reason = "first" if state.segment_id is None else "session"
         state.session_id = turn.session_id
         state.last_activity = now
-        state.pending.append(item.model_dump(mode="json"))
+        state.pending.append(item.wire())  # as written: a worker of the previous release may recover it
         state.seen.append(turn.turn_id)
         del state.seen[: max(0, len(state.seen) - self.remember_turn_ids)]
         if turn.last_in_session:

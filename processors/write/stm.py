@@ -91,7 +91,7 @@ def add_turn(
         emit("budget")  # keep the new topic whole in the next flush
     if opens_topic:
         state.groups.append({"segment_id": message.segment_id, "topic_label": message.topic_label, "turns": []})
-    state.groups[-1]["turns"].append(message.item.model_dump(mode="json"))
+    state.groups[-1]["turns"].append(message.item.wire())
     state.tokens += tokens
     state.last_activity = now
     state.seen.append(turn.turn_id)

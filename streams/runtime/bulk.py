@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-import faust
 from aiokafka.errors import KafkaError
 
 from memstream.config import Settings
@@ -70,25 +69,31 @@ class LiveFirst:
 
 
 class ImportCounts:
-    """The imported turns this worker let in, per tenant, published once a second on
-    ``import.progress`` (key ``<tenant>/worker-<name>``) when they changed: with what importers
-    published there, a tenant's progress."""
+    """The imported turns this worker let in, per tenant, published on ``import.progress`` (key
+    ``<tenant>/worker-<name>``) a second after they changed: with what importers published there, a
+    tenant's progress."""
 
     PUBLISH_S = 1.0
 
-    def __init__(self, app: faust.App, s: Settings, output: Output, metrics: Metrics):
+    def __init__(self, s: Settings, output: Output, metrics: Metrics):
         self.output, self.metrics = output, metrics
         self.topic = s.topic(Topic.IMPORT_PROGRESS)
         self.counter = f"worker-{worker_name()}"
         self.let_in: Counter[str] = Counter()
         self.changed: set[str] = set()
-        app.timer(interval=self.PUBLISH_S, name="memstream.bulk.progress")(self.publish)
+        self.publishing: asyncio.Task[None] | None = None
 
     def count(self, tenant: str) -> None:
         """One imported turn of ``tenant`` went into the pipeline."""
         self.metrics.imported_turns.inc()
         self.let_in[tenant] += 1
         self.changed.add(tenant)
+        if self.publishing is None or self.publishing.done():
+            self.publishing = asyncio.ensure_future(self._publish_soon())
+
+    async def _publish_soon(self) -> None:
+        await asyncio.sleep(self.PUBLISH_S)  # the counts of a second's turns in one record per tenant
+        await self.publish()
 
     async def publish(self) -> None:
         changed, self.changed = self.changed, set()
@@ -105,6 +110,6 @@ class ImportCounts:
         for tenant, delivery in sent:
             try:
                 await delivery
-            except KafkaError as exc:  # sent again at the next tick
+            except KafkaError as exc:  # sent with the next change
                 self.changed.add(tenant)
                 log.warning("import progress not published: %s", exc)

@@ -69,7 +69,7 @@ class WorkerContext:
         self.llm_budget = LlmBudgets(app, settings, self.output, self.metrics)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
         self.live_first = LiveFirst(settings, commits, self.metrics).wait
-        self.imported = ImportCounts(app, settings, self.output, self.metrics).count
+        self.imported = ImportCounts(settings, self.output, self.metrics).count
         # The rest of StageContext, answered by the collaborators.
         self.send = self.output.send
         self.produce = self.output.produce

@@ -12,12 +12,31 @@ def test_turn_round_trips_through_bytes():
     again = Turn.from_bytes(t.to_bytes())
     assert again == t
     assert again.key == "t1/c1"
-    assert orjson.loads(t.to_bytes())["schema_version"] == SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 4
+    assert orjson.loads(t.to_bytes())["schema_version"] == 3, "written as the oldest version that carries it"
 
 
 def test_a_v1_payload_is_still_read():
     data = {**orjson.loads(turn().to_bytes()), "schema_version": 1}
-    assert Turn.model_validate(data).schema_version == 1
+    assert Turn.model_validate(data) == turn()
+
+
+def test_a_payload_says_v4_only_when_it_uses_what_v4_added():
+    from memstream.schemas import ReadRequest
+    from tests.factories import compressed
+
+    live = compressed(turn())
+    data = orjson.loads(live.to_bytes())
+    assert data["schema_version"] == data["turn"]["schema_version"] == 3, "a v3 reader takes it, and its turn"
+    assert "imported" not in data
+    imported = orjson.loads(live.model_copy(update={"imported": True}).to_bytes())
+    assert imported["schema_version"] == 4 and imported["imported"] is True
+    earlier = orjson.loads(turn().model_copy(update={"metadata": {"seq": -3}}).to_bytes())
+    assert earlier["schema_version"] == 4
+    fields = dict(tenant_id="t", conversation_id="c", correlation_id="q", reply_topic="m.replies")
+    now = datetime.now(timezone.utc)
+    assert orjson.loads(ReadRequest(read="timeline", cursor=5, sent_at=now, **fields).to_bytes())["schema_version"] == 3
+    assert orjson.loads(ReadRequest(read="timeline", sent_at=now, **fields).to_bytes())["schema_version"] == 4
 
 
 def test_naive_and_offset_times_become_utc():
