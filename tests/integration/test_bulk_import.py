@@ -38,10 +38,12 @@ def said(conversation: str, turn_id: str, text: str, day: int, tenant: str = "ac
     )
 
 
-def history(tenant: str) -> list[Turn]:
-    """The packaged conversation as an export would give it: no positions."""
+def history(tenant: str, copies: int = 16) -> list[Turn]:
+    """The packaged conversation (30 turns) as an export of ``copies`` conversations would give it:
+    no positions. Enough that letting it in takes longer than a live turn's way to memory."""
     sample = load_locomo(demo_conversation_path())[0]
-    return [t.model_copy(update={"metadata": {}}) for t in locomo_turns(sample, tenant_id=tenant)]
+    turns = [t.model_copy(update={"metadata": {}}) for t in locomo_turns(sample, tenant_id=tenant)]
+    return [t.model_copy(update={"conversation_id": f"old-{i}"}) for i in range(copies) for t in turns]
 
 
 @pytest.mark.timeout(600)
@@ -61,19 +63,20 @@ def test_a_live_turn_goes_ahead_of_an_import_that_is_then_let_in_whole(make_pipe
                 break
             time.sleep(0.2)
         let_in = metric_total(port, "memstream_imported_turns_total")
+        print(f"the live turn was in memory with {let_in:.0f} of {len(old)} imported turns let in")
         assert any(r.get("turn_id") == "l1" for r in page.records), "the live turn reached memory"
         assert let_in < len(old), f"the live turn was in memory before the import was let in ({let_in} of {len(old)})"
         pipe.drain()
         assert metric_total(port, "memstream_imported_turns_total") == len(old)
         assert metric_total(port, "memstream_bulk_wait_seconds_count") == len(old)
-        conversation = old[0].conversation_id
-        stored = client.read("timeline", tenant_id="importer", conversation_id=conversation, limit=5000)
+        stored = client.read("timeline", tenant_id="importer", conversation_id="old-3", limit=5000)
     turns = [r for r in stored.records if r["collection"] == "turns"]
-    assert len(turns) == len(old)
-    by_time = sorted(old, key=lambda t: t.event_time)
+    one = [t for t in old if t.conversation_id == "old-3"]
+    assert len(turns) == len(one)
+    by_time = sorted(one, key=lambda t: t.event_time)
     assert [r["turn_id"] for r in turns] == [t.turn_id for t in by_time], "in event-time order"
-    assert [r["seq"] for r in turns] == list(range(-len(old), 0)), "numbered before any live turn"
-    assert stored.summary["first_seq"] == -len(old)
+    assert [r["seq"] for r in turns] == list(range(-len(one), 0)), "numbered before any live turn"
+    assert stored.summary["first_seq"] == -len(one)
 
 
 @pytest.mark.timeout(600)
