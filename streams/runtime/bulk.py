@@ -22,6 +22,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Callable
 
 from aiokafka.errors import KafkaError
 
@@ -31,6 +32,7 @@ from memstream.schemas import ImportProgress
 from memstream.schemas.topics import Topic
 
 from .budget import worker_name
+from .fence import Fenced
 from .offsets import SafeCommits
 from .output import Output
 
@@ -60,10 +62,14 @@ class LiveFirst:
         behind = sum(n for tp, n in unfinished.items() if tp.topic != self.bulk and tp.topic not in self.front)
         return behind < self.s.bulk_backlog
 
-    async def wait(self) -> None:
-        """Return once an imported turn may enter the pipeline."""
+    async def wait(self, still_mine: Callable[[], bool]) -> None:
+        """Return once an imported turn may enter the pipeline; raises ``Fenced`` (the turn is left
+        unfinished, and comes again to the partition's next owner) once ``still_mine()`` says its
+        partition went to another worker meanwhile: a rebalance does not wait for a live stream to end."""
         started = asyncio.get_running_loop().time()
         while not await self.may_go():
+            if not still_mine():
+                raise Fenced("the imported turn's partition went to another worker while it waited")
             await asyncio.sleep(POLL_S)
         self.metrics.bulk_wait_seconds.observe(asyncio.get_running_loop().time() - started)
 

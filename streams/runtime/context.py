@@ -19,6 +19,7 @@ from faust.types import EventT
 from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas.signature import check_signature
+from memstream.schemas.topics import Topic
 from memstream.topology import TOPOLOGY
 
 from ..services import Services
@@ -35,6 +36,7 @@ from .tables import Tables
 log = logging.getLogger(__name__)
 
 INGEST_STAGES = frozenset({"compress", "segment", "stm", "extract", "index"})
+BULK_STAGE = next(stage for stage, topics in TOPOLOGY.items() if Topic.BULK_TURNS in topics.inputs)
 DEFAULT_THREADS = 8  # beside the slots' threads: store reads, embedding, table scans off the loop
 
 
@@ -68,7 +70,8 @@ class WorkerContext:
         self.handling = Handling(settings, services.tracing, self.metrics, self.output)
         self.llm_budget = LlmBudgets(app, settings, self.output, self.metrics)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
-        self.live_first = LiveFirst(settings, commits, self.metrics).wait
+        self.bulk_gate = LiveFirst(settings, commits, self.metrics)
+        self.bulk_waiting = False  # an imported turn waits at the gate now
         self.imported = ImportCounts(settings, self.output, self.metrics).count
         # The rest of StageContext, answered by the collaborators.
         self.send = self.output.send
@@ -206,6 +209,23 @@ class WorkerContext:
         """Raises ``SignatureRefused`` unless ``record`` is signed by its key's tenant (when secrets are set)."""
         if self.write_secrets:
             check_signature(self.write_secrets, record.key, record.value, record.signature)
+
+    async def live_first(self, record: Record) -> None:
+        """Return once the imported turn ``record`` may enter the pipeline (``bulk.py``). While it
+        waits it does not make its stage busy: the watchdog still looks after the stage's live
+        partitions (a stranded live turn would otherwise hold the import, and the import it)."""
+        topic = self.s.topic(Topic.BULK_TURNS)
+
+        def still_mine() -> bool:
+            return any(tp.topic == topic and tp.partition == record.partition for tp in self.app.consumer.assignment())
+
+        self.stage_in_flight[BULK_STAGE] -= 1
+        self.bulk_waiting = True  # its lag is the gate's doing, not a stranded partition
+        try:
+            await self.bulk_gate.wait(still_mine)
+        finally:
+            self.stage_in_flight[BULK_STAGE] += 1
+            self.bulk_waiting = False
 
     def busy_ingesting(self) -> bool:
         """An ingest stage of this worker is handling a message, or finished one within the last second."""

@@ -133,7 +133,7 @@ class StageContext(Protocol):
         ``record`` is signed with a secret of the tenant its key names. Called by the stage that acts
         on a record of an input topic (turns, control, queries), after its key check."""
 
-    async def live_first(self) -> None:
+    async def live_first(self, record: Record) -> None:
         """Return once an imported turn may enter the pipeline: no live turn or question of this
         worker waits, and few messages are unfinished after it (streams/runtime/bulk.py)."""
 

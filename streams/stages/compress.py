@@ -61,7 +61,7 @@ def register(ctx: StageContext) -> None:
         assert isinstance(turn, Turn)  # the topic carries nothing else
         check_key(record.key, turn)
         ctx.check_signature(record)  # a refused record does not wait for its turn
-        await ctx.live_first()
+        await ctx.live_first(record)
         result = await take_turn(record, turn, imported=True)
         ctx.imported(turn.tenant_id)
         return result

@@ -32,3 +32,13 @@ def test_imports_go_in_while_fewer_than_the_backlog_are_unfinished_after_the_tur
     assert may_go({"turns.compressed": 2, "segments": 1})
     assert not may_go({"turns.compressed": 2, "segments": 1, "cards": 1})
     assert may_go({"turns.compressed": 20}, backlog=21)
+
+
+def test_a_waiting_import_is_given_up_once_its_partition_is_another_workers():
+    import pytest
+
+    from memstream.streams.runtime.fence import Fenced
+
+    gate = LiveFirst(Settings(topic_prefix="m"), Unfinished({"turns": 3}), Metrics())  # type: ignore[arg-type]
+    with pytest.raises(Fenced, match="another worker"):
+        asyncio.run(gate.wait(lambda: False))
