@@ -208,32 +208,32 @@ class SafeCommits:
 
     async def lag(self) -> dict[Partition, int]:
         """Per partition this worker owns and reads: log end (as last fetched) minus the group's position."""
-        consumer = self.app.consumer
-        unknown = self._assigned_without_position()
-        if unknown:
-            await self._learn_positions(unknown)
-        out = {}
-        for tp in consumer.assignment():
-            position = self.tracker.position(tp)
-            end = consumer.highwater(tp) if position is not None else None
-            if end is not None:
-                out[Partition(tp.topic, tp.partition)] = max(0, end - position)
-        return out
+        return await self._behind(self.tracker.position)
 
     async def unfinished(self) -> dict[Partition, int]:
         """Per partition this worker owns and reads: log end (as last fetched) minus the first offset
         some stage reading it has not finished (messages fetched, queued or in progress, or not yet
         fetched). Unlike ``lag`` it does not wait for a commit."""
+
+        def first_unfinished(tp: Any) -> int | None:
+            nexts = [self.tracker.next_for(stage, tp.topic, tp.partition) for stage in self.tracker.stages(tp.topic)]
+            known = [n for n in nexts if n is not None]
+            return min(known) if known and len(known) == len(nexts) else None
+
+        return await self._behind(first_unfinished)
+
+    async def _behind(self, start: Callable[[Any], int | None]) -> dict[Partition, int]:
+        """Per assigned partition whose ``start`` is known: log end (as last fetched) minus it."""
         consumer = self.app.consumer
         unknown = self._assigned_without_position()
         if unknown:
             await self._learn_positions(unknown)
         out = {}
         for tp in consumer.assignment():
-            nexts = [self.tracker.next_for(stage, tp.topic, tp.partition) for stage in self.tracker.stages(tp.topic)]
-            end = consumer.highwater(tp)
-            if nexts and None not in nexts and end is not None:
-                out[Partition(tp.topic, tp.partition)] = max(0, end - min(n for n in nexts if n is not None))
+            position = start(tp)
+            end = consumer.highwater(tp) if position is not None else None
+            if end is not None and position is not None:
+                out[Partition(tp.topic, tp.partition)] = max(0, end - position)
         return out
 
     def took(self, stage: str, topic: str, partition: int, offset: int) -> None:
