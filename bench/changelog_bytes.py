@@ -28,7 +28,6 @@ from memstream.processors.write.seen_ids import SeenPieces
 from memstream.processors.write.segment import Segmenter, SegmenterState, SegmentParams
 from memstream.schemas import CompressedTurn
 
-
 WHOLE = 10**9  # piece size of the layout before pieces: the ids one list in the entry, never sealed
 
 

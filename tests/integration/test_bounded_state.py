@@ -1,8 +1,9 @@
 """A conversation that goes quiet leaves no table state behind, and one that comes back continues,
 through the real broker, worker and embedded store: after its window drained, its buffer flushed and
 its sleep-time run, its entries in the segment, stm and consolidate tables, and the sealed pieces of
-its recent turn ids, are deleted (a tombstone each on their changelogs); then it speaks again, and its new turns are numbered after the old ones,
-written and indexed, and none of its earlier cards is lost."""
+its recent turn ids, are deleted (a tombstone each on their changelogs); then it speaks again, and
+its new turns are numbered after the old ones, written and indexed, and none of its earlier cards
+is lost."""
 
 from __future__ import annotations
 
