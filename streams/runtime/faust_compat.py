@@ -64,8 +64,14 @@ def replace_commit(app: Any, commit: Callable[..., Awaitable[bool]]) -> None:
 
 
 async def commit_offsets(consumer: Any, offsets: Mapping[Any, int]) -> bool:
-    """Commit exactly these offsets (faust's ``_commit``: no acked-offset arithmetic of its own)."""
-    return bool(await consumer._commit(offsets))
+    """Commit exactly these offsets (faust's ``_commit``: no acked-offset arithmetic of its own), of
+    the partitions still assigned. faust's ``_commit`` drops the others itself, and left with none it
+    hands aiokafka an empty commit, which raises ``ValueError({})`` and crashes the worker: a rebalance
+    between choosing the offsets and committing them did that (seen in the upgrade test's earlier
+    release). False when nothing is left to commit."""
+    mine = set(consumer.assignment())
+    kept = {tp: offset for tp, offset in offsets.items() if tp in mine}
+    return bool(kept) and bool(await consumer._commit(kept))
 
 
 def trim_bookkeeping(consumer: Any, offsets: Mapping[Any, int]) -> None:

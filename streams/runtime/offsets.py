@@ -303,6 +303,8 @@ class SafeCommits:
         unknown = [tp for tp in self.tracker.without_position() if tp in assignment]
         if unknown:
             await self._learn_positions(unknown)
+        # The assignment again: a rebalance may have taken partitions while the positions were read.
+        assignment = {Partition(tp.topic, tp.partition) for tp in consumer.assignment()}
         by_tp = {tp: position for tp, position in self.tracker.committable().items() if tp in assignment}
         if not by_tp:
             return False

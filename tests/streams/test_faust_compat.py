@@ -71,3 +71,28 @@ def test_seek_moves_only_assigned_partitions_and_survives_a_rebalance_in_between
     assert consumer.sought == {a: 5}
     assert asyncio.run(seek(Consumer([a], revoke_on_seek=True), {a: 5})) == []  # no crash
     assert asyncio.run(seek(Consumer([]), {a: 5})) == []
+
+
+def test_a_commit_keeps_only_partitions_still_assigned_and_never_hands_faust_an_empty_one():
+    import asyncio
+
+    from memstream.streams.runtime.offsets import Partition
+
+    class Consumer:
+        def __init__(self, *assigned: Partition):
+            self.assigned, self.committed = set(assigned), []
+
+        def assignment(self):
+            return self.assigned
+
+        async def _commit(self, offsets):
+            self.committed.append(dict(offsets))
+            return True
+
+    kept, gone = Partition("m.turns", 0), Partition("m.turns", 1)
+    consumer = Consumer(kept)
+    assert asyncio.run(faust_compat.commit_offsets(consumer, {kept: 5, gone: 7}))
+    assert consumer.committed == [{kept: 5}]
+    revoked = Consumer()  # a rebalance took every partition meanwhile
+    assert not asyncio.run(faust_compat.commit_offsets(revoked, {gone: 7}))
+    assert revoked.committed == [], "an empty commit raises in aiokafka and crashes the worker"
