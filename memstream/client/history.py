@@ -4,7 +4,7 @@ and a tenant's progress read back from there (what workers let in against what i
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -37,17 +37,19 @@ async def send_history(
         if after not in places:
             raise MemstreamError(f"after={after!r} names no turn of this import (<conversation_id>/<turn_id>)")
         numbered = numbered[places.index(after) + 1 :]
-    per_tenant = Counter(t.tenant_id for t in turns)
+    per_tenant: dict[str, list[str]] = defaultdict(list)
+    for turn in turns:
+        per_tenant[turn.tenant_id].append(turn_place(turn))
     now = datetime.now(timezone.utc)
     progress = [
         ImportProgress(
             tenant_id=tenant,
-            counter="import-" + stable_id(tenant, *sorted(f"{t.conversation_id}/{t.turn_id}" for t in turns)),
+            counter="import-" + stable_id(tenant, *sorted(held)),  # the same turns, the same import
             role="sent",
-            turns=n,
+            turns=len(held),
             updated_at=now,  # type: ignore[arg-type]
         )
-        for tenant, n in per_tenant.items()
+        for tenant, held in per_tenant.items()
     ]
     settings = client.settings
     await client.kafka.publish(
