@@ -44,6 +44,13 @@ class WorkerSettings(BaseModel):
         description="An imported turn (bulk.turns) enters the pipeline only while fewer than this many messages are "
         "unfinished on the topics after the turns topic, and no live turn or question waits",
     )
+    stream_buffer_records: int = Field(
+        4096,
+        ge=16,
+        description="Records a stage's stream holds per topic before that topic's partitions stop being fetched "
+        "(faust's stream_buffer_maxsize); fetches are sized so that a stream that does not take its records (a "
+        "waiting history import, a stage behind) never holds up the others",
+    )
     state_seen_piece_ids: int = Field(
         32,
         ge=1,

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from faust.tables.base import Collection
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import Transport
+from mode.utils.queues import FlowControlQueue
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ def check() -> list[str]:
     missing = [f"Consumer.{name}" for name in CONSUMER_METHODS if not callable(getattr(Consumer, name, None))]
     missing += [f"Collection.{name}" for name in TABLE_METHODS if not callable(getattr(Collection, name, None))]
     missing += [f"Transport.{name}" for name in TRANSPORT_METHODS if not callable(getattr(Transport, name, None))]
+    if not isinstance(getattr(FlowControlQueue, "pressure_high_ratio", None), (int, float)):
+        missing.append("FlowControlQueue.pressure_high_ratio")
     return missing
 
 
@@ -53,6 +57,26 @@ def require(app: Any) -> None:
             f"faust-streaming changed: {', '.join(missing)} not found; memstream was tested "
             f"with faust-streaming{TESTED_VERSIONS}"
         )
+
+
+# --- delivery buffers ----------------------------------------------------------------------------
+
+
+def buffer_config(buffer_records: int, partitions: int) -> dict[str, Any]:
+    """faust's stream buffer and fetch size, chosen so that no stream's buffer ever fills.
+
+    One loop delivers every fetched record to its stream's buffer; at a full buffer it waits, and so
+    do all the worker's topics: a stream that does not take its records (the bulk lane waiting for
+    live work to finish, a stage far behind) then stops every other stage, the live work the bulk
+    lane waits for included. faust stops fetching a partition once a record of it lands in a buffer
+    past ``maxsize / pressure_high_ratio``, but delivers the rest of the fetch; after that mark each
+    of a topic's partitions adds at most one more fetch before it is stopped. So a fetch holds at
+    most the room above the mark over (partitions + 1)."""
+    high = math.floor(buffer_records / FlowControlQueue.pressure_high_ratio)
+    return {
+        "stream_buffer_maxsize": buffer_records,
+        "broker_max_poll_records": max(1, (buffer_records - high) // (partitions + 1)),
+    }
 
 
 # --- commits -------------------------------------------------------------------------------------

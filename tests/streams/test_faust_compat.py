@@ -3,6 +3,8 @@
 from importlib.metadata import version
 
 import faust
+import pytest
+from mode.utils.queues import FlowControlQueue
 from packaging.specifiers import SpecifierSet
 
 from memstream.streams.runtime import faust_compat
@@ -96,3 +98,19 @@ def test_a_commit_keeps_only_partitions_still_assigned_and_never_hands_faust_an_
     revoked = Consumer()  # a rebalance took every partition meanwhile
     assert not asyncio.run(faust_compat.commit_offsets(revoked, {gone: 7}))
     assert revoked.committed == [], "an empty commit raises in aiokafka and crashes the worker"
+
+
+@pytest.mark.parametrize("records, partitions", [(4096, 4), (4096, 12), (128, 4), (16, 1), (16, 64), (100_000, 8)])
+def test_fetches_never_fill_a_stream_buffer_past_faust_s_pressure_mark(records, partitions):
+    """After a record lands past the mark, each of the topic's partitions is fetched at most once more
+    (the fetch it is in): the buffer must have room for the fetch that crossed the mark and one per
+    partition, or a delivery waits, and with it every topic of the worker."""
+    conf = faust_compat.buffer_config(records, partitions)
+    assert conf["stream_buffer_maxsize"] == records
+    poll = conf["broker_max_poll_records"]
+    high = int(records / FlowControlQueue.pressure_high_ratio)
+    assert poll >= 1
+    if records - high >= partitions + 1:  # at 16 records and 64 partitions even one record each cannot fit
+        assert high + poll * (partitions + 1) <= records
+    app = faust.App("buffer-check", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False, **conf)
+    assert app.conf.broker_max_poll_records == poll and app.conf.stream_buffer_maxsize == records
