@@ -1,12 +1,12 @@
 """Every use of faust-streaming's internals, in one place.
 
 memstream decides its own commits (``streams.runtime.offsets``), writes table state with a changelog
-record it can wait for, retries faust's topic declarations that drew a broker that is down, and logs
-the consumer's bookkeeping on SIGUSR2. Each of these needs an attribute or method faust does not
-document. They are reached only through this module, and
-:func:`check` names the ones an upgrade removed, so a new faust fails loudly at start-up (and in
-``tests/streams/test_faust_compat.py``) instead of silently losing offsets. pyproject.toml pins
-faust-streaming to the range tested here.
+record it can wait for, retries faust's topic declarations that drew a broker that is down, logs
+the consumer's bookkeeping on SIGUSR2, and has the aiokafka consumer faust builds fetch promptly.
+Each of these needs an attribute or method faust (or aiokafka under it) does not document. They are
+reached only through this module, and :func:`check` names the ones an upgrade removed, so a new
+faust fails loudly at start-up (and in ``tests/streams/test_faust_compat.py``) instead of silently
+losing offsets. pyproject.toml pins faust-streaming to the range tested here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import math
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
+from aiokafka.consumer.fetcher import Fetcher
 from faust.tables.base import Collection
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import Transport
@@ -41,6 +42,8 @@ def check() -> list[str]:
     missing += [f"Transport.{name}" for name in TRANSPORT_METHODS if not callable(getattr(Transport, name, None))]
     if not isinstance(getattr(FlowControlQueue, "pressure_high_ratio", None), (int, float)):
         missing.append("FlowControlQueue.pressure_high_ratio")
+    if "prefetch_backoff" not in (Fetcher.__init__.__kwdefaults__ or {}):
+        missing.append("aiokafka Fetcher(prefetch_backoff=)")
     return missing
 
 
@@ -77,6 +80,23 @@ def buffer_config(buffer_records: int, partitions: int) -> dict[str, Any]:
         "stream_buffer_maxsize": buffer_records,
         "broker_max_poll_records": max(1, (buffer_records - high) // (partitions + 1)),
     }
+
+
+# --- fetching ------------------------------------------------------------------------------------
+
+PREFETCH_BACKOFF_S = 0.005
+
+
+def fetch_promptly() -> None:
+    """aiokafka sends a broker no fetch while a partition's fetched records are younger than
+    ``prefetch_backoff`` (0.1 s) and not all taken yet, and faust takes a fetch's records one by one:
+    a question that reached the broker just after a fetch waited up to 100 ms for the next (at idle,
+    the fairness bench's slowest replies spent 75-106 ms of their 110-120 ms there). With 5 ms,
+    records still untaken only keep their own partition out of the next fetch. faust builds its
+    consumer without this option, so the default is changed; call before the worker starts."""
+    defaults = Fetcher.__init__.__kwdefaults__
+    assert defaults is not None and "prefetch_backoff" in defaults, "checked by check()"
+    defaults["prefetch_backoff"] = PREFETCH_BACKOFF_S
 
 
 # --- commits -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -22,6 +23,15 @@ def apply_torch_threads(settings: Settings) -> None:
         torch.set_num_threads(settings.torch_threads)
 
 
+def freeze_startup_heap() -> None:
+    """Models, libraries and recovered tables stay for the process's life, yet each full collection
+    walked all of them: 100-160 ms with the loop stopped, every half minute under load, which is a
+    question's whole reply time several times over. Frozen, a collection walks only what came after."""
+    gc.collect()
+    gc.freeze()
+    log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())
+
+
 def run_worker(settings: Settings) -> None:
     """Run a faust worker for the configured stages in this process (blocks until SIGTERM/SIGINT)."""
     import faust
@@ -39,6 +49,7 @@ def run_worker(settings: Settings) -> None:
     services.metrics.serve(settings.metrics_port, settings.metrics_host)
     app = create_app(settings, services)
     faust_compat.require(app)
+    faust_compat.fetch_promptly()
     # With a broker of several down, faust's own topic declarations may draw it: tried again elsewhere.
     faust_compat.retry_topic_declarations(app, settings.broker_wait_s)
 
@@ -49,6 +60,7 @@ def run_worker(settings: Settings) -> None:
         running = asyncio.get_running_loop()
         running.add_signal_handler(signal.SIGUSR2, lambda: log.warning(faust_compat.consumer_state(app.consumer)))
         log.info("memstream worker ready: %d partitions assigned, tables recovered", len(app.consumer.assignment()))
+        freeze_startup_heap()
 
     app.task(announce_ready)
 

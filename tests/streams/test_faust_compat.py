@@ -114,3 +114,29 @@ def test_fetches_never_fill_a_stream_buffer_past_faust_s_pressure_mark(records, 
         assert high + poll * (partitions + 1) <= records
     app = faust.App("buffer-check", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False, **conf)
     assert app.conf.broker_max_poll_records == poll and app.conf.stream_buffer_maxsize == records
+
+
+def test_a_consumer_built_as_faust_builds_it_fetches_again_within_a_few_ms(monkeypatch):
+    """aiokafka's start() builds its Fetcher without ``prefetch_backoff``; after fetch_promptly a fetch
+    waits at most 5 ms on records faust has not taken yet, not 100."""
+    import asyncio
+
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.consumer.fetcher import Fetcher
+    from aiokafka.consumer.subscription_state import SubscriptionState
+
+    defaults = Fetcher.__init__.__kwdefaults__
+    monkeypatch.setitem(defaults, "prefetch_backoff", defaults["prefetch_backoff"])  # restored after the test
+
+    async def backoff() -> float:
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
+        fetcher = Fetcher(client, SubscriptionState())
+        try:
+            return fetcher._prefetch_backoff
+        finally:
+            await fetcher.close()
+            await client.close()
+
+    assert asyncio.run(backoff()) == 0.1  # aiokafka's own default
+    faust_compat.fetch_promptly()
+    assert asyncio.run(backoff()) == faust_compat.PREFETCH_BACKOFF_S == 0.005
