@@ -80,7 +80,7 @@ def create_app(settings: Settings, services: Services, stages: Sequence[str] | N
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
         stream_wait_empty=False,
-        **faust_compat.buffer_config(s.stream_buffer_records, s.topic_partitions),
+        **faust_compat.delivery_config(s.stream_buffer_records, s.topic_partitions),
         logging_config=None,
     )
     commits = SafeCommits(app, lambda tps: group_positions(settings, app_id, tps))

@@ -105,7 +105,7 @@ def test_fetches_never_fill_a_stream_buffer_past_faust_s_pressure_mark(records, 
     """After a record lands past the mark, each of the topic's partitions is fetched at most once more
     (the fetch it is in): the buffer must have room for the fetch that crossed the mark and one per
     partition, or a delivery waits, and with it every topic of the worker."""
-    conf = faust_compat.buffer_config(records, partitions)
+    conf = faust_compat.delivery_config(records, partitions)
     assert conf["stream_buffer_maxsize"] == records
     poll = conf["broker_max_poll_records"]
     high = int(records / FlowControlQueue.pressure_high_ratio)
@@ -114,6 +114,8 @@ def test_fetches_never_fill_a_stream_buffer_past_faust_s_pressure_mark(records, 
         assert high + poll * (partitions + 1) <= records
     app = faust.App("buffer-check", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False, **conf)
     assert app.conf.broker_max_poll_records == poll and app.conf.stream_buffer_maxsize == records
+    # No commit from inside the delivery loop: it would hold every topic for a round trip to the broker.
+    assert app.conf.broker_commit_every >= 10**15
 
 
 def test_a_consumer_built_as_faust_builds_it_fetches_again_within_a_few_ms(monkeypatch):
