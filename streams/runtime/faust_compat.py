@@ -81,8 +81,7 @@ def delivery_config(buffer_records: int, partitions: int) -> dict[str, Any]:
 
     The same loop also commits, inline, every ``broker_commit_every`` acks (10,000 by default): every
     topic's delivery then waits for the commit's round trip to the broker, and under a history import
-    (some 600 acks a second) questions waited 120-300 ms behind one. Commits come from the 1 s
-    interval alone (``streams.runtime.offsets``)."""
+    questions waited behind one. Commits come from the 1 s interval alone (``streams.runtime.offsets``)."""
     high = math.floor(buffer_records / FlowControlQueue.pressure_high_ratio)
     return {
         "stream_buffer_maxsize": buffer_records,
@@ -100,8 +99,8 @@ def fetch_promptly() -> None:
     """aiokafka sends a broker no fetch while a partition's fetched records are younger than
     ``prefetch_backoff`` (0.1 s) and not all taken yet, and faust takes a fetch's records one by one:
     a question that reached the broker just after a fetch waited up to 100 ms for the next (at idle,
-    the fairness bench's slowest replies spent 75-106 ms of their 110-120 ms there). With 5 ms,
-    records still untaken only keep their own partition out of the next fetch. faust builds its
+    most of the slowest replies' time in the fairness bench). With 5 ms, records still untaken only
+    keep their own partition out of the next fetch. faust builds its
     consumer without this option, so the default is changed; call before the worker starts."""
     defaults = Fetcher.__init__.__kwdefaults__
     assert defaults is not None and "prefetch_backoff" in defaults, "checked by check()"

@@ -25,8 +25,8 @@ def apply_torch_threads(settings: Settings) -> None:
 
 def freeze_startup_heap() -> None:
     """Models, libraries and recovered tables stay for the process's life, yet each full collection
-    walked all of them: 100-160 ms with the loop stopped, every half minute under load, which is a
-    question's whole reply time several times over. Frozen, a collection walks only what came after."""
+    walked all of them with the loop stopped, longer than a question's whole reply takes. Frozen, a
+    collection walks only what came after."""
     gc.collect()
     gc.freeze()
     log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())

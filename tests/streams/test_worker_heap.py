@@ -11,7 +11,7 @@ class Node:
 
 def test_the_startup_heap_is_left_out_of_later_collections():
     """What the worker holds when it starts serving (models, libraries, recovered tables) is frozen: a
-    full collection no longer walks it (100-160 ms with the loop stopped, measured in bench fairness),
+    full collection no longer walks it (with the loop stopped, longer than a reply takes),
     while what comes later is collected as before."""
     gc.unfreeze()
     startup = Node()
