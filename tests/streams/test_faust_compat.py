@@ -128,7 +128,7 @@ def test_a_consumer_built_as_faust_builds_it_fetches_again_within_a_few_ms(monke
     from aiokafka.consumer.subscription_state import SubscriptionState
 
     defaults = Fetcher.__init__.__kwdefaults__
-    monkeypatch.setitem(defaults, "prefetch_backoff", defaults["prefetch_backoff"])  # restored after the test
+    monkeypatch.setitem(defaults, "prefetch_backoff", 0.1)  # aiokafka's own default; restored after the test
 
     async def backoff() -> float:
         client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
@@ -139,6 +139,6 @@ def test_a_consumer_built_as_faust_builds_it_fetches_again_within_a_few_ms(monke
             await fetcher.close()
             await client.close()
 
-    assert asyncio.run(backoff()) == 0.1  # aiokafka's own default
+    assert asyncio.run(backoff()) == 0.1
     faust_compat.fetch_promptly()
     assert asyncio.run(backoff()) == faust_compat.PREFETCH_BACKOFF_S == 0.005
