@@ -24,9 +24,10 @@ def apply_torch_threads(settings: Settings) -> None:
 
 
 def freeze_startup_heap() -> None:
-    """Models, libraries and recovered tables stay for the process's life, yet each full collection
-    walked all of them with the loop stopped, longer than a question's whole reply takes. Frozen, a
-    collection walks only what came after."""
+    """Models and libraries stay for the process's life, yet each full collection walked all of them
+    with the loop stopped, longer than a question's whole reply takes. Frozen, a collection walks only
+    what came after; a frozen object dropped later (an evicted table entry) is still freed by its
+    reference count, only a cycle among frozen objects would stay."""
     gc.collect()
     gc.freeze()
     log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())
