@@ -197,6 +197,13 @@ class WritePathMetrics:
         "How long an imported turn (bulk.turns) waited for live work to let it into the pipeline",
         buckets=_LATENCY_BUCKETS,
     )
+    background_yield_seconds = declare(
+        Histogram,
+        "memstream_background_yield_seconds",
+        "How long a handling of background work (a history import's, in any stage) waited for a question "
+        "of this worker to be answered first",
+        buckets=_LATENCY_BUCKETS,
+    )
     imported_turns = declare(
         Counter, "memstream_imported_turns_total", "Imported turns (bulk.turns) let into the pipeline"
     )

@@ -31,6 +31,7 @@ from .handling import Handling, record_of
 from .lanes import Lanes
 from .offsets import SafeCommits
 from .output import Output
+from .priority import QuestionsFirst
 from .tables import Tables
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,9 @@ class WorkerContext:
         self._pool_size = 0
         self.write_secrets = settings.write_secrets  # empty: records are not signed (single tenant)
         self.output = Output(app, settings, services.tracing, self.metrics, fence)
-        self.handling = Handling(settings, services.tracing, self.metrics, self.output)
+        self.questions_first = QuestionsFirst(settings, commits, self.metrics)
+        self.in_background = self.questions_first.wait
+        self.handling = Handling(settings, services.tracing, self.metrics, self.output, self.questions_first)
         self.llm_budget = LlmBudgets(app, settings, self.output, self.metrics)
         self.tables = Tables(app, settings, self.metrics, fence, self.output)
         self.bulk_gate = LiveFirst(settings, commits, self.metrics)

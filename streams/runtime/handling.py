@@ -15,12 +15,14 @@ from memstream.config import Settings
 from memstream.metrics import Metrics, trace_exemplar
 from memstream.ports import StoreUnavailable
 from memstream.schemas import SchemaError
+from memstream.schemas.background import is_background
 from memstream.schemas.signature import header_value
 from memstream.tracing import Span, SpanKind, Tracing
 
 from ..stages.api import Handler, Record
 from .fence import Fenced
 from .output import Output
+from .priority import BACKGROUND, QuestionsFirst
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ class Handling:
     tracing: Tracing
     metrics: Metrics
     output: Output
+    questions_first: QuestionsFirst | None = None  # None: nothing goes first (a handling outside a worker)
 
     async def run(self, stage: str, event: EventT, handler: Handler) -> None:
         msg = event.message
@@ -45,7 +48,11 @@ class Handling:
             kind=SpanKind.CONSUMER,
             attributes=handling_attributes(stage, msg),
         ) as span:
-            await self._attempts(stage, event, handler, span)
+            marked = BACKGROUND.set(False)  # until the record or its stage says otherwise
+            try:
+                await self._attempts(stage, event, handler, span)
+            finally:
+                BACKGROUND.reset(marked)
 
     async def _attempts(self, stage: str, event: EventT, handler: Handler, span: Span) -> None:
         record = record_of(event)
@@ -53,6 +60,8 @@ class Handling:
         self.metrics.messages_in.labels(stage).inc()
         started = time.perf_counter()
         attempt = outage = 0
+        if record.background and self.questions_first is not None:
+            await self.questions_first.wait()
         while True:
             try:
                 result = await handler(record)
@@ -106,7 +115,8 @@ def record_of(event: EventT) -> Record:
     raw: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
     headers = msg.headers
     traceparent, signature = Tracing.traceparent(headers), header_value(headers)
-    return Record(raw, msg.timestamp, msg.partition, msg.offset, traceparent, raw_key(msg.key), signature)
+    key = raw_key(msg.key)
+    return Record(raw, msg.timestamp, msg.partition, msg.offset, traceparent, key, signature, is_background(headers))
 
 
 def raw_key(key: Any) -> bytes | None:

@@ -214,13 +214,26 @@ class SafeCommits:
         """Per partition this worker owns and reads: log end (as last fetched) minus the first offset
         some stage reading it has not finished (messages fetched, queued or in progress, or not yet
         fetched). Unlike ``lag`` it does not wait for a commit."""
+        return await self._behind(self._first_unfinished)
 
-        def first_unfinished(tp: Any) -> int | None:
-            nexts = [self.tracker.next_for(stage, tp.topic, tp.partition) for stage in self.tracker.stages(tp.topic)]
-            known = [n for n in nexts if n is not None]
-            return min(known) if known and len(known) == len(nexts) else None
+    def waiting(self, topics: frozenset[str]) -> bool:
+        """Whether a message of ``topics`` (full names) on a partition this worker owns is fetched and
+        not finished by every stage reading it. Synchronous and cheap (a check before each handling of
+        background work): partitions whose position is not read yet count as quiet."""
+        consumer = self.app.consumer
+        for tp in consumer.assignment():
+            if tp.topic not in topics:
+                continue
+            start = self._first_unfinished(tp)
+            end = consumer.highwater(tp) if start is not None else None
+            if start is not None and end is not None and end > start:
+                return True
+        return False
 
-        return await self._behind(first_unfinished)
+    def _first_unfinished(self, tp: Any) -> int | None:
+        nexts = [self.tracker.next_for(stage, tp.topic, tp.partition) for stage in self.tracker.stages(tp.topic)]
+        known = [n for n in nexts if n is not None]
+        return min(known) if known and len(known) == len(nexts) else None
 
     async def _behind(self, start: Callable[[Any], int | None]) -> dict[Partition, int]:
         """Per assigned partition whose ``start`` is known: log end (as last fetched) minus it."""

@@ -14,12 +14,14 @@ from faust.types import EventT
 from memstream.config import Settings
 from memstream.metrics import Metrics
 from memstream.schemas import DeadLetter
+from memstream.schemas.background import background_header
 from memstream.schemas.signature import sign
 from memstream.schemas.topics import SIGNED_TOPICS
 from memstream.tracing import SpanKind, Tracing
 
 from ..stages.api import Out
 from .fence import FreezeFence
+from .priority import BACKGROUND
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class Output:
                 topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
             )
         headers = [("traceparent", traceparent.encode())] if traceparent else self.tracing.headers()
+        if BACKGROUND.get():  # made by background work: the stage that reads it lets questions go first
+            headers = [*(headers or []), background_header()]
         if self._secrets and topic in self._signed:
             signature = sign(self._secrets, key, value)
             if signature:

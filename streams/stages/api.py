@@ -54,6 +54,7 @@ class Record:
     traceparent: str | None = None  # the trace context it carries (memstream.tracing), to link to
     key: bytes | None = None  # as consumed: an input stage checks it against the payload (schemas.keys)
     signature: bytes | None = None  # its memstream-signature header: an input stage checks it (schemas.signature)
+    background: bool = False  # marked as background work (schemas.background): handled after questions
 
 
 Handler = Callable[[Record], Awaitable[StageResult]]
@@ -136,6 +137,11 @@ class StageContext(Protocol):
     async def live_first(self, record: Record) -> None:
         """Return once an imported turn may enter the pipeline: no live turn or question of this
         worker waits, and few messages are unfinished after it (streams/runtime/bulk.py)."""
+
+    async def in_background(self) -> None:
+        """The handling under way is background work (a history import's): its outputs are marked so,
+        and it returns once no question of this worker waits (streams/runtime/priority.py). A record
+        already marked is handled so without asking; a stage calls this for work it recognises itself."""
 
     def imported(self, tenant: str) -> None:
         """An imported turn of ``tenant`` went into the pipeline (counted, and published as progress)."""

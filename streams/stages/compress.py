@@ -62,6 +62,7 @@ def register(ctx: StageContext) -> None:
         check_key(record.key, turn)
         ctx.check_signature(record)  # a refused record does not wait for its turn
         await ctx.live_first(record)
+        await ctx.in_background()  # what it makes of the turn is background work too, in every stage
         result = await take_turn(record, turn, imported=True)
         ctx.imported(turn.tenant_id)
         return result

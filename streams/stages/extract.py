@@ -55,6 +55,8 @@ def register(ctx: StageContext) -> None:
                 delay = min(delay * 2, 15.0)
 
     async def handler(record: Record) -> StageResult:
+        if not record.background and imported_flush(record.value):  # an idle conversation's: flushed on a tick
+            await ctx.in_background()
         message = decode_message(TOPICS.input, record.value)
         if isinstance(message, Forget):  # behind the flushes it follows: on to the index stage
             return StageResult([Out(out_topic, message.key, message, partition=record.partition)])

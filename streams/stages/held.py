@@ -3,13 +3,13 @@ buffers): how a message reaches the stage's own handling, and how a forget scrub
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from faust.types import TableT
 
 from memstream.processors.forgetting.forget import ForgetScope
 from memstream.processors.write.table_entry import TableEntry
-from memstream.schemas import Forget, TenantScoped
+from memstream.schemas import CompressedTurn, Forget, TenantScoped
 
 from .api import Handler, Out, Record, StageContext, StageResult
 from .forgetting import onward, scrub_table
@@ -69,3 +69,11 @@ def held_turns_forget(
         return StageResult([Out(out_topic, forget.key, passed, partition=record.partition)])
 
     return on_forget
+
+
+async def background_if_imported(ctx: StageContext, record: Record, turns: Iterable[CompressedTurn]) -> None:
+    """A tick lets go of held turns on a timer, outside any imported record's handling: when all it
+    lets go of are imported, what it writes is background work too (``StageContext.in_background``)."""
+    let_go = list(turns)
+    if not record.background and let_go and all(t.imported for t in let_go):
+        await ctx.in_background()

@@ -23,7 +23,7 @@ from memstream.schemas import CompressedTurn, Forget, SegmentedTurn, StmTick, Wi
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
-from .held import held_turns_forget, held_turns_handler
+from .held import background_if_imported, held_turns_forget, held_turns_handler
 from .seen import SeenTable
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ def register(ctx: StageContext) -> None:
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
                 return StageResult()  # a turn arrived after the tick was sent
             outs = [Out(out_topic, seg.key, seg) for seg in await asyncio.to_thread(segmenter.drain, state)]
+            await background_if_imported(ctx, record, [o.value.item for o in outs])
             # The STM buffered these just now; tell it the conversation is idle.
             tick = StmTick(
                 tenant_id=message.tenant_id,

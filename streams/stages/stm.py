@@ -15,7 +15,7 @@ from memstream.schemas.memory import FlushReason
 from memstream.topology import TOPOLOGY
 
 from .api import TRACES, Out, Record, StageContext, StageResult, init_series
-from .held import held_turns_forget, held_turns_handler
+from .held import background_if_imported, held_turns_forget, held_turns_handler
 from .seen import SeenTable
 
 STAGE = "stm"
@@ -46,6 +46,8 @@ def register(ctx: StageContext) -> None:
         state, flushes, duplicate = buffer_step(data, message, time.time(), policy, seen.earlier(message.key, data))
         if duplicate:
             ctx.metrics.stm_duplicates.inc()
+        if isinstance(message, StmTick):
+            await background_if_imported(ctx, record, [t for f in flushes for t in f.turns()])
         # Each buffered turn's trace context, so that its flush links back to it.
         traces: dict[str, str] = dict((data or {}).get(TRACES, {}))
         if isinstance(message, SegmentedTurn) and record.traceparent and not duplicate:

@@ -5,6 +5,7 @@ is superseded by it at sleep time, never the other way round."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from memstream.client import MemoryClient
 from memstream.datasets import demo_conversation_path, load_locomo, locomo_turns
 from memstream.processors.write.index import CARDS
 from memstream.schemas import Turn
+from memstream.schemas.background import is_background
+from memstream.schemas.topics import Topic, message_kind
+from memstream.streams.kafka_options import client_options
 
 from .conftest import metric_total
 
@@ -84,6 +88,50 @@ def test_live_turns_go_ahead_of_an_import_that_is_then_let_in_whole(make_pipelin
     assert [r["turn_id"] for r in turns] == [t.turn_id for t in by_time], "in event-time order"
     assert [r["seq"] for r in turns] == list(range(-len(one), 0)), "numbered before any live turn"
     assert stored.summary["first_seq"] == -len(one)
+
+
+async def headers_by_tenant(settings, topic: str) -> dict[str, list[bool]]:
+    """Per tenant (the record key's), whether each record on ``topic`` that carries turns is marked as
+    background work."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(settings.topic(topic), **client_options(settings), auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        marks: dict[str, list[bool]] = {}
+        while batch := await consumer.getmany(timeout_ms=3000):
+            for records in batch.values():
+                for r in records:
+                    if not message_kind(r.value).endswith("_tick"):  # a timer's, neither live nor imported
+                        marks.setdefault(r.key.decode().split("/")[0], []).append(is_background(r.headers))
+        return marks
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.timeout(600)
+def test_an_imports_later_steps_are_marked_and_let_questions_go_first(make_pipeline):
+    pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
+    pipe.start_worker()
+    port = pipe.workers[0].metrics_port
+    old = history("importer", copies=8)
+    with MemoryClient(pipe.settings) as client:
+        client.remember([said("live", f"l{i}", fact, 400 + i, tenant="beekeeper") for i, fact in enumerate(LIVE_FACTS)])
+        client.import_history(old)
+        # Questions one after another while the import goes through: the gate lets imported turns in
+        # between them, and their later steps find the next question in the worker.
+        asked = 0
+        while metric_total(port, "memstream_imported_turns_total") < len(old) and asked < 2000:
+            client.ask("Who keeps bees?", tenant_id="beekeeper", conversation_id="live", answer=False)
+            asked += 1
+        pipe.drain()
+        yielded = metric_total(port, "memstream_background_yield_seconds_count")
+    print(f"{asked} questions; background handlings that waited for one: {yielded:.0f}")
+    assert yielded > 0, "no background handling waited for a question"
+    for topic in (Topic.TURNS_COMPRESSED, Topic.SEGMENTS, Topic.STM_FLUSH):
+        marks = asyncio.run(headers_by_tenant(pipe.settings, topic))
+        assert marks["importer"] and all(marks["importer"]), f"every imported record on {topic} is marked"
+        assert marks["beekeeper"] and not any(marks["beekeeper"]), f"no live record on {topic} is marked"
 
 
 @pytest.mark.timeout(600)

@@ -223,3 +223,21 @@ def test_unfinished_counts_from_the_first_offset_a_reader_has_not_finished():
         assert await commits.unfinished() == {TP: 3}, "no commit needed to count what finished"
 
     asyncio.run(run())
+
+
+def test_a_topic_waits_while_a_fetched_message_of_it_is_not_finished():
+    import asyncio
+
+    commits = safe_commits(5)
+    consumer = commits.app.consumer
+    assert not commits.waiting(frozenset({TOPIC})), "no position known yet: quiet"
+    asyncio.run(commits.skip_reason("compress", TOPIC, 0, 5))  # learns the position
+    consumer.highwater = lambda tp: 5
+    assert not commits.waiting(frozenset({TOPIC})), "nothing fetched past the position"
+    consumer.highwater = lambda tp: 7
+    assert commits.waiting(frozenset({TOPIC}))
+    assert not commits.waiting(frozenset({"m.other"})), "only the topics asked about"
+    commits.finished("compress", TOPIC, 0, 5)
+    assert commits.waiting(frozenset({TOPIC})), "one still to finish"
+    commits.finished("compress", TOPIC, 0, 6)
+    assert not commits.waiting(frozenset({TOPIC}))
