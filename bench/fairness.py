@@ -2,12 +2,13 @@
 
 One worker (all stages; extractive unless ``llm``) and one gateway on the broker, two tenants:
 
-- **B**, the one measured, produces live turns with the SDK at ``b_rate`` (conversations of
-  ``b_conversation_turns`` turns, then a new one) and asks an evidence-only question every
-  ``question_s``. Every ``probe_every``-th turn is a fresh-turn probe: asked for with its own text
-  until a reply cites it (asked again as it ages, a tenth of its age apart: at most a tenth late).
-  Turn-to-card: from producing a turn until the memory write holding it (its flush's cards) is on
-  ``memory.cards``; it includes the wait for the conversation to go quiet (``stm_idle_s``).
+- **B**, the one measured, runs in a process of its own (as a tenant's own client does). It
+  produces live turns with the SDK at ``b_rate`` (conversations of ``b_conversation_turns`` turns,
+  then a new one) and asks an evidence-only question every ``question_s``. Every
+  ``probe_every``-th turn is a fresh-turn probe: asked for with its own text until a reply cites it
+  (asked again as it ages, a tenth of its age apart: at most a tenth late). Turn-to-card: from
+  producing a turn until the memory write holding it (its flush's cards) is on ``memory.cards``; it
+  includes the wait for the conversation to go quiet (``stm_idle_s``).
 - **A**, the noisy one, goes through the gateway with a rate limit of ``a_turns_per_s``: it floods
   live turns (``POST /v1/turns``) as fast as the gateway lets it (after a 429 it tries again within
   ``flood_backoff_s``, not after Retry-After: a flood does not wait) and imports ``import_turns``
@@ -29,13 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import time
+import traceback
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -265,6 +269,65 @@ class TenantB:
         ]
 
 
+class TenantBApart(TenantB):
+    """B run in a process of its own, as a tenant's own client is; this side keeps its figures. Measured
+    from the bench's own event loop, B's replies would also wait on A's import and flood and on the
+    tail of every memory write that loop runs (and on that process's garbage collections)."""
+
+    def __init__(self, o: FairnessOptions, settings: Settings, t0: float, elapsed: Callable[[], float]):
+        super().__init__(o, None, elapsed)  # type: ignore[arg-type]  # B's client is the other process's
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process with a loop and threads
+        self.conn, child = spawn.Pipe()
+        self.process = spawn.Process(target=tenant_b_process, args=(o, settings, t0, child), daemon=True)
+        self.process.start()
+        child.close()
+
+    async def _answer(self) -> Any:
+        answer = await asyncio.to_thread(self.conn.recv)
+        if isinstance(answer, dict) and "error" in answer:
+            raise RuntimeError(f"tenant B's process failed:\n{answer['error']}")
+        return answer
+
+    async def start(self) -> None:
+        """Once B's client is connected: a phase starts with B ready."""
+        await self._answer()
+
+    async def run_phase(self, phase: str, end: float) -> None:
+        self.conn.send((phase, end))  # ``end`` is time.monotonic(): one clock for every process here
+        done = await self._answer()
+        self.sent.update(done["sent"])
+        self.fresh += done["fresh"]
+        self.replies += done["replies"]
+        self.reply_errors += done["reply_errors"]
+        self.conversations |= done["conversations"]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.terminate()
+
+
+def tenant_b_process(o: FairnessOptions, settings: Settings, t0: float, conn: Connection) -> None:
+    """B's process: a phase for each ``(phase, end)`` received, its figures sent back; None ends it."""
+
+    async def main() -> None:
+        async with AsyncMemoryClient(settings) as client:
+            b = TenantB(o, client, lambda: time.monotonic() - t0)
+            conn.send("ready")
+            while (command := await asyncio.to_thread(conn.recv)) is not None:
+                await b.run_phase(*command)
+                keys = ("sent", "fresh", "replies", "reply_errors", "conversations")
+                conn.send({key: getattr(b, key) for key in keys})
+                b.sent, b.fresh, b.replies, b.reply_errors, b.conversations = {}, [], [], 0, set()
+
+    try:
+        asyncio.run(main())
+    except Exception:
+        conn.send({"error": traceback.format_exc()})
+
+
 class TenantA:
     """The noisy tenant: its history import (bulk lane or live turns) and its flood, through the gateway."""
 
@@ -457,14 +520,17 @@ class FairnessRun:
             AsyncMemoryClient(self.settings) as client,
             httpx.AsyncClient(base_url=self.url, headers=headers, timeout=120) as http,
         ):
-            self.a, self.b = TenantA(self.o, client, http), TenantB(self.o, client, self.elapsed)
+            self.a = TenantA(self.o, client, http)
+            self.b = b = TenantBApart(self.o, self.settings, self.t0, self.elapsed)
             tail = asyncio.create_task(tail_writes(self.settings, self.saw, stop))
             sampler = asyncio.create_task(self.sampler())
             try:
+                await b.start()
                 for phase in PHASES:
                     await self.phase(phase)
                     await self.settle(phase)
             finally:
+                b.close()
                 self.done.set()
                 stop.set()
                 await asyncio.gather(tail, sampler, return_exceptions=True)
