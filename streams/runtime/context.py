@@ -63,7 +63,7 @@ class WorkerContext:
         self.ingesting = 0  # ingest-stage events inside a handler now
         self.last_ingest = 0.0  # time.monotonic() when an ingest stage last finished a message
         self.lanes: dict[str, Lanes] = {}  # stage -> its work in progress, where it runs many at once
-        self.threads = 0  # slots of the stages that run many at once: threads they may wait in
+        self.threads = 0  # threads the agents may wait in at once: one each, a slot each where many run
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self.write_secrets = settings.write_secrets  # empty: records are not signed (single tenant)
@@ -112,18 +112,19 @@ class WorkerContext:
         self.metrics.init_stage(stage)
         if slots is None or slot_of is None or sum(slots.values()) <= 1:
             slots = slot_of = None  # one message at a time
+            self.threads += 1
         else:
             self.threads += sum(slots.values())
 
         async def run(stream: faust.StreamT) -> None:
             # faust's acks do not decide commits (it acks events no handler finished): ``handle``
             # tells the commit tracker what finished.
+            self._size_thread_pool()
             if slots is None or slot_of is None:
                 async for event in stream.events():
                     if await self.admit(stage, event):
                         await self.handle(stage, event, handler)
                 return
-            self._size_thread_pool()
             lanes = self.lanes[stage] = Lanes(slots)
             async for event in stream.events():
                 if not await self.admit(stage, event):
@@ -142,8 +143,10 @@ class WorkerContext:
         self.app.agent(source, name=f"memstream.{stage}")(run)
 
     def _size_thread_pool(self) -> None:
-        """Handlers wait on the LLM in threads (``asyncio.to_thread``): the loop's default pool (a few
-        threads on a small machine) would cap the calls in flight, so it gets one thread per slot."""
+        """Handlers wait in threads (``asyncio.to_thread``: the LLM, embeddings, the store). The loop's
+        default pool (6 threads on two cores) would cap the LLM calls in flight, and make a stage wait
+        for a thread behind other stages' work (a question behind an import's embeddings): it gets a
+        thread per agent and per slot, and ``DEFAULT_THREADS`` besides."""
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool_size < self.threads:
             self._pool_size = self.threads + DEFAULT_THREADS

@@ -39,3 +39,31 @@ def test_a_table_the_topology_does_not_give_the_stage_is_refused(ctx):
     assert ctx.table("stm", "stm") == "stm"
     with pytest.raises(ValueError, match="does not give it"):
         ctx.table("query", "stm")
+
+
+def test_every_agent_and_slot_has_a_thread_to_wait_in_besides_the_spare_ones():
+    import asyncio
+
+    from memstream.streams.runtime import context
+    from memstream.streams.stages.api import Slot
+
+    runs = []
+    app = SimpleNamespace(Table=None, topic=lambda *a, **k: a[0], agent=lambda *a, **k: runs.append)
+    commits = SimpleNamespace(subscribe=lambda *a: None)
+    services = SimpleNamespace(metrics=Metrics(), tracing=Tracing(enabled=False))
+    ctx = WorkerContext(app, Settings(), services, commits=commits, fence=None)  # type: ignore[arg-type]
+
+    async def handler(record):
+        return None
+
+    ctx.agent("compress", "turns", handler)
+    ctx.agent("query", "queries", handler)
+    ctx.agent("extract", "stm.flush", handler, slots={"llm": 3, "bulk": 1}, slot_of=lambda r: Slot("c", "llm"))
+    assert ctx.threads == 1 + 1 + 4
+
+    async def pool_size() -> int:
+        ctx._size_thread_pool()
+        return asyncio.get_running_loop()._default_executor._max_workers  # type: ignore[attr-defined]
+
+    # a question's engine never waits for a thread behind the other agents' embeddings or store writes
+    assert asyncio.run(pool_size()) == 6 + context.DEFAULT_THREADS
