@@ -88,7 +88,9 @@ def register(ctx: StageContext) -> None:
             if not message.force and not window_is_idle(state, time.time(), s.stm_idle_s):
                 return StageResult()  # a turn arrived after the tick was sent
             outs = [Out(out_topic, seg.key, seg) for seg in await asyncio.to_thread(segmenter.drain, state)]
-            await background_if_imported(ctx, record, [o.value.item for o in outs])
+            await background_if_imported(
+                ctx, record, [o.value.item for o in outs if isinstance(o.value, SegmentedTurn)]
+            )
             # The STM buffered these just now; tell it the conversation is idle.
             tick = StmTick(
                 tenant_id=message.tenant_id,
