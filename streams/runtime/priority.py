@@ -5,8 +5,8 @@ handling only once no question of this worker is fetched and unanswered.
 The bulk lane's gate (``bulk.py``) lets imported turns in only while live work is quiet, but a
 question that arrives later finds the few let in still going through segment, stm, extract and
 index on the same event loop and the same two cores: each takes its turn on the loop before the
-question does. Holding them back for the question's few milliseconds costs the import almost
-nothing. Work already under way is not interrupted; a stream of questions delays background work
+question does. Holding them back costs the import the time the questions take (docs/benchmarks.md,
+"Many tenants"). Work already under way is not interrupted; a stream of questions delays background work
 by at most ``MAX_WAIT_S`` per handling, it never starves it (a live message behind it on its
 partition waits too). The priority is per worker, like the gate's: it sees the questions of the
 ``queries`` partitions this worker owns."""
