@@ -269,6 +269,9 @@ class TenantB:
         ]
 
 
+B_FIGURES = ("sent", "fresh", "replies", "reply_errors", "conversations")  # what B's process sends back a phase
+
+
 class TenantBApart(TenantB):
     """B run in a process of its own, as a tenant's own client is; this side keeps its figures. Measured
     from the bench's own event loop, B's replies would also wait on A's import and flood and on the
@@ -295,11 +298,9 @@ class TenantBApart(TenantB):
     async def run_phase(self, phase: str, end: float) -> None:
         self.conn.send((phase, end))  # ``end`` is time.monotonic(): one clock for every process here
         done = await self._answer()
-        self.sent.update(done["sent"])
-        self.fresh += done["fresh"]
-        self.replies += done["replies"]
-        self.reply_errors += done["reply_errors"]
-        self.conversations |= done["conversations"]
+        for key in B_FIGURES:  # a dict, lists, a count and a set: each grows by the phase's
+            mine, more = getattr(self, key), done[key]
+            setattr(self, key, mine | more if isinstance(mine, (dict, set)) else mine + more)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -318,9 +319,9 @@ def tenant_b_process(o: FairnessOptions, settings: Settings, t0: float, conn: Co
             conn.send("ready")
             while (command := await asyncio.to_thread(conn.recv)) is not None:
                 await b.run_phase(*command)
-                keys = ("sent", "fresh", "replies", "reply_errors", "conversations")
-                conn.send({key: getattr(b, key) for key in keys})
-                b.sent, b.fresh, b.replies, b.reply_errors, b.conversations = {}, [], [], 0, set()
+                conn.send({key: getattr(b, key) for key in B_FIGURES})
+                for key in B_FIGURES:  # the next phase's figures start empty
+                    setattr(b, key, type(getattr(b, key))())
 
     try:
         asyncio.run(main())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from .signature import header_value
+
 HEADER = "memstream-background"
 VALUE = b"1"
 
@@ -17,7 +19,4 @@ def background_header() -> tuple[str, bytes]:
 
 def is_background(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> bool:
     """Whether a consumed record's headers mark it as background work."""
-    if not headers:
-        return False
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    return any(name and name.lower() == HEADER and value == VALUE for name, value in items)
+    return header_value(headers, HEADER) == VALUE

@@ -57,14 +57,17 @@ def sign(secrets: TenantSecrets, key: bytes | None, value: bytes) -> tuple[str, 
     return HEADER, f"{key_id}:{digest(secret, key, value)}".encode()
 
 
-def header_value(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> bytes | None:
-    """The signature header a consumed record carries (the last one, if it carries several)."""
+def header_value(
+    headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None, header: str = HEADER
+) -> bytes | None:
+    """The ``header`` (by default the signature) a consumed record carries (the last one, if it
+    carries several); names are compared without case."""
     if not headers:
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
     found = None
     for name, value in items:
-        if name and name.lower() == HEADER:
+        if name and name.lower() == header:
             found = value if isinstance(value, bytes) else str(value).encode()
     return found
 
