@@ -137,7 +137,7 @@ def register(ctx: StageContext) -> None:
     ctx.evict_timer(
         STAGE,
         states,
-        lambda data: evictable(SegmenterState.from_dict(data)),
+        lambda data: evictable(SegmenterState.peek(data)),
         in_topic,
         lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )
@@ -145,7 +145,7 @@ def register(ctx: StageContext) -> None:
     ctx.idle_timer(
         TOPICS.table,
         states,
-        lambda data: window_is_idle(SegmenterState.from_dict(data), time.time(), s.stm_idle_s),
+        lambda data: window_is_idle(SegmenterState.peek(data), time.time(), s.stm_idle_s),
         in_topic,
         lambda tenant, conv: WindowTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )

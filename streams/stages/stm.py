@@ -35,7 +35,7 @@ def register(ctx: StageContext) -> None:
     on_forget = held_turns_forget(ctx, buffers, StmState, scrub_buffer, "buffer:stm", out_topic)
 
     def evictable(data: Any) -> bool:
-        return buffer_evictable(StmState.from_dict(data), time.time(), s.state_evict_after_s)
+        return buffer_evictable(StmState.peek(data), time.time(), s.state_evict_after_s)
 
     async def handle(record: Record, message: SegmentedTurn | StmTick, data: Any) -> StageResult:
         if isinstance(message, StmTick) and not message.force and not message.conversation_idle:
@@ -73,7 +73,7 @@ def register(ctx: StageContext) -> None:
     init_series(ctx.metrics.stm_flushes, get_args(FlushReason))
 
     async def buffer_gauges() -> None:
-        states = [StmState.from_dict(data) for _, data in list(buffers.items()) if data]
+        states = [StmState.peek(data) for _, data in list(buffers.items()) if data]
         ctx.metrics.stm_buffer_turns.set(sum(st.pending_turns for st in states))
         ctx.metrics.stm_buffer_tokens.set(sum(st.tokens for st in states))
         ctx.metrics.stm_buffer_conversations.set(sum(1 for st in states if st.pending_turns))
@@ -90,7 +90,7 @@ def register(ctx: StageContext) -> None:
     ctx.idle_timer(
         TOPICS.table,
         buffers,
-        lambda data: is_idle(StmState.from_dict(data), time.time(), policy),
+        lambda data: is_idle(StmState.peek(data), time.time(), policy),
         in_topic,
         lambda tenant, conv: StmTick(tenant_id=tenant, conversation_id=conv, sent_at=datetime.now(timezone.utc)),
     )
