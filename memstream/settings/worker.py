@@ -28,6 +28,13 @@ class WorkerSettings(BaseModel):
     log_format: Literal["text", "json"] = Field(
         "text", description="Worker log lines: text, or one JSON object a line; both carry trace_id and span_id"
     )
+    gil_switch_ms: float = Field(
+        1.0,
+        gt=0,
+        description="Python's GIL switch interval in the worker (the interpreter's default is 5): a thread that "
+        "gave up the GIL for a socket write, a model or a store call waits up to this long to get it back while "
+        "other threads run Python",
+    )
     stall_s: float = Field(
         30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"
     )

@@ -34,15 +34,12 @@ def freeze_startup_heap() -> None:
     log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())
 
 
-GIL_SWITCH_S = 0.001
-
-
-def share_the_gil_finely() -> None:
-    """A question's engine thread gives up the GIL at every store, model or numpy call, and a thread
-    that wants it back waits for the holder's switch interval (5 ms by default) while ingest threads
-    are busy: tens of such calls made a 34 ms reply take 100 ms under a history import. 1 ms keeps
-    the holder's turn short; the extra switches cost CPU-bound threads little."""
-    sys.setswitchinterval(GIL_SWITCH_S)
+def share_the_gil_finely(settings: Settings) -> None:
+    """Every socket write of the event loop and every store, model or numpy call of a question's
+    engine gives up the GIL, and getting it back waits for the holder's switch interval while other
+    threads run Python: under a history import the loop spent about a tenth of its time so waiting
+    (a py-spy profile, docs/benchmarks.md "Many tenants"), and a question takes tens of such turns."""
+    sys.setswitchinterval(settings.gil_switch_ms / 1000.0)
 
 
 def run_worker(settings: Settings) -> None:
@@ -55,7 +52,7 @@ def run_worker(settings: Settings) -> None:
 
     configure_logging(settings.log_level, settings.log_format)
     apply_torch_threads(settings)
-    share_the_gil_finely()
+    share_the_gil_finely(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
