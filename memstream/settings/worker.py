@@ -29,11 +29,11 @@ class WorkerSettings(BaseModel):
         "text", description="Worker log lines: text, or one JSON object a line; both carry trace_id and span_id"
     )
     gil_switch_ms: float = Field(
-        1.0,
+        5.0,
         gt=0,
-        description="Python's GIL switch interval in the worker (the interpreter's default is 5): a thread that "
-        "gave up the GIL for a socket write, a model or a store call waits up to this long to get it back while "
-        "other threads run Python",
+        description="Python's GIL switch interval in the worker (5 is the interpreter's own): a thread that gave up "
+        "the GIL for a socket write, a model or a store call waits up to this long to get it back while other "
+        "threads run Python. 1 ms made no measured difference in bench fairness (docs/benchmarks.md)",
     )
     stall_s: float = Field(
         30.0, ge=0, description="Restart a worker whose delivered messages sit unprocessed this long (0 = never)"

@@ -36,9 +36,10 @@ def freeze_startup_heap() -> None:
 
 def share_the_gil_finely(settings: Settings) -> None:
     """Every socket write of the event loop and every store, model or numpy call of a question's
-    engine gives up the GIL, and getting it back waits for the holder's switch interval while other
-    threads run Python: under a history import the loop spent about a tenth of its time so waiting
-    (a py-spy profile, docs/benchmarks.md "Many tenants"), and a question takes tens of such turns."""
+    engine gives up the GIL, and getting it back waits up to the holder's switch interval while other
+    threads run Python: under a history import the loop spent about a tenth of its time so waiting (a
+    py-spy profile). 1 ms against the interpreter's 5 changed no figure of bench fairness, so the
+    default stays; the setting is there to try on other machines."""
     sys.setswitchinterval(settings.gil_switch_ms / 1000.0)
 
 
