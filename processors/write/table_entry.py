@@ -25,8 +25,8 @@ class TableEntry:
 
     @classmethod
     def peek(cls, data: dict[str, Any] | None, copy_value: Callable[[Any], Any] = lambda v: v) -> Self:
-        """The entry read in place, for checks that change nothing (timers look at every entry of a
-        table each tick: copying them all cost the event loop more than the turns' own handling)."""
+        """The entry read in place, for checks that change nothing: timers look at every entry of a
+        table each tick, on the event loop, and a copy of each was work for nothing."""
         if not data:
             return cls()
         known = {f.name for f in fields(cls)}  # an entry saved by an older worker may hold a field since dropped

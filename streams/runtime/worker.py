@@ -34,12 +34,12 @@ def freeze_startup_heap() -> None:
     log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())
 
 
-def share_the_gil_finely(settings: Settings) -> None:
+def set_gil_switch_interval(settings: Settings) -> None:
     """Every socket write of the event loop and every store, model or numpy call of a question's
     engine gives up the GIL, and getting it back waits up to the holder's switch interval while other
     threads run Python: under a history import the loop spent about a tenth of its time so waiting (a
-    py-spy profile). 1 ms against the interpreter's 5 changed no figure of bench fairness, so the
-    default stays; the setting is there to try on other machines."""
+    py-spy profile). 1 ms against the interpreter's 5 made no difference beyond the spread of two runs
+    of bench fairness, so the default stays; the setting is there to try on other machines."""
     sys.setswitchinterval(settings.gil_switch_ms / 1000.0)
 
 
@@ -53,7 +53,7 @@ def run_worker(settings: Settings) -> None:
 
     configure_logging(settings.log_level, settings.log_format)
     apply_torch_threads(settings)
-    share_the_gil_finely(settings)
+    set_gil_switch_interval(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
