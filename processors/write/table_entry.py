@@ -21,12 +21,16 @@ class TableEntry:
         """The entry as an object of its own: the live table entry must not change before the stage
         writes the new one (a handler tried again after a failed produce would otherwise see its turn
         as seen)."""
-        return cls.peek(data, copy_json)
+        return cls._read(data, copy_json)
 
     @classmethod
-    def peek(cls, data: dict[str, Any] | None, copy_value: Callable[[Any], Any] = lambda v: v) -> Self:
+    def peek(cls, data: dict[str, Any] | None) -> Self:
         """The entry read in place, for checks that change nothing: timers look at every entry of a
         table each tick, on the event loop, and a copy of each was work for nothing."""
+        return cls._read(data, lambda value: value)
+
+    @classmethod
+    def _read(cls, data: dict[str, Any] | None, copy_value: Callable[[Any], Any]) -> Self:
         if not data:
             return cls()
         known = {f.name for f in fields(cls)}  # an entry saved by an older worker may hold a field since dropped
