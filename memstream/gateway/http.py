@@ -246,7 +246,7 @@ def create_app(settings: Settings, *, mcp: bool = True) -> FastAPI:
         app.router.routes.extend(mcp_app.routes)
     from .ui import mount_ui
 
-    mount_ui(app, settings, keys, shared)
+    mount_ui(app, settings, keys, shared, limits)
     app.add_middleware(BodyLimit, limit=settings.gateway_max_request_bytes)
     return app
 

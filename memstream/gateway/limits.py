@@ -40,12 +40,12 @@ class GatewayLimits:
         self.limiter = TenantLimiter(rates)
         self.refused = refused  # memstream_gateway_rate_limited_total{route, limit}
 
-    def admit(self, route: str, tenant: str, *, turns: Iterable[Turn] = (), questions: int = 0) -> None:
+    def admit(self, route: str, tenant: str, *, turns: Iterable[Turn] = (), questions: int = 0, reads: int = 0) -> None:
         """Raises ``OverLimit`` unless ``tenant`` may send this now (the tokens are then taken)."""
         turns = list(turns)
         text_bytes = sum(len(t.text.encode()) for t in turns)
         admission = self.limiter.admit(
-            tenant, time.monotonic(), turns=len(turns), questions=questions, bytes=text_bytes
+            tenant, time.monotonic(), turns=len(turns), questions=questions, bytes=text_bytes, reads=reads
         )
         if not admission.admitted:
             self.refused.labels(route, admission.limit).inc()

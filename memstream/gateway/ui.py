@@ -23,6 +23,7 @@ from memstream.schemas.base import ID_PATTERN
 from memstream.schemas.read import ReadReply
 
 from .auth import TenantKeys, hash_key
+from .limits import GatewayLimits
 from .session import CSRF_HEADER, SESSION_COOKIE, csrf_ok, csrf_token, issue_session, read_session
 
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -59,7 +60,8 @@ def is_tls(request: Request) -> bool:
     return request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
 
 
-def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) -> None:  # shared: SharedClient
+def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any, limits: GatewayLimits) -> None:
+    """The inspector's routes on ``app``; ``shared``: the gateway's SharedClient, ``limits``: its tenants' buckets."""
     secret = (
         settings.gateway_session_secret.get_secret_value().encode()
         if settings.gateway_session_secret
@@ -70,8 +72,8 @@ def mount_ui(app: FastAPI, settings: Settings, keys: TenantKeys, shared: Any) ->
     router = APIRouter(prefix="/ui")
     _page_routes(router)
     _session_routes(router, settings, keys, secret, guards)
-    _read_routes(router, shared, guards.tenant_of)
-    _change_routes(router, shared, guards.changing)
+    _read_routes(router, shared, _within(limits, guards.tenant_of, reads=1))
+    _change_routes(router, shared, _within(limits, guards.changing, questions=1))
     app.include_router(router)
 
 
@@ -114,6 +116,19 @@ def _session_guards(secret: bytes, keys: TenantKeys) -> SessionGuards:
         return who[0]
 
     return SessionGuards(session, tenant_of, changing)
+
+
+def _within(
+    limits: GatewayLimits, guard: Callable[..., str], *, questions: int = 0, reads: int = 0
+) -> Callable[..., str]:
+    """``guard``, then the tenant's limits: an inspector read counts against ``reads_per_s``, a question
+    or forget from the page against ``questions_per_s``, as the API's do (429 with Retry-After)."""
+
+    def admitted(tenant: str = Depends(guard)) -> str:
+        limits.admit("/ui", tenant, questions=questions, reads=reads)
+        return tenant
+
+    return admitted
 
 
 def _page_routes(router: APIRouter) -> None:

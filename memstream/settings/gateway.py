@@ -9,8 +9,16 @@ class RateLimits(BaseModel):
     """A tenant's limits at the gateway, per second (unset: unlimited)."""
 
     turns_per_s: float | None = Field(None, gt=0, description="Turns remembered (/v1/turns, MCP remember, webhooks)")
-    questions_per_s: float | None = Field(None, gt=0, description="Questions and forgets (/v1/ask, /v1/forget, MCP)")
+    questions_per_s: float | None = Field(
+        None, gt=0, description="Questions and forgets (/v1/ask, /v1/forget, MCP, the inspector's)"
+    )
     bytes_per_s: float | None = Field(None, gt=0, description="Bytes of turn text remembered")
+    reads_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="The inspector's reads (conversations, timelines, lineage, exports, LLM spend, imports); an "
+        "open timeline polls every 2 s",
+    )
     burst_s: float = Field(2.0, gt=0, description="A tenant may send this many seconds of its rate at once")
 
 

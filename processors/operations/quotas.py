@@ -1,4 +1,4 @@
-"""Fair share between tenants: token buckets per tenant (turns, questions and bytes per second), asked
+"""Fair share between tenants: token buckets per tenant (turns, questions, reads and bytes per second), asked
 all at once so that a request is admitted whole or refused whole, with how long to wait. Pure: the
 caller passes the clock; no framework here (the gateway answers a refusal with 429 and Retry-After)."""
 
@@ -19,10 +19,16 @@ class Rates:
     turns_per_s: float | None = None
     questions_per_s: float | None = None
     bytes_per_s: float | None = None
+    reads_per_s: float | None = None
     burst_s: float = 2.0
 
     def of(self, unit: str) -> float | None:
-        return {"turns": self.turns_per_s, "questions": self.questions_per_s, "bytes": self.bytes_per_s}[unit]
+        return {
+            "turns": self.turns_per_s,
+            "questions": self.questions_per_s,
+            "bytes": self.bytes_per_s,
+            "reads": self.reads_per_s,
+        }[unit]
 
 
 @dataclass
@@ -45,7 +51,7 @@ class TokenBucket:
 class Admission:
     admitted: bool
     retry_after_s: float = 0.0  # refused: when the same request would be admitted (if nothing else came)
-    limit: str = ""  # refused: which limit ("turns", "questions", "bytes")
+    limit: str = ""  # refused: which limit ("turns", "questions", "bytes", "reads")
     too_large: bool = False  # the request alone costs more than a full bucket: it never fits, split it
     detail: str = ""
 
@@ -62,7 +68,7 @@ class TenantLimiter:
         return self.limits.get(tenant) or self.limits.get(EVERY_TENANT)
 
     def admit(self, tenant: str, now: float, **costs: float) -> Admission:
-        """Take ``costs`` (``turns=``, ``questions=``, ``bytes=``) from ``tenant``'s buckets if every one
+        """Take ``costs`` (``turns=``, ``questions=``, ``bytes=``, ``reads=``) from ``tenant``'s buckets if every one
         holds enough; else take nothing and say how long to wait for the slowest."""
         rates = self.rates(tenant)
         if rates is None:

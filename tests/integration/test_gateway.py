@@ -275,6 +275,36 @@ def test_a_flooding_tenant_gets_429_and_nothing_of_a_refused_batch_while_others_
         gateway.stop()
 
 
+def test_the_inspectors_reads_questions_and_forgets_count_against_the_tenants_limits(stack):
+    pipe, _ = stack
+    limits = {"T0GLOBEX": {"questions_per_s": 0.2, "reads_per_s": 0.5, "burst_s": 2}}  # one of each at once
+    gateway = pipe.start_gateway(KEYS, {**GATEWAY_ENV, "MEMSTREAM_GATEWAY_RATE_LIMITS": orjson.dumps(limits).decode()})
+    page = f"/ui/api/conversations/c-inspect-{time.time_ns()}"
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            csrf = {"x-csrf-token": http.post("/ui/login", json={"key": KEYS["T0GLOBEX"]}).json()["csrf"]}
+            assert http.get("/ui/api/conversations").status_code == 200
+            read = http.get("/ui/api/llm-usage")
+            assert read.status_code == 429 and read.json()["limit"] == "reads"
+            assert 1 <= int(read.headers["retry-after"]) <= 2
+            assert http.post(f"{page}/ask", json={"question": "What was said?", "answer": False}).status_code == 403
+            question = {"question": "What was said?", "answer": False}
+            assert http.post(f"{page}/ask", json=question, headers=csrf).status_code == 200  # no CSRF took nothing
+            asked = http.post(f"{page}/ask", json=question, headers=csrf)
+            assert asked.status_code == 429 and asked.json()["limit"] == "questions"
+            forgot = http.post(f"{page}/forget", json={"speaker": "Flo"}, headers=csrf)
+            assert forgot.status_code == 429 and int(forgot.headers["retry-after"]) >= 4
+            # acme has no limits: its page reads on while globex waits.
+            http.cookies.clear()
+            http.post("/ui/login", json={"key": KEYS["T0ACME"]})
+            assert all(http.get("/ui/api/conversations").status_code == 200 for _ in range(5))
+            metrics = http.get("/metrics").text
+        assert 'memstream_gateway_rate_limited_total{limit="reads",route="/ui"} 1.0' in metrics
+        assert 'memstream_gateway_rate_limited_total{limit="questions",route="/ui"} 2.0' in metrics
+    finally:
+        gateway.stop()
+
+
 def test_a_history_import_goes_through_the_bulk_lane_resumes_after_a_turn_and_shows_its_progress(stack):
     from memstream.client.history import import_progress
 

@@ -392,3 +392,25 @@ def test_the_conversations_page_shows_the_tenants_llm_spend_and_import_progress_
     assert "3 flushes extracted without the LLM" in line and "1 consolidation chunks decided" in line
     imports = page.wait_for_selector("#imports").inner_text()
     assert imports.startswith("History import: 180 of 300 turns let in, 120 remaining"), imports
+
+
+def test_over_its_read_limit_the_page_waits_as_told_and_still_loads(inspector, browser):
+    """A page load reads three things at once; with one read a second allowed, two of them get 429 and
+    Retry-After, and the page asks again when told instead of failing."""
+    import json
+    import re
+
+    limits = {"acme": {"reads_per_s": 1, "burst_s": 1}}
+    gateway = inspector["pipe"].start_gateway(KEYS, {"MEMSTREAM_GATEWAY_RATE_LIMITS": json.dumps(limits)})
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        sign_in(page, gateway.url, KEYS["acme"])
+        page.wait_for_selector(f"#conversations tr[data-conversation-id='{inspector['conv']}']", timeout=20_000)
+        page.wait_for_selector("#llm-usage")
+        metrics = page.request.get(f"{gateway.url}/metrics").text()
+        refused = re.search(r'memstream_gateway_rate_limited_total\{limit="reads",route="/ui"\} (\d+)', metrics)
+        assert refused and int(refused.group(1)) >= 2  # the page's reads were refused, and it waited
+    finally:
+        context.close()
+        gateway.stop()

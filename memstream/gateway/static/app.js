@@ -25,13 +25,24 @@ const $ = (sel, root) => (root || document).querySelector(sel);
 const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
 const view = () => $("#view");
 
+// Over the tenant's gateway limits (429), a read or a question waits as long as Retry-After says and
+// goes again, a few times: the page loads slower instead of failing.
+const RETRIES_429 = 3;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function api(method, path, body) {
   const headers = { "Accept": "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (method !== "GET" && state.csrf) headers["X-CSRF-Token"] = state.csrf;
-  const response = await fetch(path, {
-    method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  let response;
+  for (let tries = 0; ; tries += 1) {
+    response = await fetch(path, {
+      method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const wait = parseInt(response.headers.get("retry-after"), 10);
+    if (response.status !== 429 || tries >= RETRIES_429 || !(wait >= 0 && wait <= 30)) break;
+    await sleep(wait * 1000);
+  }
   if (response.status === 401 && path !== "/ui/login") { showLogin(); throw new Error("signed out"); }
   const data = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
   if (!response.ok) {

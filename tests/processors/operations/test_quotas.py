@@ -37,6 +37,16 @@ def test_a_refused_request_takes_nothing_from_any_bucket():
     assert quotas.admit("acme", 0.0, turns=9).admitted  # the refused request's 5 turns were not taken
 
 
+def test_reads_have_a_bucket_of_their_own_that_questions_do_not_spend():
+    quotas = limiter(every=Rates(questions_per_s=1, reads_per_s=2, burst_s=1))
+    assert quotas.admit("acme", 0.0, reads=2).admitted
+    refused = quotas.admit("acme", 0.0, reads=1)
+    assert not refused.admitted and refused.limit == "reads" and refused.retry_after_s == pytest.approx(0.5)
+    assert "over its limit of 2 reads/s" in refused.detail
+    assert quotas.admit("acme", 0.0, questions=1).admitted  # the page's reads leave its questions alone
+    assert quotas.admit("acme", 0.5, reads=1).admitted
+
+
 def test_tenants_do_not_share_buckets_and_named_limits_win_over_the_default():
     quotas = limiter(every=Rates(questions_per_s=1, burst_s=1), vip=Rates(questions_per_s=100, burst_s=1))
     assert quotas.admit("acme", 0.0, questions=1).admitted
