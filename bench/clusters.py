@@ -25,6 +25,9 @@ class LocalCluster:
     base_port: int
     size: int = 3
     extra_env: Mapping[str, str] = field(default_factory=dict)  # e.g. the port a proxied broker advertises
+    # How long a start waits for its nodes: a broker killed under load catches up on every partition
+    # before it is ready, which on a busy 2-core machine can take minutes (the scripts' default is 90 s).
+    start_timeout_s: int = 300
 
     @property
     def env(self) -> dict[str, str]:
@@ -32,7 +35,11 @@ class LocalCluster:
         settings are not this cluster's), plus its data folder and base port."""
         name = self.kind.upper()
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_")}
-        own = {f"MEMSTREAM_{name}_DATA": str(self.data), f"MEMSTREAM_{name}_PORT": str(self.base_port)}
+        own = {
+            f"MEMSTREAM_{name}_DATA": str(self.data),
+            f"MEMSTREAM_{name}_PORT": str(self.base_port),
+            f"MEMSTREAM_{name}_TIMEOUT": str(self.start_timeout_s),
+        }
         return inherited | own | dict(self.extra_env)
 
     def run(self, *args: str, check: bool = True) -> str:
@@ -42,7 +49,11 @@ class LocalCluster:
             ["bash", str(script), size_option, str(self.size), *args], env=self.env, capture_output=True, text=True
         )
         if check and done.returncode != 0:
-            raise RuntimeError(f"{script.name} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            # the script's own lines (what failed, after how long), then the tail of the node's log it printed
+            own = "\n".join(line for line in done.stderr.splitlines() if line.startswith(f"{script.name}:"))
+            raise RuntimeError(
+                f"{script.name} {' '.join(args)} failed ({done.returncode}):\n{own[-1500:]}\n{done.stderr[-3000:]}"
+            )
         return done.stdout.strip()
 
     def start(self) -> None:

