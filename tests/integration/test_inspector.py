@@ -7,7 +7,9 @@ With MEMSTREAM_SCREENSHOTS=<folder> each page is saved there (docs/inspector.md'
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -397,9 +399,6 @@ def test_the_conversations_page_shows_the_tenants_llm_spend_and_import_progress_
 def test_over_its_read_limit_the_page_waits_as_told_and_still_loads(inspector, browser):
     """A page load reads three things at once; with one read a second allowed, two of them get 429 and
     Retry-After, and the page asks again when told instead of failing."""
-    import json
-    import re
-
     limits = {"acme": {"reads_per_s": 1, "burst_s": 1}}
     gateway = inspector["pipe"].start_gateway(KEYS, {"MEMSTREAM_GATEWAY_RATE_LIMITS": json.dumps(limits)})
     context = browser.new_context()
