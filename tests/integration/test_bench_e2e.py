@@ -4,7 +4,9 @@ are our own files (LoCoMo and LongMemEval format), so the run is short."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -47,16 +49,48 @@ def lines(out: Path) -> list[str]:
     return (out / "questions.jsonl").read_text().splitlines()
 
 
+def worker_groups(parent: int) -> list[int]:
+    """The workers ``parent`` started: each leads a process group of its own (its supervised child in it)."""
+    groups = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == parent and b"worker" in cmdline:
+            groups.append(int(stat.parent.name))
+    return groups
+
+
+def signal_groups(groups: list[int], signum: int) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            os.killpg(group, signum)
+
+
+def wait_for(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kafka: Settings, tmp_path: Path) -> None:
     out = tmp_path / "locomo"
     args = ("locomo", "--data", str(demo_conversation_path()), "--out", str(out), "--sweep-k", "5,20")
 
     # 1. Interrupted while the worker drains the pipeline: the turns are on Kafka, not yet all memories.
+    # The worker is paused first, so the drain cannot finish before the interrupt however late it lands.
     first = bench(*args)
-    deadline = time.monotonic() + 300
-    while not state(out).get("produced") and time.monotonic() < deadline and first.poll() is None:
-        time.sleep(0.2)
-    first.send_signal(signal.SIGTERM)
+    wait_for(lambda: state(out).get("produced") or first.poll() is not None, 300)
+    workers = worker_groups(first.pid)
+    assert workers, "the bench started no worker"
+    signal_groups(workers, signal.SIGSTOP)
+    try:
+        first.send_signal(signal.SIGTERM)
+        wait_for(lambda: state(out).get("ingest_segments") or first.poll() is not None, 120)
+    finally:
+        signal_groups(workers, signal.SIGCONT)  # then the bench stops them as it would
     first.communicate(timeout=120)
     interrupted = state(out)
     assert interrupted["produced"] == ["demo-nora-tomas"] and not interrupted["ingested"]
