@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/test_tools.sh
-.venv/bin/python -m pytest tests -m cluster --durations=20 "$@"
+.venv/bin/python -m pytest tests -m cluster --durations=30 "$@"
