@@ -59,7 +59,6 @@ def evicted(pipe, stage: str) -> float:
     return metric_total(pipe.workers[0].metrics_port, "memstream_state_evicted_total", stage=stage)
 
 
-@pytest.mark.timeout(600)
 def test_a_quiet_conversation_is_evicted_and_continues_when_it_comes_back(make_pipeline):
     pipe = make_pipeline(
         MEMSTREAM_EXTRACT_MODE="extractive",

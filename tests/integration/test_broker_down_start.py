@@ -96,7 +96,6 @@ def retrievable(client: MemoryClient, turn: Turn) -> bool:
     return False
 
 
-@pytest.mark.timeout(600)
 def test_a_worker_starts_and_runs_while_a_broker_is_down(
     kafka_cluster: Settings, kafka_cluster_nodes: KafkaCluster, tmp_path: Path
 ) -> None:

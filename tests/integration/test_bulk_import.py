@@ -53,7 +53,6 @@ def history(tenant: str, copies: int = 16) -> list[Turn]:
 LIVE_FACTS = ["I keep bees on the library roof.", "The bees swarmed on Tuesday.", "I sold six jars of honey."]
 
 
-@pytest.mark.timeout(600)
 def test_live_turns_go_ahead_of_an_import_that_is_then_let_in_whole(make_pipeline):
     # A stream buffer of 128 records: the import's waiting turns pass faust's pressure mark (102)
     # at once. A fetch larger than the room above it filled the buffer, and delivery to every
@@ -109,7 +108,6 @@ async def headers_by_tenant(settings, topic: str) -> dict[str, list[bool]]:
         await consumer.stop()
 
 
-@pytest.mark.timeout(600)
 def test_an_imports_later_steps_are_marked_and_let_questions_go_first(make_pipeline):
     pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
     pipe.start_worker()
@@ -134,7 +132,6 @@ def test_an_imports_later_steps_are_marked_and_let_questions_go_first(make_pipel
         assert marks["beekeeper"] and not any(marks["beekeeper"]), f"no live record on {topic} is marked"
 
 
-@pytest.mark.timeout(600)
 def test_an_old_fact_imported_late_is_superseded_by_the_newer_live_one(make_pipeline):
     pipe = make_pipeline(
         MEMSTREAM_EXTRACT_MODE="extractive", MEMSTREAM_CONSOLIDATE_TAU="0.68", MEMSTREAM_SLEEP_IDLE_S="3600"
@@ -162,7 +159,6 @@ def test_an_old_fact_imported_late_is_superseded_by_the_newer_live_one(make_pipe
     assert not any(c.get("superseded_by") or c.get("valid_to") for c in denver), "the newer live fact stays current"
 
 
-@pytest.mark.timeout(600)
 def test_the_cli_imports_history_and_waits_with_a_bar_until_it_is_let_in_and_written(make_pipeline):
     pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
     pipe.start_worker()

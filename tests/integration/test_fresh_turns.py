@@ -53,7 +53,6 @@ def first_fresh(client: MemoryClient, turn: Turn, started: float) -> tuple[float
     raise AssertionError(f"{turn.turn_id} not retrievable within {BOUND_S:.0f}s")
 
 
-@pytest.mark.timeout(600)
 def test_a_turn_is_retrievable_at_once_and_its_flush_writes_cards_and_the_flush_payload(make_pipeline):
     pipe = make_pipeline(**HOLD)
     worker = pipe.start_worker()
@@ -86,7 +85,6 @@ def test_a_turn_is_retrievable_at_once_and_its_flush_writes_cards_and_the_flush_
     assert dict(point.payload) == expected  # exactly what the flush alone would have written
 
 
-@pytest.mark.timeout(600)
 def test_a_forget_right_behind_a_turn_leaves_no_fresh_point_of_it(make_pipeline):
     pipe = make_pipeline(**HOLD)
     pipe.start_worker()

@@ -29,7 +29,6 @@ def said(i: int, text: str) -> Turn:
     return Turn(**NORA, turn_id=f"m{i}", text=text, event_time=at, metadata={"platform": "sdk"})
 
 
-@pytest.mark.timeout(600)
 def test_unnumbered_turns_are_numbered_in_order_across_flushes(make_pipeline):
     pipe = make_pipeline(MEMSTREAM_EXTRACT_MODE="extractive")
     pipe.start_worker()
