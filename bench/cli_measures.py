@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from memstream.bench.cli_shared import JSON_OUT, LOCOMO_JSON, write_json
+from memstream.bench.cli_shared import JSON_OUT, JSON_OUT_AND_PNG, LOCOMO_JSON, write_json
 from memstream.bench.dev_data import LOCOMO_DEV
 from memstream.streams.runtime import REPO_ROOT
 
@@ -164,6 +164,28 @@ def query_steps(
     write_json(result, json_out)
 
 
+def startup(
+    runs: int = typer.Option(5, min=1, help="Starts of each stage set"),
+    stage_sets: str = typer.Option("all,ingest", help="Comma-separated: all (every stage), ingest (compress..extract)"),
+    workdir: Path = typer.Option(Path(".data/bench/startup"), help="Data folders of the deployments"),
+    json_out: Optional[Path] = JSON_OUT_AND_PNG,
+) -> None:
+    """A `memstream worker`'s start, supervisor included, to the first turn handled: p50 and max of each
+    phase (the worker's start-up marks) over RUNS starts, each in a fresh deployment on the running broker."""
+    from memstream.bench.cli_shared import comma_list, run_progress
+    from memstream.bench.startup import STAGE_SETS, StartupOptions, plot_startup, run_startup, summary_lines
+
+    chosen = tuple(_one_of(name, tuple(STAGE_SETS), "--stage-sets") for name in comma_list(stage_sets))
+    options = StartupOptions(runs=runs, stage_sets=chosen, workdir=workdir)
+    with run_progress(None) as (_progress, _task, status):
+        result = run_startup(options, status=status)
+    for line in summary_lines(result):
+        typer.echo(line)
+    write_json(result, json_out)
+    if json_out:
+        typer.echo(f"plot: {plot_startup(result, json_out.with_suffix('.png'))}")
+
+
 def trace_figures(
     out: Path = typer.Option(Path("docs/results/tracing"), help="Folder of the traces (JSON) and waterfalls (PNG)"),
 ) -> None:
@@ -208,5 +230,6 @@ def register(app: typer.Typer) -> None:
     app.command("prompt-tokens")(prompt_tokens)
     app.command("query-steps")(query_steps)
     app.command("soak")(soak)
+    app.command("startup")(startup)
     app.command("trace-figures")(trace_figures)
     app.command("tracing-overhead")(tracing_overhead)

@@ -97,6 +97,12 @@ class StageMetrics:
     latency = declare(
         Histogram, "memstream_stage_latency_seconds", "Processing time per message", ["stage"], buckets=_LATENCY_BUCKETS
     )
+    startup = declare(
+        Gauge,
+        "memstream_worker_startup_seconds",
+        "Seconds from the worker process's start to the end of each start-up phase (streams/runtime/startup.py)",
+        ["phase"],
+    )
 
 
 class KafkaMetrics:

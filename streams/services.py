@@ -54,6 +54,8 @@ class Services:
         # Erasure and consolidation updates take turns on the store: an update decided before a
         # forget must not write back a merged card of forgotten turns after the erase.
         self.store_lock = threading.Lock()
+        # Told when a model or the store is loaded (the worker marks its start-up phases with it).
+        self.on_loaded: Callable[[str], object] = lambda _name: None
 
     @cached_property
     def tracing(self) -> Tracing:
@@ -68,6 +70,7 @@ class Services:
             self.settings, cache_size=self.settings.embedding_cache, on_embed=self.metrics.count_embedded
         )
         log.info("embedder loaded: %s (%d-d, %s)", embedder.name, embedder.dim, embedder.backend)
+        self.on_loaded("embedder")
         return TracedEmbedder(embedder, self.tracing) if self.tracing.enabled else embedder
 
     @cached_property
@@ -85,6 +88,7 @@ class Services:
             attention.heads,
             attention.backend,
         )
+        self.on_loaded("attention")
         return attention
 
     @cached_property
@@ -163,6 +167,7 @@ class Services:
                 raise
             log.info("store writes recorded in %s", record.topic)
             store = RecordedStore(store, record, vectors=self.settings.record_vectors, embedder=self.embedder.name)
+        self.on_loaded("store")
         return MeteredStore(store, self.metrics, self.tracing)
 
     @cached_property
@@ -222,6 +227,7 @@ class Services:
         compressor = LLMLinguaCompressor(s.compressor_model)
         self.metrics.compression_enabled.set(1)
         log.info("compressor: %s, keep rate %.2f", compressor.name, s.compress_rate)
+        self.on_loaded("compressor")
         return compressor
 
     def close(self) -> None:

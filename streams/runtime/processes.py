@@ -244,7 +244,7 @@ def wait_worker_ready(worker: WorkerProcess, timeout_s: float = 180.0) -> None:
             raise RuntimeError(f"worker exited with {worker.process.returncode}:\n{worker.log_tail()}")
         if "memstream worker ready" in worker.log_text():
             return
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise TimeoutError(f"worker not ready after {timeout_s:.0f}s:\n{worker.log_tail()}")
 
 
@@ -255,8 +255,12 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     """Run ``command`` (``memstream worker --no-supervise``) as a child; restart it when it exits with
     ``EXIT_RESTART`` (its watchdog found stranded messages, or the broker went away while it
     started); pass SIGTERM/SIGINT on to it. Returns the child's last exit code."""
+    from .startup import StartupClock
+
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
+    clock = StartupClock()
+    clock.mark_start("supervisor")
     env = {**os.environ, **path_env(settings)}  # the paths as this process resolved them
     child: subprocess.Popen[bytes] | None = None
 
@@ -268,6 +272,7 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     try:
         restarts = 0
         while True:
+            clock.mark("spawn")
             child = subprocess.Popen(list(command), env=env)
             code = child.wait()
             if code != EXIT_RESTART:

@@ -12,6 +12,7 @@ from memstream.config import Settings
 
 from . import faust_compat
 from .processes import EXIT_RESTART, configure_logging
+from .startup import StartupClock
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,27 @@ def run_worker(settings: Settings) -> None:
     from .app import create_app
 
     configure_logging(settings.log_level, settings.log_format)
+    clock = StartupClock()
+    clock.mark_start()
+    clock.mark("imports")
     apply_torch_threads(settings)
     set_gil_switch_interval(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
+    clock.mark("topics")
     services = Services(settings)
+    services.on_loaded = clock.mark  # embedder, attention, compressor, store: as the stages load them
+    clock.publish(lambda phase, since: services.metrics.startup.labels(phase).set(since))
     services.metrics.serve(settings.metrics_port, settings.metrics_host)
     app = create_app(settings, services)
+    clock.mark("app")
+
+    def assigned(*_args: object, **_kwargs: object) -> None:
+        if "assigned" not in clock.marks:  # the first assignment: the group joined
+            clock.mark("assigned")
+
+    app.on_partitions_assigned.connect(assigned)
     faust_compat.require(app)
     faust_compat.fetch_promptly()
     # With a broker of several down, faust's own topic declarations may draw it: tried again elsewhere.
@@ -68,6 +82,7 @@ def run_worker(settings: Settings) -> None:
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
         await app.tables.recovery.completed.wait()  # type: ignore[attr-defined]  # TableManagerT omits it
+        clock.mark("ready")
         # Installed now so it replaces mode's own handler, which would open a debugger prompt.
         running = asyncio.get_running_loop()
         running.add_signal_handler(signal.SIGUSR2, lambda: log.warning(faust_compat.consumer_state(app.consumer)))
