@@ -26,8 +26,8 @@ mid-call, a hang that ends in a close (Toxiproxy's ``timeout``), and a bandwidth
 proxy per broker would put replication behind the toxics too.
 
 Both deployments keep windows and buffers until the end (a long idle time, so no failure's pause
-drains a window early), then restart their ingest workers with a short idle time to flush the
-tails. Sleep-time consolidation is off: it rewrites payloads, not ids, and is tested elsewhere.
+drains a window early), then drain and flush every conversation's tail (``Deployment.drain``).
+Sleep-time consolidation is off: it rewrites payloads, not ids, and is tested elsewhere.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import statistics
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, cast
@@ -598,9 +599,6 @@ def worker_env(options: ChaosOptions, base: Settings) -> dict[str, str]:
     return env
 
 
-FLUSH_ENV = {"MEMSTREAM_STM_IDLE_S": "2"}  # the final phase: every window and buffer drains
-
-
 def produce(
     settings: Settings, turns: Sequence[Turn], seconds: float, stop: threading.Event, on_sent: Callable[[int], None]
 ) -> int:
@@ -717,19 +715,12 @@ def store_ids(deployment: Deployment, tenants: Iterable[str]) -> dict[str, set[s
 
 
 def finish(fleet: Fleet, deployment: Deployment, status: Callable[[str], None]) -> float:
-    """Drain, then restart the ingest workers with a short idle time so the tails flush, and drain
-    again. Returns the seconds it took."""
+    """Drain, flush what every conversation still holds in its window and buffer (the workers' idle
+    time is long, so nothing drained early) and drain again: a condition, the same in both runs.
+    Returns the seconds it took."""
     t0 = time.monotonic()
-    status("draining")
-    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS, flush=False)  # the idle flush below, as in the chaos run
-    status("flushing windows and buffers")
-    for name in [n for n, stages in fleet.workers.items() if stages == INGEST]:
-        fleet.procs[name].stop()
-        fleet.start(name, FLUSH_ENV)
-    for w in fleet.procs.values():
-        runtime.wait_worker_ready(w, timeout_s=300)
-    time.sleep(4.0)  # idle ticks every second, after 2 s of idleness
-    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS, flush=False)  # the idle flush below, as in the chaos run
+    status("draining, then flushing windows and buffers")
+    deployment.drain(timeout_s=1800, topics=DRAIN_TOPICS)
     fleet.stop_all()
     return time.monotonic() - t0
 
@@ -801,6 +792,11 @@ class Failures:
     def __init__(self, base: Settings, fleet: Fleet, services: ChaosServices):
         self.base, self.fleet, self.nodes, self.faults = base, fleet, services.nodes, services.faults
         self.counts: Counter[str] = Counter()
+        self.restarting: threading.Thread | None = None  # the broker restart under way
+
+    def _restart_broker(self) -> None:
+        runtime.KAFKA.stop(self.base)
+        runtime.KAFKA.start(self.base)
 
     def apply(self, event: Event) -> None:
         if event.action == "kill":
@@ -812,8 +808,9 @@ class Failures:
             if self.faults is not None and self.faults.broker is not None:  # the run's own, behind the proxy
                 self.faults.restart_broker()
             else:
-                runtime.KAFKA.stop(self.base)
-                runtime.KAFKA.start(self.base)
+                # On a thread: the restart takes tens of seconds, and the events due meanwhile happen on time.
+                self.restarting = threading.Thread(target=self._restart_broker, name="chaos-broker-restart")
+                self.restarting.start()
             self.counts["broker_restarts"] += 1
         elif event.action == "llm_restart":
             runtime.LOCAL_LLM.stop(self.base)
@@ -836,7 +833,9 @@ class Failures:
                 part.tend()
 
     def settle(self) -> None:
-        """Every toxic off, every node and worker back now."""
+        """The broker back, every toxic off, every node and worker back now."""
+        if self.restarting is not None:
+            self.restarting.join()
         for part in (self.faults, self.nodes, self.fleet):
             if part is not None:
                 part.settle()
@@ -940,13 +939,17 @@ def run_chaos_bench(
         running.enter_context(runtime.KAFKA.session(base))
         if options.llm:
             running.enter_context(runtime.LOCAL_LLM.session(base))
-        reference_ids, reference_s = run_reference(base, options, turns, status)
+        # The reference runs while the run's services and workers start (its own workers, topics and
+        # store); the failures begin once it is done, so none reaches it.
+        reference_run = running.enter_context(ThreadPoolExecutor(1, "chaos-reference"))
+        reference = reference_run.submit(run_reference, base, options, turns, status)
         services = ChaosServices.start(running, base, options, status)
         deployment = Deployment(services.base, options.workdir / "chaos", services.env)
         fleet = Fleet(deployment, worker_env(options, base) | services.worker_env(), status, options.workers)
         running.callback(fleet.stop_all)
         status("chaos: starting workers")
         fleet.start_all()
+        reference_ids, reference_s = reference.result()
         failures = Failures(base, fleet, services)
         load = Load(deployment.settings, turns, questions, options)
         run_schedule(events, failures, load, options.minutes * 60, status, on_progress)
