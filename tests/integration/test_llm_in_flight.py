@@ -135,8 +135,10 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
 
 
 def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, local_llm):
-    convs = conversations()
-    pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV))
+    # Twelve turns each in smaller buffers: three flushes per conversation (two at the kill), enough
+    # for a write out and three calls in flight, and few calls for the serial local model.
+    convs = {tenant: turns[:12] for tenant, turns in conversations().items()}
+    pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV | {"MEMSTREAM_STM_TOKENS": "64"}))
     pipe.start_worker("before-kill")
     for turns in convs.values():
         pipe.produce(turns)
@@ -198,9 +200,9 @@ def demo_flushes(n: int) -> list[StmFlush]:
 
 def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local_llm, tmp_path):
     """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
-    calls at once and answers 429 + Retry-After past that, eight flushes in flight are all extracted
+    calls at once and answers 429 + Retry-After past that, four flushes in flight are all extracted
     by the LLM, as they were when the calls were recorded, none falling back to the extractive mode."""
-    flushes = demo_flushes(6)
+    flushes = demo_flushes(4)  # twice the endpoint's limit: a few local-model calls to record
     recordings = tmp_path / "answers.jsonl"
     # Record the real model's answers to exactly the calls the worker will make: the same extractor,
     # with the worker's settings, through the replay server in record mode.
