@@ -42,17 +42,17 @@ class EncoderAttention:
     ):
         """``threads``: ONNX Runtime's (torch's are the worker's setting)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from transformers import AutoConfig, AutoTokenizer
-
         path = model_path(model)
         self.name = model_name(path)
         self.backend = backend
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
-        config = AutoConfig.from_pretrained(path)
-        self.layers = int(config.num_hidden_layers)
-        self.heads = int(config.num_attention_heads)
+        # The model folder's own files, read without transformers: importing it (and torch with it)
+        # cost a worker ~10 s of its start while ONNX Runtime runs the model.
+        self._tokenizer = FolderTokenizer(Path(path))
+        config = json.loads((Path(path) / "config.json").read_text())
+        self.layers = int(config["num_hidden_layers"])
+        self.heads = int(config["num_attention_heads"])
         self.turn_tokens = turn_tokens
-        self.max_tokens = min(max_tokens, int(getattr(config, "max_position_embeddings", max_tokens)))
+        self.max_tokens = min(max_tokens, int(config.get("max_position_embeddings", max_tokens)))
         if backend == "torch":
             self._mass = _torch_mass(path)
         elif backend == "onnx":
@@ -91,6 +91,37 @@ class EncoderAttention:
             lo, hi = max(0, a - 2), min(k, a + 2)
             gaps[a - 1] = mass[:, :, lo:a, a:hi].sum(-1).mean(-1) + mass[:, :, a:hi, lo:a].sum(-1).mean(-1)
         return gaps
+
+
+class FolderTokenizer:
+    """The model folder's fast tokenizer (tokenizer.json) as transformers' would cut a turn: its word
+    pieces without special tokens, the first ``max_length``; the special tokens' ids by their names
+    in special_tokens_map.json."""
+
+    def __init__(self, folder: Path):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+        special = json.loads((folder / "special_tokens_map.json").read_text())
+
+        def token_id(name: str) -> int:
+            token = special[name]
+            token_id = self._tokenizer.token_to_id(token["content"] if isinstance(token, dict) else token)
+            if token_id is None:
+                raise ValueError(f"{folder}: the {name} {token!r} is not in tokenizer.json")
+            return token_id
+
+        self.cls_token_id, self.sep_token_id, self.unk_token_id = (
+            token_id(n) for n in ("cls_token", "sep_token", "unk_token")
+        )
+
+    def __call__(
+        self, text: str, *, add_special_tokens: bool, truncation: bool, max_length: int
+    ) -> dict[str, list[int]]:
+        ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        return {"input_ids": ids[:max_length] if truncation else ids}
 
 
 def eager_model(path: str) -> Any:

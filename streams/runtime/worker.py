@@ -17,9 +17,12 @@ from .startup import StartupClock
 log = logging.getLogger(__name__)
 
 
-def apply_torch_threads(settings: Settings) -> None:
-    """Spinning OpenMP threads of two processes on two cores slow small forward passes ~10x."""
-    if settings.torch_threads:
+def apply_torch_threads(settings: Settings, *, if_loaded: bool = False) -> None:
+    """Spinning OpenMP threads of two processes on two cores slow small forward passes ~10x.
+    ``if_loaded``: only where a model brought torch in (the torch backends, the compressor), as the
+    worker does once its models are loaded: importing torch for nothing cost an ONNX worker seconds
+    of its start."""
+    if settings.torch_threads and (not if_loaded or "torch" in sys.modules):
         import torch
 
         torch.set_num_threads(settings.torch_threads)
@@ -56,7 +59,6 @@ def run_worker(settings: Settings) -> None:
     clock = StartupClock()
     clock.mark_start()
     clock.mark("imports")
-    apply_torch_threads(settings)
     set_gil_switch_interval(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -66,7 +68,8 @@ def run_worker(settings: Settings) -> None:
     services.on_loaded = clock.mark  # embedder, attention, compressor, store: as the stages load them
     clock.publish(lambda phase, since: services.metrics.startup.labels(phase).set(since))
     services.metrics.serve(settings.metrics_port, settings.metrics_host)
-    app = create_app(settings, services)
+    app = create_app(settings, services)  # the stages' registrations load the models they use
+    apply_torch_threads(settings, if_loaded=True)  # before any message: no forward pass ran yet
     clock.mark("app")
 
     def assigned(*_args: object, **_kwargs: object) -> None:
