@@ -16,9 +16,11 @@ import logging
 import math
 import time
 from typing import Any, Awaitable, Callable, Mapping
+from typing import Collection as Collection_
 
 from aiokafka.consumer.fetcher import Fetcher
 from faust.tables.base import Collection
+from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import Transport
 from mode.utils.queues import FlowControlQueue
@@ -33,6 +35,7 @@ CONSUMER_METHODS = ("_commit", "seek_wait", "highwater", "assignment", "commit")
 CONSUMER_STATE = ("_committed_offset", "_acked", "_acked_index", "_gap", "_paused_partitions", "_unacked_messages")
 TABLE_METHODS = ("send_changelog", "partition_for_key")
 TRANSPORT_METHODS = ("_create_topic",)
+TABLE_MANAGER_METHODS = ("_update_channels", "on_start")
 
 
 def check() -> list[str]:
@@ -40,6 +43,9 @@ def check() -> list[str]:
     missing = [f"Consumer.{name}" for name in CONSUMER_METHODS if not callable(getattr(Consumer, name, None))]
     missing += [f"Collection.{name}" for name in TABLE_METHODS if not callable(getattr(Collection, name, None))]
     missing += [f"Transport.{name}" for name in TRANSPORT_METHODS if not callable(getattr(Transport, name, None))]
+    missing += [
+        f"TableManager.{name}" for name in TABLE_MANAGER_METHODS if not callable(getattr(TableManager, name, None))
+    ]
     if not isinstance(getattr(FlowControlQueue, "pressure_high_ratio", None), (int, float)):
         missing.append("FlowControlQueue.pressure_high_ratio")
     if "prefetch_backoff" not in (Fetcher.__init__.__kwdefaults__ or {}):
@@ -105,6 +111,19 @@ def fetch_promptly() -> None:
     defaults = Fetcher.__init__.__kwdefaults__
     assert defaults is not None and "prefetch_backoff" in defaults, "checked by check()"
     defaults["prefetch_backoff"] = PREFETCH_BACKOFF_S
+
+
+def start_tables_promptly() -> None:
+    """faust's table manager sleeps 1 s before it starts its tables and their recovery, a pause for
+    tables added late; every memstream table is registered before the worker starts (the stages'
+    ``register``), so the pause was a second of every start's join. Call before the worker starts."""
+
+    async def on_start(self: Any) -> None:  # TableManager.on_start, without its ``sleep(1.0)``
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+    TableManager.on_start = on_start  # type: ignore[method-assign]
 
 
 # --- commits -------------------------------------------------------------------------------------
@@ -189,7 +208,7 @@ async def delete_table_entry(table: Any, key: str) -> None:
 DECLARE_RETRY_S = 1.0  # between two tries of a declaration: a fresh metadata view meanwhile
 
 
-def retry_topic_declarations(app: Any, deadline_s: float) -> None:
+def retry_topic_declarations(app: Any, deadline_s: float, declared: Collection_[str] = ()) -> None:
     """Try a topic declaration again when it drew a broker that is down, until ``deadline_s``.
 
     At every start faust declares its topics through ``Transport._create_topic``: the leader-assignor
@@ -202,8 +221,14 @@ def retry_topic_declarations(app: Any, deadline_s: float) -> None:
     the worker exited at start-up while two brokers of three were up. Retriable errors (the node not
     ready, a request timed out, a lost connection) are tried again with fresh metadata, which names
     another broker or no longer the dead one; any other error, and one that lasts past
-    ``deadline_s``, still fails the start."""
+    ``deadline_s``, still fails the start.
+
+    ``declared``: topics this worker has just made sure of (``ensure_topics``: every memstream topic
+    and its changelogs). faust is not asked about them: it declared each changelog twice, a metadata
+    request and a CreateTopics each, about a second of every start."""
     from aiokafka.errors import KafkaError
+
+    known = frozenset(declared)
 
     for transport in {id(t): t for t in (app.transport, app.producer_transport)}.values():
         if getattr(transport, "_memstream_retrying", False):
@@ -213,6 +238,8 @@ def retry_topic_declarations(app: Any, deadline_s: float) -> None:
         async def create_topic(
             owner: Any, client: Any, topic: str, *args: Any, _create: Any = create, **kwargs: Any
         ) -> None:
+            if topic in known:
+                return None
             deadline = time.monotonic() + deadline_s
             while True:
                 try:

@@ -9,6 +9,8 @@ import signal
 import sys
 
 from memstream.config import Settings
+from memstream.schemas.topics import ALL_TOPICS
+from memstream.topology import changelog_topics
 
 from . import faust_compat
 from .processes import EXIT_RESTART, configure_logging
@@ -62,7 +64,8 @@ def run_worker(settings: Settings) -> None:
     set_gil_switch_interval(settings)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(settings, stages=settings.stage_list()))
+    stages = settings.stage_list()
+    loop.run_until_complete(ensure_topics(settings, stages=stages))
     clock.mark("topics")
     services = Services(settings)
     services.on_loaded = clock.mark  # embedder, attention, compressor, store: as the stages load them
@@ -79,8 +82,11 @@ def run_worker(settings: Settings) -> None:
     app.on_partitions_assigned.connect(assigned)
     faust_compat.require(app)
     faust_compat.fetch_promptly()
+    faust_compat.start_tables_promptly()
     # With a broker of several down, faust's own topic declarations may draw it: tried again elsewhere.
-    faust_compat.retry_topic_declarations(app, settings.broker_wait_s)
+    # Those ensure_topics made sure of above are not declared again.
+    declared = [settings.topic(name) for name in ALL_TOPICS] + changelog_topics(settings.topic_prefix, stages)
+    faust_compat.retry_topic_declarations(app, settings.broker_wait_s, declared)
 
     async def announce_ready() -> None:
         # Ready = partitions assigned *and* tables recovered from their changelogs.
