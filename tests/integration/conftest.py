@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -141,6 +142,36 @@ def make_pipeline(kafka: Settings, tmp_path: Path) -> Iterator:
         p.stop_workers()
 
 
+@pytest.fixture(scope="module")
+def shared_pipeline(kafka: Settings, tmp_path_factory) -> Iterator:
+    """Deployments a module's tests share, for tests that only write and read, each under tenants of
+    its own (tenant isolation is what makes this safe: a test that saw another's data found a bug).
+    ``shared_pipeline(base=None, **extra_env)`` is the module's deployment of that configuration, its
+    worker started on first use and stopped at the module's end. A test that kills, stops or
+    reconfigures its workers, or opens the embedded store, takes ``make_pipeline``."""
+    made: dict[tuple[str, tuple[tuple[str, str], ...]], Pipeline] = {}
+
+    def get(base: Settings | None = None, **extra_env: str) -> Pipeline:
+        env = {k: str(v) for k, v in extra_env.items()}
+        key = ((base or kafka).model_dump_json(), tuple(sorted(env.items())))
+        pipe = made.get(key)
+        if pipe is None:
+            pipe = made[key] = Pipeline(base or kafka, tmp_path_factory.mktemp("shared-pipeline"), env)
+            pipe.start_worker()
+        dead = [w for w in pipe.workers if not w.alive()]
+        assert not dead, f"the module's shared worker died in an earlier test: see {pipe.settings.data_dir}/logs"
+        return pipe
+
+    yield get
+    for pipe in made.values():
+        pipe.stop_workers()
+
+
+def unique_id(prefix: str) -> str:
+    """A tenant or conversation id no other test uses (on a shared deployment)."""
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
 def first_sessions(sessions: int = 2, *, tenant: str = "acme") -> tuple[str, list[Turn], object]:
     sample = load_locomo(locomo_path())[0]
     turns = list(locomo_turns(sample, tenant_id=tenant, max_sessions=sessions))
@@ -192,3 +223,12 @@ def record_points(settings, tenant: str) -> dict[str, dict]:
 def store_outages(port: int | None) -> float:
     """How often a worker's stages met the vector store unavailable (held their message)."""
     return sum(s.value for s in worker_samples(port) if s.name == "memstream_store_unavailable_total")
+
+
+def record_collections(settings, tenant: str) -> dict[str, list[dict]]:
+    """``tenant``'s live points on the durable record, by collection: the store's contents, read while
+    the workers run (the embedded store is locked to the worker's process)."""
+    out: dict[str, list[dict]] = {c: [] for c in COLLECTIONS}
+    for key, payload in record_points(settings, tenant).items():
+        out[key.split("/")[1]].append(payload)
+    return out

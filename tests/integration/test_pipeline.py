@@ -12,7 +12,7 @@ from memstream.client import MemoryClient, QueryTimeout
 from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS
 from memstream.schemas import CompressedTurn, MemoryWrite, StmFlush, decode_compressed_message, memory_writes
 
-from .conftest import first_sessions
+from .conftest import first_sessions, metric_total, record_collections, unique_id
 
 pytestmark = pytest.mark.integration
 
@@ -29,19 +29,33 @@ def sample_value(exposition: str, series: str) -> float:
     raise AssertionError(f"{series} not exported")
 
 
+@pytest.fixture
+def shared(shared_pipeline, local_llm):
+    """The module's deployment for tests that only write and read, each under a tenant of its own."""
+    return shared_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
+
+
 def single_hop(sample_id: str) -> tuple[str, str]:
     return LOCOMO_QUESTION if sample_id == "conv-26" else DEMO_QUESTION
 
 
-def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(make_pipeline, local_llm):
-    conversation, turns, _ = first_sessions(2)
-    pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
-    pipe.start_worker()
+def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(shared):
+    tenant = unique_id("acme")
+    conversation, turns, _ = first_sessions(2, tenant=tenant)
+    pipe = shared
+    port = int(pipe.env["MEMSTREAM_METRICS_PORT"])
+    # The worker is the module's: what it did for this test is what its counters grew by.
+    series = {
+        "compress": ("memstream_stage_messages_in_total", {"stage": "compress"}),
+        "query": ("memstream_stage_messages_in_total", {"stage": "query"}),
+        "answer": ("memstream_llm_calls_total", {"model": "smollm2", "stage": "answer"}),
+    }
+    before = {k: metric_total(port, name, **labels) for k, (name, labels) in series.items()}
     assert pipe.produce(turns) == len(turns)
     pipe.drain()
 
     question, gold = single_hop(conversation)
-    reply = pipe.ask(question, tenant="acme", conversation=conversation)
+    reply = pipe.ask(question, tenant=tenant, conversation=conversation)
     assert reply.ok, reply.error
     assert reply.correlation_id and reply.access_profile == "lookup"
     assert reply.answer_mode == "llm" and reply.answer, "the local LLM server answered"
@@ -50,22 +64,21 @@ def test_turns_become_cards_and_raw_turns_and_a_question_finds_its_gold_turn(mak
     assert gold in turn_ids, f"gold {gold} not in evidence {turn_ids}"
     assert all(e.event_time is not None for e in reply.evidence)
 
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{pipe.env['MEMSTREAM_METRICS_PORT']}/metrics").read().decode()
-    assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="compress"}') == len(turns)
-    assert sample_value(metrics, 'memstream_stage_messages_in_total{stage="query"}') == 1
-    assert sample_value(metrics, 'memstream_llm_calls_total{model="smollm2",stage="answer"}') == 1
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    after = {k: metric_total(port, name, **labels) for k, (name, labels) in series.items()}
+    assert after["compress"] - before["compress"] == len(turns)
+    assert after["query"] - before["query"] == 1
+    assert after["answer"] - before["answer"] == 1
     assert sample_value(metrics, "memstream_llm_enabled") == 1
     assert sample_value(metrics, "memstream_compression_enabled") == 0
 
-    pipe.stop_workers()
     dia_ids = {t.turn_id for t in turns}
-    with pipe.store() as store:
-        raw = store.scroll(TURNS, "acme", limit=10_000)
-        cards = store.scroll(CARDS, "acme", limit=10_000)
-        assert {h.payload["turn_id"] for h in raw} == dia_ids and len(raw) == len(turns)
-        assert cards and all(set(h.payload["turn_ids"]) <= dia_ids for h in cards)
-        assert {tid for h in cards for tid in h.payload["turn_ids"]} == dia_ids  # every turn is reachable
-        assert store.count(SCENES, "acme") >= 2  # at least one scene per session
+    stored = record_collections(pipe.settings, tenant)  # what the store holds, read while the worker runs
+    raw, cards = stored[TURNS], stored[CARDS]
+    assert {p["turn_id"] for p in raw} == dia_ids and len(raw) == len(turns)
+    assert cards and all(set(p["turn_ids"]) <= dia_ids for p in cards)
+    assert {tid for p in cards for tid in p["turn_ids"]} == dia_ids  # every turn is reachable
+    assert len(stored[SCENES]) >= 2  # at least one scene per session
 
 
 def test_the_same_turns_twice_leave_the_point_count_unchanged(make_pipeline):
@@ -88,20 +101,20 @@ def test_the_same_turns_twice_leave_the_point_count_unchanged(make_pipeline):
     assert after == before
 
 
-def test_an_unfinished_session_is_written_once_the_conversation_idles(make_pipeline):
-    conversation, turns, _ = first_sessions(1)
+def test_an_unfinished_session_is_written_once_the_conversation_idles(shared):
+    tenant = unique_id("idle")
+    conversation, turns, _ = first_sessions(1, tenant=tenant)
     open_session = [t.model_copy(update={"last_in_session": False}) for t in turns[:5]]  # no end marker
-    pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=3)
-    pipe.start_worker()
+    pipe = shared  # its conversations idle after MEMSTREAM_STM_IDLE_S=3
     pipe.produce(open_session)
     pipe.drain(flush=False)  # consumed, but waiting in the sensory window: nothing is written yet
     deadline = time.monotonic() + 90
     writes: list[MemoryWrite] = []
     while not writes and time.monotonic() < deadline:
-        time.sleep(2)
-        writes = memory_writes(v for _, v in pipe.read_topic("cards"))
+        time.sleep(1)
+        writes = [w for w in memory_writes(v for _, v in pipe.read_topic("cards")) if w.tenant_id == tenant]
     assert writes, "the idle window and buffer were flushed"
-    flushes = [StmFlush.from_bytes(v) for _, v in pipe.read_topic("stm.flush")]
+    flushes = [f for _, v in pipe.read_topic("stm.flush") if (f := StmFlush.from_bytes(v)).tenant_id == tenant]
     assert [f.reason for f in flushes] == ["idle"]
     assert sorted(t.turn_id for w in writes for t in w.source_turns) == sorted(t.turn_id for t in open_session)
 
@@ -112,8 +125,8 @@ def test_sessions_share_a_buffer_until_a_client_flushes_it(make_pipeline):
     pipe = make_pipeline(MEMSTREAM_STM_IDLE_S=600, MEMSTREAM_STM_TOKENS=100_000)  # nothing idles or fills
     pipe.start_worker()
     pipe.produce(turns)
+    # Every message handled, the session ends included: a flush they made would be on the topic now.
     pipe.drain(flush=False)
-    time.sleep(3)  # two idle ticks: a session end would have flushed by now
     assert pipe.read_topic("stm.flush") == [], "session ends do not flush the buffer"
 
     with MemoryClient(pipe.settings) as client:
@@ -173,28 +186,28 @@ def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes
     assert {t.payload["family"] for t in triggers} >= {"entity"}
 
 
-def test_a_query_for_another_tenant_never_sees_these_memories(make_pipeline):
-    conversation, turns, _ = first_sessions(1, tenant="tenant-a")
-    pipe = make_pipeline()
-    pipe.start_worker()
+def test_a_query_for_another_tenant_never_sees_these_memories(shared):
+    tenant_a, tenant_b = unique_id("tenant-a"), unique_id("tenant-b")
+    conversation, turns, _ = first_sessions(1, tenant=tenant_a)
+    pipe = shared
     pipe.produce(turns)
     pipe.drain()
     question = turns[2].text  # the very words of a stored turn
-    mine = pipe.ask(question, tenant="tenant-a", conversation=conversation)
+    mine = pipe.ask(question, tenant=tenant_a, conversation=conversation, answer=False)
     assert mine.evidence, "the owner finds it"
     for profile in ("lookup", "compose", "replay"):
-        other = pipe.ask(question, tenant="tenant-b", conversation=conversation, profile=profile)
+        other = pipe.ask(question, tenant=tenant_b, conversation=conversation, profile=profile, answer=False)
         assert other.ok and other.evidence == [] and other.profile_text is None, profile
 
 
-def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(make_pipeline):
-    conversation, turns, _ = first_sessions(1, tenant="acme")
-    pipe = make_pipeline()
-    pipe.start_worker()
+def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(shared):
+    tenant = unique_id("acme")
+    conversation, turns, _ = first_sessions(1, tenant=tenant)
+    pipe = shared
     good = orjson.loads(turns[0].to_bytes())
-    key = b"acme/" + conversation.encode()
+    key = f"{tenant}/{conversation}".encode()
     bad = {
-        "bad json": b"{this is not json",
+        "bad json": b"{this is not json " + tenant.encode(),  # its own: the dead-letter topic is the module's
         "missing field": orjson.dumps({k: v for k, v in good.items() if k != "speaker"}),
         "wrong type": orjson.dumps({**good, "event_time": ["not", "a", "time"]}),
         "2 MB text": orjson.dumps({**good, "turn_id": "D99:1", "text": "x" * (2 * 1024 * 1024)}),
@@ -207,19 +220,18 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_worker_goes_on(m
     pipe.produce([*turns[:2], long_turn, turns[2].model_copy(update={"last_in_session": True})])
     pipe.drain()
 
-    letters = pipe.dead_letters()
+    # This test's letters: its tenant's, and any whose message is one of its own (whatever tenant was read).
+    letters = [d for d in pipe.dead_letters() if d.tenant_id == tenant or d.original in bad.values()]
     assert len(letters) == len(bad)
     assert {letter.original for letter in letters} == set(bad.values())  # nothing is lost
     assert all(letter.stage == "compress" and letter.topic == pipe.settings.topic("turns") for letter in letters)
     reasons = " | ".join(letter.reason for letter in letters)
     assert "not JSON" in reasons and "speaker" in reasons and "event_time" in reasons and "too long" in reasons
-    assert all(letter.tenant_id == "acme" for letter in letters)
+    assert all(letter.tenant_id == tenant for letter in letters)
 
-    reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation)
+    reply = pipe.ask(turns[1].text, tenant=tenant, conversation=conversation, answer=False)
     assert turns[1].turn_id in {tid for e in reply.evidence for tid in e.turn_ids}
-    pipe.stop_workers()
-    with pipe.store() as store:
-        stored = {h.payload["turn_id"]: h.payload["text"] for h in store.scroll(TURNS, "acme", limit=1000)}
+    stored = {p["turn_id"]: p["text"] for p in record_collections(pipe.settings, tenant)[TURNS]}
     chunks = sorted(t for t in stored if t.startswith("D1:900#"))
     assert chunks == ["D1:900#1", "D1:900#2", "D1:900#3"]
     assert " ".join(stored[c] for c in chunks).split() == long_text.split()
