@@ -440,10 +440,17 @@ class Nodes:
         self.bootstrap, self.qdrant_url = self.kafka.address, self.qdrant.address
         self.log = log
         self.down: dict[tuple[str, int], float] = {}  # (broker_kill | qdrant_kill, node) -> when to restart
+        # Restarts under way, each on a thread: a broker catching up takes up to a minute on a busy
+        # machine, and the events due meanwhile happen on time.
+        self.restarting: dict[tuple[str, int], threading.Thread] = {}
+        self.failed: list[BaseException] = []  # what a restart raised, raised again by settle
 
     def start(self) -> None:
-        self.kafka.start()
-        self.qdrant.start()
+        """Both clusters, side by side (neither needs the other); returns once every node answers."""
+        with ThreadPoolExecutor(1, "chaos-qdrant-start") as pool:
+            qdrant = pool.submit(self.qdrant.start)
+            self.kafka.start()
+            qdrant.result()
 
     def qdrant_ports(self) -> list[int]:
         """Each Qdrant node's HTTP port, node 1 first."""
@@ -467,24 +474,42 @@ class Nodes:
         }
 
     def kill(self, action: str, node: int, pause_s: float) -> bool:
-        if (action, node) in self.down:
+        restarting = self.restarting.get((action, node))
+        if (action, node) in self.down or (restarting is not None and restarting.is_alive()):
             return False
         (self.kafka if action == "broker_kill" else self.qdrant).kill(node)
         self.down[(action, node)] = time.monotonic() + pause_s
         return True
 
     def tend(self, *, now: float | None = None) -> None:
-        """Restart the nodes that are due (each on its own storage; returns once it answers)."""
+        """Start restarting the nodes that are due (each on its own storage, on a thread of its own)."""
         now = time.monotonic() if now is None else now
         for (action, node), due in list(self.down.items()):
             if now >= due:
-                kind = "broker" if action == "broker_kill" else "Qdrant node"
-                self.log(f"chaos: restarting {kind} {node}")
-                (self.kafka if action == "broker_kill" else self.qdrant).start_node(node)
                 del self.down[(action, node)]
+                self.restarting[(action, node)] = thread = threading.Thread(
+                    target=self._restart, args=(action, node), name=f"chaos-{action}-{node}"
+                )
+                thread.start()
+
+    def _restart(self, action: str, node: int) -> None:
+        kind = "broker" if action == "broker_kill" else "Qdrant node"
+        self.log(f"chaos: restarting {kind} {node}")
+        try:
+            (self.kafka if action == "broker_kill" else self.qdrant).start_node(node)  # returns once it answers
+        except BaseException as exc:
+            self.failed.append(exc)
+        else:
+            self.log(f"chaos: {kind} {node} is back")
 
     def settle(self) -> None:
+        """Every node back: the due ones restarted now, and every restart done."""
         self.tend(now=float("inf"))
+        for thread in self.restarting.values():
+            thread.join()
+        self.restarting = {}
+        if self.failed:
+            raise self.failed[0]
 
 
 class NetworkFaults:
