@@ -162,10 +162,16 @@ class Deployment:
         return reading_groups(self.settings.topic_prefix, stage_sets, topics)
 
     def start_worker(
-        self, name: str = "worker", *, stages: str | None = None, env: Mapping[str, str] | None = None
+        self,
+        name: str = "worker",
+        *,
+        stages: str | None = None,
+        env: Mapping[str, str] | None = None,
+        wait: bool = True,
     ) -> runtime.WorkerProcess:
         """A worker of ``stages`` (comma-separated; default: the deployment's), with its own metrics port
-        (the deployment's MEMSTREAM_METRICS_PORT for the first one running)."""
+        (the deployment's MEMSTREAM_METRICS_PORT for the first one running). ``wait=False``: returns
+        once spawned, so several start side by side (``wait_ready`` then)."""
         taken = {w.metrics_port for w in self.workers}
         port = int(self.env["MEMSTREAM_METRICS_PORT"])
         port = port if port not in taken else free_port()
@@ -181,8 +187,14 @@ class Deployment:
         if chosen not in self.stage_sets:
             self.stage_sets.append(chosen)
         self.workers.append(w)
-        runtime.wait_worker_ready(w)
+        if wait:
+            runtime.wait_worker_ready(w)
         return w
+
+    def wait_ready(self) -> None:
+        """Until every worker of the deployment serves."""
+        for w in self.workers:
+            runtime.wait_worker_ready(w)
 
     def stop_workers(self) -> None:
         for w in self.workers:
