@@ -12,7 +12,6 @@ from memstream.config import Settings
 from memstream.schemas.topics import ALL_TOPICS
 from memstream.topology import changelog_topics
 
-from . import faust_compat
 from .processes import EXIT_RESTART, configure_logging
 from .startup import StartupClock
 
@@ -55,6 +54,7 @@ def run_worker(settings: Settings) -> None:
 
     from ..services import Services
     from ..topics import ensure_topics, wait_for_broker
+    from . import faust_compat
     from .app import create_app
 
     configure_logging(settings.log_level, settings.log_format)
