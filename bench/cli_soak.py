@@ -18,6 +18,7 @@ def soak(
     conversations: int = typer.Option(
         20_000, min=1, help="Short conversations of a few turns each; used up, they come back as a new session"
     ),
+    active: int = typer.Option(40, min=1, help="Short conversations speaking at once"),
     long_conversations: int = typer.Option(4, min=0, help="Conversations that speak throughout"),
     evict_idle: float = typer.Option(
         180.0, min=1, help="MEMSTREAM_STATE_EVICT_IDLE_S of the worker (at least --stm-idle and --sleep-idle)"
@@ -49,6 +50,7 @@ def soak(
         minutes=minutes,
         rate=rate,
         conversations=conversations,
+        active=active,
         long_conversations=long_conversations,
         evict_idle_s=evict_idle,
         stm_idle_s=stm_idle,
