@@ -311,8 +311,6 @@ def run_fuzz_bench(
                 except TimeoutError:
                     if time.monotonic() > deadline:
                         raise
-            time.sleep(6)  # idle windows flush
-            dep.drain(timeout_s=600)
             restarts = sum(w.log_text().count("restarting it") for w in dep.workers)
             dep.stop_workers()
             status("counting")
