@@ -93,6 +93,12 @@ def traced(jaeger: Jaeger, monkeypatch) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def traced_pipeline(shared_pipeline, traced, local_llm):
+    """The module's traced deployment, for the tests that only write and read (each its own tenant)."""
+    return shared_pipeline(**traced, **local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
+
+
 def until(found: Callable[[], Any], what: str) -> Any:
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -127,7 +133,7 @@ def tag(span: dict, key: str) -> Any:
     return next((t["value"] for t in span["tags"] if t["key"] == key), None)
 
 
-def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(make_pipeline, traced, jaeger):
+def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(traced_pipeline, jaeger):
     tenant = f"trace{uuid.uuid4().hex[:6]}"
     turns = [
         turn(f"D1:{i}", text, tenant=tenant, conversation="c1", seq=i, minutes=i)
@@ -135,8 +141,7 @@ def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(make_pi
             ["I adopted a grey cat named Miso last week.", "Miso sleeps on the piano every afternoon."], start=1
         )
     ]
-    pipe = make_pipeline(**traced)
-    pipe.start_worker()
+    pipe = traced_pipeline
     pipe.produce(turns)
     pipe.drain()
 
@@ -190,10 +195,9 @@ def test_a_turn_is_one_trace_through_the_stages_and_its_flush_links_back(make_pi
     assert by_name(jaeger.trace(run["traceID"]))["memstream.consolidate.run"]
 
 
-def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reason(make_pipeline, traced, jaeger):
+def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reason(traced_pipeline, jaeger):
     tenant = f"dlq{uuid.uuid4().hex[:6]}"
-    pipe = make_pipeline(**traced)
-    pipe.start_worker()
+    pipe = traced_pipeline
     pipe.produce_raw(Topic.TURNS, f"{tenant}/c1".encode(), b"{not json")
 
     def dead_letter_trace() -> dict | None:
@@ -209,21 +213,22 @@ def test_a_malformed_message_s_trace_ends_in_the_dead_letter_span_with_its_reaso
         assert "JSON" in tag(span, "memstream.error.reason")
 
 
-def test_a_question_through_the_gateway_is_one_trace_whose_id_the_gateway_returns(
-    make_pipeline, traced, jaeger, local_llm
-):
+def test_a_question_through_the_gateway_is_one_trace_whose_id_the_gateway_returns(traced_pipeline, traced, jaeger):
     tenant = f"ask{uuid.uuid4().hex[:6]}"
     sample = load_locomo(demo_conversation_path())[0]
-    pipe = make_pipeline(**traced, **local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
-    pipe.start_worker()
+    pipe = traced_pipeline
     pipe.produce(list(locomo_turns(sample, tenant_id=tenant, max_sessions=1)))
     pipe.drain()
     gateway = pipe.start_gateway({tenant: "k-trace"}, {**traced, "OTEL_SERVICE_NAME": "memstream-gateway"})
-    with httpx.Client(base_url=gateway.url, timeout=120, headers={"Authorization": "Bearer k-trace"}) as http:
-        response = http.post(
-            "/v1/ask",
-            json={"question": "Who teaches Nora's pottery class?", "conversation_id": sample.sample_id},
-        )
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=120, headers={"Authorization": "Bearer k-trace"}) as http:
+            response = http.post(
+                "/v1/ask",
+                json={"question": "Who teaches Nora's pottery class?", "conversation_id": sample.sample_id},
+            )
+    finally:  # the deployment is the module's; its gateway was this test's
+        gateway.stop()
+        pipe.gateways.remove(gateway)
     assert response.status_code == 200, response.text
     trace_id = response.headers.get("X-Trace-Id")
     assert trace_id and len(trace_id) == 32
@@ -262,16 +267,15 @@ def test_a_question_through_the_gateway_is_one_trace_whose_id_the_gateway_return
     assert any(p["serviceName"] == "memstream-gateway" for p in trace["processes"].values())
 
 
-def test_a_latency_point_in_prometheus_carries_the_trace_of_its_question(make_pipeline, traced, jaeger, tmp_path):
+def test_a_latency_point_in_prometheus_carries_the_trace_of_its_question(traced_pipeline, jaeger, tmp_path):
     """Metrics to traces: the worker's query latency histogram has an exemplar with the trace id
     (OpenMetrics), Prometheus (exemplar storage on) keeps it, and Jaeger has that trace."""
     tenant = f"ex{uuid.uuid4().hex[:6]}"
     sample = load_locomo(demo_conversation_path())[0]
-    pipe = make_pipeline(**traced, MEMSTREAM_EXTRACT_MODE="extractive")
-    worker = pipe.start_worker()
+    pipe = traced_pipeline
     pipe.produce(list(locomo_turns(sample, tenant_id=tenant, max_sessions=1)))
     pipe.drain()
-    with prometheus(tmp_path / "prometheus", worker.metrics_port) as url:
+    with prometheus(tmp_path / "prometheus", pipe.workers[0].metrics_port) as url:
         reply = pipe.ask(
             "Who teaches Nora's pottery class?", tenant=tenant, conversation=sample.sample_id, answer=False
         )
