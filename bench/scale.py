@@ -15,6 +15,7 @@ import os
 import platform
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -353,11 +354,11 @@ def _start_part_a_workers(
     deployment: Deployment, n: int, status: Callable[[str], None]
 ) -> dict[str, runtime.WorkerProcess]:
     workers: dict[str, runtime.WorkerProcess] = {}
+    status(f"starting {n} ingest worker(s) and the store worker")
     for i in range(n):
-        status(f"starting ingest worker {i + 1}")
-        workers[f"ingest-{i + 1}"] = deployment.start_worker(f"ingest-{i + 1}")
-    status("starting the store worker")
-    workers["store-1"] = deployment.start_worker("store-1", stages=STORE_STAGES)
+        workers[f"ingest-{i + 1}"] = deployment.start_worker(f"ingest-{i + 1}", wait=False)
+    workers["store-1"] = deployment.start_worker("store-1", stages=STORE_STAGES, wait=False)
+    deployment.wait_ready()  # side by side: part A measures from here on
     return workers
 
 
@@ -518,13 +519,15 @@ class _ClusterRun:
         options = self.options
         self.kafka = None if options.kafka_bootstrap else kafka_cluster(options)
         self.qdrant = None if options.qdrant_url else qdrant_cluster(options)
-        for cluster in (self.kafka, self.qdrant):
-            if cluster is None:
-                continue
+        starting = [cluster for cluster in (self.kafka, self.qdrant) if cluster is not None]
+        for cluster in starting:
             self.status(f"starting {cluster.size} {cluster.kind} nodes on {cluster.address}")
-            cluster.run("start")
             if not options.keep_services:
                 self.running.callback(cluster.run, "stop", check=False)
+        # Side by side: neither needs the other, and each start waits on its nodes' readiness.
+        with ThreadPoolExecutor(2, "scale-cluster-start") as pool:
+            for started in [pool.submit(cluster.run, "start") for cluster in starting]:
+                started.result()
         bootstrap = options.kafka_bootstrap or self.kafka.address  # type: ignore[union-attr]
         self.qdrant_url = options.qdrant_url or self.qdrant.address  # type: ignore[union-attr]
         self.infra = {f"broker-{i + 1}": p for i, p in enumerate(self.kafka.pids() if self.kafka else [])}
@@ -690,8 +693,9 @@ class _ClusterRun:
 
         embedded = self.deployment("embedded", "e", None)
         self.status("B, embedded: starting an ingest and a store worker")
-        embedded.start_worker("ingest-1")
-        embedded.start_worker("store-1", stages=STORE_STAGES)
+        embedded.start_worker("ingest-1", wait=False)
+        embedded.start_worker("store-1", stages=STORE_STAGES, wait=False)
+        embedded.wait_ready()
         self.status(f"B, embedded: ingesting {len(self.turns)} turns")
         self.on_lag(0, len(self.turns))
         embedded.produce(self.turns, on_sent=lambda _t: None)
