@@ -8,4 +8,4 @@ tmp_root=/tmp
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then tmp_root=/dev/shm; fi
 basetemp=$(mktemp -d "$tmp_root/memstream-check.XXXXXX")
 trap 'rm -rf "$basetemp"' EXIT
-.venv/bin/python -m pytest tests -m "not integration" -q --basetemp="$basetemp" "$@"
+.venv/bin/python -m pytest tests -m "not integration and not cluster" -q -n 2 --basetemp="$basetemp" "$@"
