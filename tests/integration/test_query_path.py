@@ -12,6 +12,8 @@ from memstream.schemas import Card, MemoryWrite, Provenance
 from tests.factories import memory_write, scene
 from tests.factories import source as source_turn
 
+from .conftest import unique_id
+
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2024, 3, 4, 18, 0, tzinfo=timezone.utc)
@@ -107,28 +109,33 @@ def found(reply, turn_id: str):
     return [e for e in reply.evidence if turn_id in e.turn_ids]
 
 
-def test_associative_questions_reach_their_evidence_through_bridge_and_horizon_triggers(make_pipeline):
-    pipe = make_pipeline()
-    pipe.start_worker()
-    write = write_with_triggers("acme", "offsite")
+@pytest.fixture
+def pipe(shared_pipeline):
+    """The module's deployment: its tests only write and ask, each under tenants of its own."""
+    return shared_pipeline()
+
+
+def test_associative_questions_reach_their_evidence_through_bridge_and_horizon_triggers(pipe):
+    acme, globex = unique_id("acme"), unique_id("globex")
+    write = write_with_triggers(acme, "offsite")
     pipe.produce_raw("cards", write.key.encode(), write.to_bytes())
     pipe.drain()
 
     # No word in common with "Dana is allergic to seafood."
     dinner = pipe.ask(
-        "Which restaurant should we pick for the team dinner?", tenant="acme", conversation="offsite", answer=False
+        "Which restaurant should we pick for the team dinner?", tenant=acme, conversation="offsite", answer=False
     )
     assert dinner.ok, dinner.error
     allergy = found(dinner, "D1:1")
     assert allergy and "trigger" in allergy[0].found_by, [(e.text, e.found_by) for e in dinner.evidence]
 
     # No word in common with Sam's card: its scene's horizon trigger brings it.
-    hike = pipe.ask("Who could join a mountain hike next month?", tenant="acme", conversation="offsite", answer=False)
+    hike = pipe.ask("Who could join a mountain hike next month?", tenant=acme, conversation="offsite", answer=False)
     knee = found(hike, "D1:2")
     assert knee and "trigger" in knee[0].found_by, [(e.text, e.found_by) for e in hike.evidence]
 
     other = pipe.ask(
-        "Which restaurant should we pick for the team dinner?", tenant="globex", conversation="offsite", answer=False
+        "Which restaurant should we pick for the team dinner?", tenant=globex, conversation="offsite", answer=False
     )
     assert other.ok and other.evidence == []
 
@@ -138,17 +145,16 @@ def demo_turns(tenant: str = "acme"):
     return sample.sample_id, list(locomo_turns(sample, tenant_id=tenant))
 
 
-def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_turns(make_pipeline):
-    conversation, turns = demo_turns()
-    pipe = make_pipeline()
-    pipe.start_worker()
+def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_turns(pipe):
+    acme, globex = unique_id("acme"), unique_id("globex")
+    conversation, turns = demo_turns(acme)
     pipe.produce(turns)
     pipe.drain()
 
     # The Lake Brenn ride is planned in session 1 and cancelled in session 3.
     reply = pipe.ask(
         "List everything Nora and Tomas said about the ride to Lake Brenn.",
-        tenant="acme",
+        tenant=acme,
         conversation=conversation,
         answer=False,
     )
@@ -163,7 +169,7 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
 
     exact = pipe.ask(
         "What exactly did Nora say Ines told her about why the bowl cracked?",
-        tenant="acme",
+        tenant=acme,
         conversation=conversation,
         answer=False,
     )
@@ -175,7 +181,7 @@ def test_compose_gathers_evidence_from_two_sessions_and_replay_returns_the_raw_t
 
     for profile in ("lookup", "compose", "replay"):
         other = pipe.ask(
-            "Why did the bowl crack?", tenant="globex", conversation=conversation, profile=profile, answer=False
+            "Why did the bowl crack?", tenant=globex, conversation=conversation, profile=profile, answer=False
         )
         assert other.ok and other.evidence == [], profile
 
