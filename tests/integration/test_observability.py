@@ -74,8 +74,14 @@ def test_every_dashboard_expression_returns_series_from_two_scraped_workers(make
         assert pipe.ask(
             "What did they talk about?", tenant="acme", conversation=conversation, answer=True, timeout_s=180
         ).ok
-        # The last events' series exist for a few scrapes: a rate needs two samples in its window.
-        time.sleep(5)
+        # The last events' series exist for a few scrapes: a rate needs two samples in its window, so wait
+        # until both workers were scraped twice since the last answer.
+        since = time.time() + 2
+        wait_for(
+            lambda: len(evaluate(url, f'timestamp(memstream_llm_enabled{{job="memstream"}}) > {since:.3f}')) == 2,
+            30,
+            "Prometheus did not scrape both workers twice after the last question",
+        )
         wait_for(lambda: evaluate(url, "sum(memstream_queries_total)") != [], 30, "queries not scraped")
 
         results = check(url)
