@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -105,17 +106,23 @@ def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, 
     conversations = spread_conversations(base_conversation, kafka.topic_partitions)
     turns = [t.model_copy(update={"conversation_id": c}) for c in conversations for t in session_turns]
 
-    # The reference: one worker of every stage, the embedded store, the single broker.
-    reference = Deployment(kafka, tmp_path_factory.mktemp("reference"), ENV)
-    try:
-        reference.start_worker("all")
-        reference.produce(turns)
-        reference.drain(timeout_s=300)
-    finally:
-        reference.stop_workers()
-    with reference.store() as store:
-        reference_points = store_points(store, [TENANT], COLLECTIONS)
-    timings["reference_s"] = time.monotonic() - t0
+    def run_reference() -> dict[str, dict[str, dict[str, Any]]]:
+        """One worker of every stage, the embedded store, the single broker."""
+        reference = Deployment(kafka, tmp_path_factory.mktemp("reference"), ENV)
+        try:
+            reference.start_worker("all")
+            reference.produce(turns)
+            reference.drain(timeout_s=300)
+        finally:
+            reference.stop_workers()
+        with reference.store() as store:
+            points = store_points(store, [TENANT], COLLECTIONS)
+        timings["reference_s"] = time.monotonic() - t0
+        return points
+
+    # The reference runs beside the scaled run: they share neither broker nor store.
+    pool = ThreadPoolExecutor(1, "reference")
+    reference = pool.submit(run_reference)
 
     # The scaled run: two workers per group on the Kafka cluster, the store groups' on the Qdrant cluster.
     t1 = time.monotonic()
@@ -132,8 +139,9 @@ def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, 
     }
     scaled = Deployment(kafka_cluster, tmp_path_factory.mktemp("scaled"), scaled_env, prefix=prefix)
     try:
-        store_workers = [scaled.start_worker(f"store-{i}", stages=STORE) for i in (1, 2)]
-        ingest_workers = [scaled.start_worker(f"ingest-{i}", stages=INGEST) for i in (1, 2)]
+        store_workers = [scaled.start_worker(f"store-{i}", stages=STORE, wait=False) for i in (1, 2)]
+        ingest_workers = [scaled.start_worker(f"ingest-{i}", stages=INGEST, wait=False) for i in (1, 2)]
+        scaled.wait_ready()
         timings["scaled_start_s"] = time.monotonic() - t1
         t2 = time.monotonic()
         scaled.produce(turns)
@@ -143,7 +151,7 @@ def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, 
             sample,
             turns,
             conversations,
-            reference_points,
+            reference.result(),
             scaled,
             qdrant_cluster,
             ingest_workers,
@@ -151,6 +159,7 @@ def runs(kafka: Settings, kafka_cluster: Settings, qdrant_cluster: QdrantNodes, 
             timings,
         )
     finally:
+        pool.shutdown()
         scaled.stop_workers()
         print(f"\ntimings: { {k: round(v, 1) for k, v in timings.items()} }")
 
