@@ -92,12 +92,19 @@ def test_a_reader_sees_no_gap_across_the_switch(qdrant_server):
         finally:
             reader.close()
 
+    def searched(n: int) -> None:
+        """Wait until the reader has searched ``n`` times (or failed): reads on both sides of the switch."""
+        deadline = time.monotonic() + 60
+        while len(seen) < n and not errors and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     thread = threading.Thread(target=read)
     thread.start()
     try:
-        time.sleep(1.0)
+        searched(20)
         assert switch_generation(settings, 2) == 1
-        time.sleep(1.0)
+        after = len(seen)
+        searched(after + 20)
     finally:
         stop.set()
         thread.join()
