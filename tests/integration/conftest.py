@@ -1,6 +1,7 @@
 """Integration harness: the real Kafka broker, the real local LLM server, real workers (subprocesses),
 the real embedding model and the embedded Qdrant store. Each test gets its own topic prefix and
-data folder, so tests never see each other's messages or memories."""
+data folder (``make_pipeline``), so tests never see each other's messages or memories; or, when it only
+writes and reads, shares its module's deployment (``shared_pipeline``) under tenants of its own."""
 
 from __future__ import annotations
 
