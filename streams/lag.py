@@ -60,16 +60,6 @@ async def group_positions(settings: Settings, group: str, tps: Iterable[tuple[st
         return positions
 
 
-async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> dict[str, int]:
-    """Messages not yet committed by ``group``, per topic."""
-    partitions = await partitions_of(settings, *topics)
-    tps = [TopicPartition(topic, p) for topic, parts in partitions.items() for p in parts]
-    lag: dict[str, int] = {}
-    for tp, n in (await partition_lag(settings, group, tps)).items():
-        lag[tp.topic] = lag.get(tp.topic, 0) + n
-    return lag
-
-
 async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]:
     """The partitions of existing topics (waits for their metadata), over one connection."""
     producer = AIOKafkaProducer(**client_options(settings))
@@ -80,14 +70,40 @@ async def partitions_of(settings: Settings, *topics: str) -> dict[str, set[int]]
         await producer.stop()
 
 
+async def _lag_snapshot(
+    admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, tps_by_group: Mapping[str, list[TopicPartition]]
+) -> dict[str, int]:
+    """Messages not yet committed per topic, summed over the groups. Every group's commits are read
+    before any end offset: a stage produces its output (acknowledged) before it commits its input, so
+    a message in flight when the commits were read shows as lag on its input or, once produced, on the
+    output topic, whose end offset is read later. One snapshot at zero is a drained pipeline."""
+    committed = {
+        group: await admin.list_consumer_group_offsets(group, partitions=tps) for group, tps in tps_by_group.items()
+    }
+    ends = await consumer.end_offsets(sorted({tp for tps in tps_by_group.values() for tp in tps}))
+    lag: dict[str, int] = {}
+    for group, tps in tps_by_group.items():
+        for tp in tps:
+            meta = committed[group].get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp] - done)
+    return lag
+
+
+async def _partitions_by_group(
+    settings: Settings, reading: Mapping[str, Iterable[str]]
+) -> dict[str, list[TopicPartition]]:
+    reading = {group: list(topics) for group, topics in reading.items()}
+    partitions = await partitions_of(settings, *{t for topics in reading.values() for t in topics})
+    return {group: [TopicPartition(t, p) for t in topics for p in partitions[t]] for group, topics in reading.items()}
+
+
 async def topics_lag(settings: Settings, reading: Mapping[str, Iterable[str]]) -> dict[str, int]:
     """Messages not yet committed per topic, summed over the consumer groups reading it
     (``reading``: group -> full topic names)."""
-    lag: dict[str, int] = {}
-    for group, topics in reading.items():
-        for topic, n in (await group_lag(settings, group, topics)).items():
-            lag[topic] = lag.get(topic, 0) + n
-    return lag
+    tps_by_group = await _partitions_by_group(settings, reading)
+    async with _offset_clients(settings) as (admin, consumer):
+        return await _lag_snapshot(admin, consumer, tps_by_group)
 
 
 async def wait_drained(
@@ -95,25 +111,23 @@ async def wait_drained(
     reading: Mapping[str, Iterable[str]],
     *,
     timeout_s: float = 300.0,
-    settle_s: float = 2.0,
+    poll_s: float = 0.2,
     progress=None,
 ) -> float:
     """Wait until every consumer group has committed everything on the topics it reads (``reading``:
-    group -> full topic names), twice in a row ``settle_s`` apart. Returns when (``time.monotonic()``)
-    the lag was first seen at zero: the work was done then."""
-    reading = {group: list(topics) for group, topics in reading.items()}
+    group -> full topic names). Returns when (``time.monotonic()``) the lag was seen at zero: the work
+    was done then. (What a timer may still produce, an idle window's flush, is not lag: ``wait_written``
+    flushes it by command first.)"""
     deadline = time.monotonic() + timeout_s
-    zero_since: float | None = None
+    tps_by_group = await _partitions_by_group(settings, reading)
     lag: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        lag = await topics_lag(settings, reading)
-        if progress:
-            progress(lag)
-        if sum(lag.values()) == 0:
-            zero_since = zero_since or time.monotonic()
-            if time.monotonic() - zero_since >= settle_s:
-                return zero_since
-        else:
-            zero_since = None
-        await asyncio.sleep(0.5)
+    async with _offset_clients(settings) as (admin, consumer):
+        while time.monotonic() < deadline:
+            seen = time.monotonic()
+            lag = await _lag_snapshot(admin, consumer, tps_by_group)
+            if progress:
+                progress(lag)
+            if sum(lag.values()) == 0:
+                return seen
+            await asyncio.sleep(poll_s)
     raise TimeoutError(f"pipeline not drained after {timeout_s:.0f}s; lag per topic: {lag}")
