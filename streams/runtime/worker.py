@@ -33,8 +33,10 @@ def freeze_startup_heap() -> None:
     """Models and libraries stay for the process's life, yet each full collection walked all of them
     with the loop stopped, longer than a question's whole reply takes. Frozen, a collection walks only
     what came after; a frozen object dropped later (an evicted table entry) is still freed by its
-    reference count, only a cycle among frozen objects would stay."""
-    gc.collect()
+    reference count, only a cycle among frozen objects would stay. Only the young generations are
+    collected first: a full one, with the models loaded, found 26 unreachable objects and held the
+    loop 0.15-0.35 s just as the first messages came."""
+    gc.collect(1)
     gc.freeze()
     log.info("startup heap frozen: %d objects left out of later collections", gc.get_freeze_count())
 
