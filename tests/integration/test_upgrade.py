@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 OLD_COMMIT = "723462e"  # before the durable record (70fa333): the release an upgrade starts from
 TENANT = "acme"
-CONVERSATIONS_PER_PARTITION = 2
+CONVERSATIONS_PER_PARTITION = 1  # every worker holds a conversation whatever the assignment
 # Windows and buffers flush when full or by drain's forced flush, never on an idle tick; no
 # sleep-time consolidation: what is stored is a function of the turns whichever worker handles them.
 ENV = {
@@ -102,6 +102,13 @@ class Asker:
             self.replies.append((conversation, question, reply))
             i += 1
 
+    def wait_replies(self, more: int, timeout_s: float = 150) -> None:
+        """Until ``more`` questions asked from now have their reply (or error, kept and asserted on)."""
+        wanted, deadline = len(self.replies) + more, time.monotonic() + timeout_s
+        while len(self.replies) < wanted:
+            assert time.monotonic() < deadline, f"no reply in {timeout_s:g} s"
+            time.sleep(0.2)
+
     def stop(self) -> None:
         self.stopping.set()
         assert self.thread is not None
@@ -148,7 +155,7 @@ def run_mixed(
         code = a.stop()  # the upgrade (or the rollback) is done
         print(f"{first_name} stopped with {code} in {time.monotonic() - stopped_at:.1f}s")
         pipe.produce(thirds[2])
-        time.sleep(5)  # questions while the last third flows to the one left
+        asker.wait_replies(2)  # questions while the last third flows to the one left
         if second_name == "old":
             # The earlier version's watchdog rewinds partitions stranded around a rebalance only while
             # every agent idles, and a steady stream of questions keeps its query agent busy (a
