@@ -65,7 +65,10 @@ def test_a_rebuild_switches_a_serving_worker_to_the_new_generation_and_every_que
         streaming.start()
         report = Rebuild(pipe.settings, Services(pipe.settings).embedder, batch=16).run(switch=True)
         streaming.join()
-        time.sleep(2)  # questions after the switch too
+        answered_at_switch, deadline = len(replies) + len(failures), time.monotonic() + 120
+        while len(replies) + len(failures) < answered_at_switch + 2:  # questions after the switch too
+            assert time.monotonic() < deadline, "no question answered after the switch"
+            time.sleep(0.2)
         stop.set()
         asking.join()
         pipe.drain()
