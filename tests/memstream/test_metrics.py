@@ -11,6 +11,7 @@ CATALOGUE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 BOUNDED_LABELS = {
     "stage",
     "op",  # a rebuild: upsert or delete
+    "phase",  # a worker's start-up phase (a fixed set)
     "reason",
     "group",
     "topic",
