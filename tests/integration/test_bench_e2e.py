@@ -153,7 +153,9 @@ def test_locomo_bench_resumes_an_interrupted_ingest_and_unfinished_questions(kaf
 
 def test_longmemeval_bench_answers_and_judges_with_the_local_llm(local_llm: dict, tmp_path: Path) -> None:
     out = tmp_path / "longmemeval"
-    output = finish(bench("longmemeval", "--data", str(DEMO_LONGMEMEVAL), "--out", str(out), "--llm", "--sweep-k", "5"))
+    # The answers and the judge: no consolidation or budget re-asks (the resume test has those).
+    args = ("--llm", "--sweep-k", "5", "--sweep-tokens", "", "--no-consolidate")
+    output = finish(bench("longmemeval", "--data", str(DEMO_LONGMEMEVAL), "--out", str(out), *args))
     result = json.loads((out / "results.json").read_text())
     assert result["questions"] == 3 and result["retrieval_scored"] == 2
     assert result["models"]["answer"] == "smollm2" and result["models"]["judge"] == "smollm2"
@@ -189,6 +191,9 @@ def test_locomo_bench_scores_answers_with_f1_and_bleu(local_llm: dict, tmp_path:
             "2",
             "--sweep-k",
             "",
+            "--sweep-tokens",
+            "",
+            "--no-consolidate",
         )
     )
     result = json.loads((out / "results.json").read_text())
