@@ -103,6 +103,9 @@ class ChaosOptions:
     node_every_s: float = 150.0  # --cluster: between two node kills (broker and Qdrant node alternate)
     node_down_s: tuple[float, float] = (5.0, 20.0)  # --cluster: a killed node's pause before its restart
     network_faults: bool = False  # Toxiproxy in front of Kafka, the LLM server (--llm) and Qdrant (--cluster)
+    # The reference run's broker (a running one; default: the run's, MEMSTREAM_KAFKA_BOOTSTRAP): on
+    # another broker than the one the schedule restarts, the reference runs beside the failures.
+    reference_bootstrap: str | None = None
     net_every_s: float = 30.0  # --network-faults: one toxic in each slot this long (at least one of each kind)
     workdir: Path = Path(".data/bench/chaos")
 
@@ -951,6 +954,13 @@ def run_schedule(
         load.stop()
 
 
+def shares_restarted_services(options: ChaosOptions) -> bool:
+    """Whether the schedule restarts a service the reference run uses: the broker (no ``cluster``, no
+    ``network_faults``: those runs restart a broker of their own; nor a ``reference_bootstrap``) or
+    the LLM server."""
+    return options.llm or not (options.cluster or options.network_faults or options.reference_bootstrap)
+
+
 def run_chaos_bench(
     options: ChaosOptions,
     *,
@@ -965,20 +975,27 @@ def run_chaos_bench(
         if options.llm:
             running.enter_context(runtime.LOCAL_LLM.session(base))
         # The reference runs while the run's services and workers start (its own workers, topics and
-        # store); the failures begin once it is done, so none reaches it.
+        # store). No failure may reach it: when the schedule restarts a service the reference uses (the
+        # shared broker, the LLM server) the failures begin once it is done; on the run's own clusters
+        # or proxied broker they begin at once.
         reference_run = running.enter_context(ThreadPoolExecutor(1, "chaos-reference"))
-        reference = reference_run.submit(run_reference, base, options, turns, status)
+        reference_base = base
+        if options.reference_bootstrap:
+            reference_base = base.model_copy(update={"kafka_bootstrap": options.reference_bootstrap})
+        reference = reference_run.submit(run_reference, reference_base, options, turns, status)
         services = ChaosServices.start(running, base, options, status)
         deployment = Deployment(services.base, options.workdir / "chaos", services.env)
         fleet = Fleet(deployment, worker_env(options, base) | services.worker_env(), status, options.workers)
         running.callback(fleet.stop_all)
         status("chaos: starting workers")
         fleet.start_all()
-        reference_ids, reference_s = reference.result()
+        if shares_restarted_services(options):
+            reference.result()
         failures = Failures(base, fleet, services)
         load = Load(deployment.settings, turns, questions, options)
         run_schedule(events, failures, load, options.minutes * 60, status, on_progress)
         finish_s = finish(fleet, deployment, status)
+        reference_ids, reference_s = reference.result()
         writes = memory_writes(v for _, v in deployment.read_topic(Topic.CARDS, timeout_s=60))
         dead = deployment.dead_letters()
         chaos_ids = store_ids(deployment, {t.tenant_id for t in turns})

@@ -45,13 +45,15 @@ def assert_delivered(result: dict, more_queries_than: int) -> None:
 
 
 @pytest.mark.timeout(300)  # a reference run, one minute of failures, then the drains
-def test_a_minute_of_failures_loses_doubles_and_drops_nothing(tmp_path, monkeypatch):
+def test_a_minute_of_failures_loses_doubles_and_drops_nothing(kafka, tmp_path, monkeypatch):
     # On a broker of its own, which the run starts, restarts and stops: the shared one stays up for the
-    # tests beside it (CI runs the cluster suite beside make test).
+    # tests beside it (CI runs the cluster suite beside make test). The reference runs on the shared
+    # one, so beside the failures.
     port = clusters.free_base_port(26092, [0, 1], step=10)
     monkeypatch.setenv("MEMSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{port}")
     monkeypatch.setenv("MEMSTREAM_KAFKA_DATA", str(tmp_path / "own-kafka"))
-    result = run_chaos_bench(ChaosOptions(**SMALL, seed=5, workdir=tmp_path), status=log)
+    options = ChaosOptions(**SMALL, seed=5, workdir=tmp_path, reference_bootstrap=kafka.kafka_bootstrap)
+    result = run_chaos_bench(options, status=log)
     # The failures happened.
     assert result["kills"] >= 3 and result["stops"] >= 1 and result["broker_restarts"] == 1
     assert_a_kill_in_every_stage_group(result)
