@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -81,11 +80,14 @@ def secured_broker(tmp_path_factory) -> Iterator[Settings]:
         subprocess.run(["bash", str(script), "stop"], env=env, capture_output=True, text=True)
 
 
-@contextmanager
-def ingested(settings: Settings, folder: Path) -> Iterator[tuple[Deployment, str, list[Turn]]]:
-    """A worker on the broker with one conversation's first session ingested and drained; stopped after."""
+@pytest.fixture(scope="module")
+def ingested(secured_broker: Settings, tmp_path_factory) -> Iterator[tuple[Deployment, str, list[Turn]]]:
+    """One worker on the secured broker, the module's, with a few turns of a conversation ingested and
+    drained (its flush is a command over the same secured connection); stopped at the module's end.
+    The tests only read through it, so one start and one drain serve them all."""
     conversation, turns, _ = first_sessions(1)
-    pipe = Deployment(settings, folder, {"MEMSTREAM_STM_IDLE_S": "3", "MEMSTREAM_STM_TICK_S": "1"})
+    turns = turns[:4]
+    pipe = Deployment(secured_broker, tmp_path_factory.mktemp("secured-p"), {"MEMSTREAM_STM_IDLE_S": "3"})
     try:
         pipe.start_worker()
         pipe.produce(turns)
@@ -95,21 +97,21 @@ def ingested(settings: Settings, folder: Path) -> Iterator[tuple[Deployment, str
         pipe.stop_workers()
 
 
-def test_a_worker_ingests_and_answers_over_sasl_ssl_with_scram(secured_broker, tmp_path):
-    with ingested(secured_broker, tmp_path / "p") as (pipe, conversation, turns):
-        reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation, answer=False)
-        assert reply.ok and turns[1].turn_id in {t for e in reply.evidence for t in e.turn_ids}
+def test_a_worker_ingests_and_answers_over_sasl_ssl_with_scram(ingested):
+    pipe, conversation, turns = ingested
+    reply = pipe.ask(turns[1].text, tenant="acme", conversation=conversation, answer=False)
+    assert reply.ok and turns[1].turn_id in {t for e in reply.evidence for t in e.turn_ids}
 
 
-def test_the_node_client_asks_over_sasl_ssl_with_the_same_settings(secured_broker, tmp_path, node):  # noqa: F811
-    with ingested(secured_broker, tmp_path / "p") as (pipe, conversation, turns):
-        env = {k: v for k, v in pipe.env.items() if k.startswith(("MEMSTREAM_KAFKA", "MEMSTREAM_TOPIC"))}
-        asked = ["ask", "--tenant", "acme", "--conversation", conversation, "--question", turns[1].text]
-        done = run(node, *asked, env=env)
-        assert done.returncode == 0, done.stderr
-        assert turns[1].turn_id in {t for e in orjson.loads(done.stdout)["evidence"] for t in e["turn_ids"]}
-        refused = run(node, *asked, "--timeout-ms", "8000", env={**env, "MEMSTREAM_KAFKA_SASL_PASSWORD": "wrong"})
-        assert refused.returncode == 3
+def test_the_node_client_asks_over_sasl_ssl_with_the_same_settings(ingested, node):  # noqa: F811
+    pipe, conversation, turns = ingested
+    env = {k: v for k, v in pipe.env.items() if k.startswith(("MEMSTREAM_KAFKA", "MEMSTREAM_TOPIC"))}
+    asked = ["ask", "--tenant", "acme", "--conversation", conversation, "--question", turns[1].text]
+    done = run(node, *asked, env=env)
+    assert done.returncode == 0, done.stderr
+    assert turns[1].turn_id in {t for e in orjson.loads(done.stdout)["evidence"] for t in e["turn_ids"]}
+    refused = run(node, *asked, "--timeout-ms", "8000", env={**env, "MEMSTREAM_KAFKA_SASL_PASSWORD": "wrong"})
+    assert refused.returncode == 3
 
 
 def test_without_the_password_or_without_tls_the_broker_refuses(secured_broker):
