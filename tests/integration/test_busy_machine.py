@@ -43,7 +43,8 @@ def busy_cores(n: int, limit_s: float) -> Iterator[None]:
 def test_questions_on_a_busy_machine_are_answered_before_the_askers_deadline(make_pipeline, local_llm):
     conversation, turns, sample = first_sessions(1)
     ingested = {t.turn_id for t in turns}
-    questions = [q.question for q in sample.qa if q.evidence and set(q.evidence) <= ingested][:3]
+    # One question is enough: before the fix every answer crawled past the asker's deadline.
+    questions = [q.question for q in sample.qa if q.evidence and set(q.evidence) <= ingested][:1]
     assert questions, "the conversation's first session has questions"
     pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="extractive")
     pipe.start_worker()
