@@ -136,9 +136,11 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
 
 def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, local_llm):
     # Twelve turns each in smaller buffers: three flushes per conversation (two at the kill), enough
-    # for a write out and three calls in flight, and few calls for the serial local model.
+    # for a write out and three flushes in extraction, two of them calls at the server: few calls for
+    # the serial local model, which still answers the killed worker's after the kill.
     convs = {tenant: turns[:12] for tenant, turns in conversations().items()}
-    pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV | {"MEMSTREAM_STM_TOKENS": "64"}))
+    small = {"MEMSTREAM_STM_TOKENS": "64", "MEMSTREAM_LLM_MAX_CONCURRENCY": "2"}
+    pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV | small))
     pipe.start_worker("before-kill")
     for turns in convs.values():
         pipe.produce(turns)
