@@ -346,8 +346,12 @@ def test_a_history_import_goes_through_the_bulk_lane_resumes_after_a_turn_and_sh
     assert pipe.read_topic("turns") == [] or all(
         k != f"T0ACME/{conversation}".encode() for k, _ in pipe.read_topic("turns")
     )
-    pipe.drain()
+    # The drain's flush names the conversations on memory.turns; imported ones are on memory.bulk.turns,
+    # so this one is flushed by name once its turns are in (it does not wait for an idle timer).
+    pipe.drain(flush=False)
     with MemoryClient(pipe.settings) as memory:
+        assert memory.flush([("T0ACME", conversation)]) == 1
+        pipe.drain(flush=False)
         page = memory.read("timeline", tenant_id="T0ACME", conversation_id=conversation)
     assert [(r["turn_id"], r["seq"]) for r in page.records if r["collection"] == "turns"] == [
         ("h3", -4),
