@@ -80,7 +80,10 @@ def test_up_ingest_ask_down_export_from_a_directory_outside_the_checkout(kafka, 
     assert (elsewhere / "state" / "worker.pid").exists()
 
     ingest = run(
-        [str(MEMSTREAM), "ingest", str(demo_conversation_path()), "--tenant", "acme", "--wait"], elsewhere, env
+        # The two sessions the question's gold turn (D2:5) needs, not the whole conversation.
+        [str(MEMSTREAM), "ingest", str(demo_conversation_path()), "--tenant", "acme", "--sessions", "2", "--wait"],
+        elsewhere,
+        env,
     )
     assert ingest.returncode == 0, ingest.stdout + ingest.stderr
     assert "every turn written" in ingest.stdout
