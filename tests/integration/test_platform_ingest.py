@@ -60,6 +60,7 @@ def test_every_platform_format_streams_into_memory_with_edits_deletions_and_dead
     expected: set[tuple[str, str, str]] = set()
     removed: set[tuple[str, str, str]] = set()
     rejected = 0
+    runs = {}
     for fmt in FORMATS:
         m = mapped(fmt)
         assert m.turns and m.rejected and m.skipped, fmt  # the fixtures exercise every path
@@ -70,10 +71,15 @@ def test_every_platform_format_streams_into_memory_with_edits_deletions_and_dead
         args = [sys.executable, "-m", "memstream.streams.cli", "ingest", str(FIXTURES / f"{fmt}.json"), "--format", fmt]
         for name, value in options.items():
             args += [f"--{name}", value]
-        run = subprocess.run(args, env={**os.environ, **pipe.env}, capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert f"produced {len(m.turns)} turns and {len(m.removals)} forgets" in run.stdout, run.stdout
-        assert f"{len(m.rejected)} malformed events dead-lettered" in run.stdout
+        # The four CLIs side by side (each its own conversations, in order within its own process):
+        # most of each one's time is its interpreter starting.
+        proc = subprocess.Popen(args, env={**os.environ, **pipe.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        runs[fmt] = (m, proc)
+    for fmt, (m, proc) in runs.items():
+        out, err = (b.decode() for b in proc.communicate(timeout=120))
+        assert proc.returncode == 0, out + err
+        assert f"produced {len(m.turns)} turns and {len(m.removals)} forgets" in out, out
+        assert f"{len(m.rejected)} malformed events dead-lettered" in out
     assert any(r[2] for r in removed), "edits and deletions are in the fixtures"
     pipe.drain()
 
