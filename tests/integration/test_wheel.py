@@ -27,9 +27,11 @@ from .test_any_directory import CHECKOUT, run, stop_pid_file, user_env
 
 pytestmark = pytest.mark.integration
 
+# Caches too: a developer's .mypy_cache alone is ~150 MB, copied for nothing before every build.
 SKIP_COPY = shutil.ignore_patterns(
-    ".git", ".venv", ".data", "build", "dist", "*.egg-info", "__pycache__", "node_modules", ".pytest_cache", "*.whl"
-)
+    ".git", ".venv", ".data", "build", "dist", "*.egg-info", "__pycache__", "node_modules", ".pytest_cache", "*.whl",
+    ".mypy_cache", ".ruff_cache", ".hypothesis",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
