@@ -150,7 +150,6 @@ def test_a_locomo_session_compressed_and_extracted_by_the_llm_gives_valid_scenes
     make_pipeline, local_llm, compressor_model
 ):
     conversation, turns, _ = first_sessions(1)
-    turns = turns[:8]  # enough for scenes, cards and entities; each turn is a compressor and extraction cost
     pipe = make_pipeline(**local_llm, MEMSTREAM_EXTRACT_MODE="llm", MEMSTREAM_COMPRESSOR_MODEL=compressor_model)
     pipe.start_worker()
     pipe.produce(turns)
