@@ -6,6 +6,7 @@ spent (the spend travels on llm.usage)."""
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 
 import pytest
@@ -50,6 +51,17 @@ def flushes_by_tenant(pipe) -> dict[str, set[str]]:  # Pipeline
     return out
 
 
+def latest_usage(pipe, tenant: str, *, until, timeout_s: float = 30.0) -> LlmUsage:  # Pipeline
+    """``tenant``'s newest record on llm.usage once ``until`` holds for it (or the newest at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spent = [u for _, v in pipe.read_topic(Topic.LLM_USAGE) if (u := LlmUsage.from_bytes(v)).tenant_id == tenant]
+        if spent and (until(spent[-1]) or time.monotonic() > deadline):
+            return spent[-1]
+        assert time.monotonic() < deadline, f"nothing of {tenant} on llm.usage"
+        time.sleep(0.5)
+
+
 def test_over_its_budget_a_tenant_gets_llm_free_memories_and_a_later_worker_knows_it(make_pipeline, local_llm):
     _, poor_turns, _ = first_sessions(1, tenant="poor")
     _, rich_turns, _ = first_sessions(1, tenant="rich")
@@ -60,6 +72,8 @@ def test_over_its_budget_a_tenant_gets_llm_free_memories_and_a_later_worker_know
     pipe.produce(rich_turns[:6])
     pipe.drain(timeout_s=900)
     fallbacks = metric_total(worker.metrics_port, "memstream_llm_budget_fallbacks_total", stage="extract")
+    # The worker publishes its totals on a 1 s timer, not with each flush: wait for the drained work's.
+    poor = latest_usage(pipe, "poor", until=lambda u: u.fallbacks == {"extract": fallbacks})
     pipe.stop_workers()
 
     writes, flushes = writes_by_tenant(pipe), flushes_by_tenant(pipe)
@@ -73,8 +87,6 @@ def test_over_its_budget_a_tenant_gets_llm_free_memories_and_a_later_worker_know
     assert all(w.cards or w.scenes for w in without)  # memories made, without the LLM
     assert all(w.costs for w in writes["rich"])  # the poor tenant's budget is not the rich one's
     assert fallbacks == len(without)
-    spent = [LlmUsage.from_bytes(v) for _, v in pipe.read_topic(Topic.LLM_USAGE)]
-    poor = [u for u in spent if u.tenant_id == "poor"][-1]
     assert poor.calls >= 1 and poor.fallbacks == {"extract": fallbacks}
 
     # A new worker (another name in llm.usage) reads what the first spent: no LLM for poor at all.
