@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 KAFKA_SH = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "kafka.sh"
 RATE = 32 * 1024  # bytes per second
 # The broker measures a client's rate over its quota window (11 one-second samples by default) and
-# throttles what goes over: 24 s worth of the quota at once takes about 24 - 11 = 13 s.
-SENT = 24 * RATE
+# throttles what goes over: 18 s worth of the quota at once takes about 18 - 11 = 7 s.
+SENT = 18 * RATE
 
 
 def configs(settings: Settings, *args: str) -> str:
@@ -68,5 +68,5 @@ def test_a_producer_over_its_client_quota_is_throttled_and_another_is_not(kafka)
     finally:
         configs(kafka, "--alter", "--delete-config", "producer_byte_rate", *entity)
     # Unthrottled, SENT takes well under a second.
-    assert flood >= 6.0, flood
+    assert flood >= 4.0, flood
     assert calm < flood / 2, (calm, flood)
