@@ -23,7 +23,7 @@ from memstream.config import Settings, absolute_path
 from memstream.ports import VectorStore
 from memstream.schemas import DeadLetter, Reply, Turn
 from memstream.schemas.base import ID_PATTERN
-from memstream.schemas.topics import DRAIN_TOPICS
+from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
 from memstream.streams.lag import topics_lag, wait_drained
 from memstream.streams.topic_reading import message_count, read_messages
@@ -251,9 +251,15 @@ class Deployment:
         return asyncio.run(wait_written(self.settings, reading, conversations, timeout_s=timeout_s, progress=progress))
 
     def conversations(self) -> set[tuple[str, str]]:
-        """(tenant, conversation) of every well-formed key on ``memory.turns`` (a malformed message's
-        key may be anything: it was dead-lettered, there is nothing of it to flush)."""
-        keys = {key.decode("utf-8", "replace") for key, _ in self.read_topic("turns", timeout_s=120.0) if key}
+        """(tenant, conversation) of every well-formed key on ``memory.turns`` and ``memory.bulk.turns``
+        (a history import's) (a malformed message's key may be anything: it was dead-lettered, there is
+        nothing of it to flush)."""
+        keys = {
+            key.decode("utf-8", "replace")
+            for topic in (Topic.TURNS, Topic.BULK_TURNS)
+            for key, _ in self.read_topic(topic, timeout_s=120.0)
+            if key
+        }
         pairs = (tuple(k.split("/", 1)) for k in keys if "/" in k)
         return {(t, c) for t, c in pairs if re.fullmatch(ID_PATTERN, t) and re.fullmatch(ID_PATTERN, c)}
 
