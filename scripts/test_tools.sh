@@ -17,7 +17,7 @@ fi
 # and a pip install under a running suite would swap the package beneath it.
 stamp=.venv/.memstream-test-tools
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
-    .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev,browser]"  # uv: scripts/install.sh
+    UV_COMPILE_BYTECODE=1 .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev,browser]"  # as scripts/install.sh
     touch "$stamp"
 fi
 if ! command -v chromium >/dev/null 2>&1; then
