@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import time
+from pathlib import Path
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ def process_start_epoch(stat: str | None = None, now: float | None = None, boot_
     """When this process started (``time.time()`` scale), from /proc/self/stat: the interpreter's own
     start and imports count. Elsewhere than Linux: now (the phases then start at the first mark)."""
     try:
-        stat = stat if stat is not None else open("/proc/self/stat").read()
+        stat = stat if stat is not None else Path("/proc/self/stat").read_text()
         now = time.time() if now is None else now
         boot_now = time.clock_gettime(time.CLOCK_BOOTTIME) if boot_now is None else boot_now
     except (OSError, AttributeError):
