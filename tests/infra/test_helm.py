@@ -31,7 +31,7 @@ SETTINGS = {f"MEMSTREAM_{name.upper()}" for name in Settings.model_fields}
 @cache
 def helm() -> str:
     done = subprocess.run(
-        ["bash", str(ROOT / "infra" / "helm" / "helm.sh")], capture_output=True, text=True, timeout=1800
+        ["bash", str(ROOT / "infra" / "helm" / "helm.sh")], capture_output=True, text=True, timeout=300
     )
     if done.returncode != 0:
         hint = "" if shutil.which("go") else " (go is not on PATH: helm is built from helm.sh/helm/v4 with Go)"

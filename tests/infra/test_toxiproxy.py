@@ -164,7 +164,7 @@ def test_the_script_reads_a_relative_data_folder_against_its_caller(tmp_path: Pa
 
     def script(verb: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["bash", str(SCRIPT), verb], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+            ["bash", str(SCRIPT), verb], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
         )
 
     assert script("start").returncode == 0

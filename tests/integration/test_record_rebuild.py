@@ -32,7 +32,7 @@ QUESTION = "What did they talk about?"
 
 def memstream(pipe, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "memstream.streams.cli", *args]
-    return subprocess.run(command, env=os.environ | pipe.env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, env=os.environ | pipe.env, capture_output=True, text=True, timeout=300)
 
 
 def test_the_record_holds_the_store_and_a_rebuild_from_it_replaces_the_store(make_pipeline):
