@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -33,10 +34,28 @@ from memstream.topology import group_id, reading_groups
 T = TypeVar("T")
 
 
+# Below the kernel's ephemeral ports (32768-60999 here) and the harness's service ports (19092 and up:
+# clusters, own brokers, Qdrant, Jaeger): a port the kernel handed out (bind to 0) was free when asked,
+# yet any client connection may take it as its local port before the worker binds it (a CI run's
+# chaos worker failed on EADDRINUSE so).
+FREE_PORTS = range(10_000, 19_000)
+TAKEN_BY_DEFAULT = {16685, 16686}  # Jaeger's query API
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, drawn at random outside the ephemeral range."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(FREE_PORTS)
+        if port in TAKEN_BY_DEFAULT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {FREE_PORTS}")
 
 
 @dataclass
