@@ -38,6 +38,5 @@ passed_or_none() { "$@" || { rc=$?; (( rc == 5 )) || return "$rc"; }; }  # 5: no
 units=0
 passed_or_none .venv/bin/python -m pytest tests -m "not integration and not cluster" -n 2 --durations=30 \
     --basetemp="$basetemp" "$@" || units=$?
-passed_or_none .venv/bin/python -m pytest tests -m "integration and not cluster" -n 2 --dist loadfile \
-    --no-loadscope-reorder --durations=30 "$@"  # the longest modules first: tests/conftest.py
+passed_or_none .venv/bin/python -m pytest tests -m "integration and not cluster" -n 2 --dist loadfile --durations=30 "$@"
 exit "$units"
