@@ -32,9 +32,12 @@ class LocalCluster:
     @property
     def env(self) -> dict[str, str]:
         """The environment without the service's own MEMSTREAM_ variables (a user's broker or store
-        settings are not this cluster's), plus its data folder and base port."""
+        settings are not this cluster's), plus its data folder and base port. How the JVM compiles
+        (MEMSTREAM_KAFKA_JIT) is the machine's choice, not a broker's setting: it is kept."""
         name = self.kind.upper()
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_")}
+        inherited = {
+            k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_") or k == "MEMSTREAM_KAFKA_JIT"
+        }
         own = {
             f"MEMSTREAM_{name}_DATA": str(self.data),
             f"MEMSTREAM_{name}_PORT": str(self.base_port),

@@ -27,15 +27,19 @@ from .conftest import first_sessions, metric_total
 pytestmark = pytest.mark.integration
 
 TENANTS = ("t1", "t2")
-# Small buffers: several flushes per conversation, each a short call for the local model.
+# Small buffers: several flushes per conversation, each a short call for the local model. The calls
+# are cut short (64 tokens, where a card takes ~250): each flush's call and its repair call are real
+# and in flight at the server, a few seconds each, and the flush then falls back to the extractive
+# mode. What these tests check is the order, loss and doubling of flushes around calls in flight, not
+# the cards' text (test_pipeline.py checks the LLM's cards; the 429 test below compares them).
 IN_FLIGHT_ENV = {
     "MEMSTREAM_LLM_IN_FLIGHT": "8",
     "MEMSTREAM_LLM_MAX_CONCURRENCY": "4",  # calls really in flight at the server, which runs one at a time
     "MEMSTREAM_STM_TOKENS": "96",
     "MEMSTREAM_SEGMENT_WINDOW_TURNS": "4",
     "MEMSTREAM_SEGMENT_CARRY_TURNS": "1",
-    "MEMSTREAM_EXTRACT_MAX_CARDS": "1",  # short calls: a few seconds each on the local model
-    "MEMSTREAM_EXTRACT_MAX_TOKENS": "192",
+    "MEMSTREAM_EXTRACT_MAX_CARDS": "1",
+    "MEMSTREAM_EXTRACT_MAX_TOKENS": "64",  # the least the setting takes
     "MEMSTREAM_STM_IDLE_S": "600",  # nothing flushes on its own while the test looks
     "MEMSTREAM_SLEEP_IDLE_S": "3600",
 }
@@ -202,9 +206,9 @@ def demo_flushes(n: int) -> list[StmFlush]:
 
 def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local_llm, tmp_path):
     """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
-    calls at once and answers 429 + Retry-After past that, four flushes in flight are all extracted
+    calls at once and answers 429 + Retry-After past that, three flushes in flight are all extracted
     by the LLM, as they were when the calls were recorded, none falling back to the extractive mode."""
-    flushes = demo_flushes(4)  # twice the endpoint's limit: a few local-model calls to record
+    flushes = demo_flushes(3)  # more than the endpoint's limit: a few local-model calls to record
     recordings = tmp_path / "answers.jsonl"
     # Record the real model's answers to exactly the calls the worker will make: the same extractor,
     # with the worker's settings, through the replay server in record mode.
