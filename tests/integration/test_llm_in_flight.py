@@ -1,7 +1,8 @@
 """Many LLM calls in flight per worker (issue 44), through the real broker and the real local LLM
 server: one conversation's flushes are extracted and written in order while other conversations'
-flushes are in flight beside them, a forget behind a conversation's flushes lands after them, and a
-kill -9 with calls in flight loses and doubles nothing."""
+flushes are in flight beside them, a forget behind a conversation's flushes lands after them, and
+429s slow the stage instead of failing its flushes (the kill -9 with calls in flight:
+test_llm_in_flight_kill.py)."""
 
 from __future__ import annotations
 
@@ -138,48 +139,8 @@ def test_flushes_in_flight_stay_in_order_and_a_forget_lands_behind_them(make_pip
         assert store.count(CARDS, "t1") > 0
 
 
-def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, local_llm):
-    # Twelve turns each in smaller buffers: three flushes per conversation (two at the kill), enough
-    # for a write out and three flushes in extraction, two of them calls at the server: few calls for
-    # the serial local model, which still answers the killed worker's after the kill.
-    convs = {tenant: turns[:12] for tenant, turns in conversations().items()}
-    small = {"MEMSTREAM_STM_TOKENS": "64", "MEMSTREAM_LLM_MAX_CONCURRENCY": "2"}
-    pipe = make_pipeline(**(local_llm | IN_FLIGHT_ENV | small))
-    pipe.start_worker("before-kill")
-    for turns in convs.values():
-        pipe.produce(turns)
-
-    def in_flight_now() -> bool:
-        flushed = sum(map(len, flushes_on_topic(pipe).values()))
-        written = sum(isinstance(m, MemoryWrite) for ms in cards_messages(pipe).values() for m in ms)
-        return written >= 1 and flushed - written >= 3
-
-    wait_for(in_flight_now, 240, "a write out and three flushes in extraction")
-    [worker] = pipe.workers
-    worker.kill()
-    pipe.workers = []
-    pipe.start_worker("after-kill")
-    pipe.drain(timeout_s=900)  # and flush what the windows and buffers still hold
-    pipe.stop_workers()
-
-    flushes, cards = flushes_on_topic(pipe), cards_messages(pipe)
-    for key, flush_ids in flushes.items():
-        writes = [m for m in cards[key] if isinstance(m, MemoryWrite)]
-        assert {w.flush_id for w in writes} == set(flush_ids), f"{key}: a flush was lost"
-        by_flush: dict[str, set[tuple[str, ...]]] = defaultdict(set)
-        for w in writes:
-            by_flush[w.flush_id].add(tuple(sorted(c.card_id for c in w.cards)))
-        doubled = {f: v for f, v in by_flush.items() if len(v) > 1}
-        assert not doubled, f"{key}: a flush written twice with different cards: {doubled}"
-        firsts = list(dict.fromkeys(w.flush_id for w in writes))  # a redelivery repeats one already out
-        assert firsts == sorted(firsts, key=flush_ids.index), f"{key}: writes out of flush order"
-    with pipe.store() as store:
-        for tenant, turns in convs.items():
-            ids = [h.payload["turn_id"] for h in store.scroll(TURNS, tenant, limit=10_000)]
-            assert sorted(ids) == sorted(t.turn_id for t in turns), f"{tenant}: turns lost or doubled"
-
-
-EXTRACT_ENV = {"MEMSTREAM_EXTRACT_MAX_CARDS": "2", "MEMSTREAM_EXTRACT_MAX_TOKENS": "256"}
+# One card in room enough for it (a card takes ~250 tokens): each flush one call at the local model.
+EXTRACT_ENV = {"MEMSTREAM_EXTRACT_MAX_CARDS": "1", "MEMSTREAM_EXTRACT_MAX_TOKENS": "320"}
 
 
 def demo_flushes(n: int) -> list[StmFlush]:
@@ -216,7 +177,7 @@ def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local
     with replay.running(record, tmp_path / "record.log") as url:
         llm = OpenAICompatibleLLM(url, "smollm2", "none")
         # the worker's schema too: the local server's settings keep the enums of each flush's turn ids
-        extractor = LlmExtractor(llm, max_tokens=256, max_cards=2, stable_schema=False)
+        extractor = LlmExtractor(llm, max_tokens=320, max_cards=1, stable_schema=False)
         expected = {f.flush_id: extractor.extract(f) for f in flushes}
     assert any(w.mode == "llm" for w in expected.values()), "the local model extracted some flushes itself"
 
