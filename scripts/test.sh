@@ -41,5 +41,8 @@ passed_or_none() { "$@" || { rc=$?; (( rc == 5 )) || return "$rc"; }; }  # 5: no
 units=0
 passed_or_none .venv/bin/python -m pytest tests -m "not integration and not cluster" -n 2 --durations=30 \
     --basetemp="$basetemp" "$@" || units=$?
-passed_or_none .venv/bin/python -m pytest tests -m "integration and not cluster" -n 2 --dist loadfile --durations=30 "$@"
+# The integration tests (and the workers and brokers they start) at nice 5: the services started
+# above, the broker and the one-thread LLM server that every test waits on, go first.
+passed_or_none nice -n 5 .venv/bin/python -m pytest tests -m "integration and not cluster" -n 2 --dist loadfile \
+    --durations=30 "$@"
 exit "$units"
