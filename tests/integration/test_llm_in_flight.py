@@ -167,9 +167,10 @@ def demo_flushes(n: int) -> list[StmFlush]:
 
 def test_429s_slow_the_stage_instead_of_failing_its_flushes(make_pipeline, local_llm, tmp_path):
     """Against a provider-like endpoint (the local model's recorded answers, replayed) that takes two
-    calls at once and answers 429 + Retry-After past that, three flushes in flight are all extracted
+    calls at once and answers 429 + Retry-After past that, four flushes in flight are all extracted
     by the LLM, as they were when the calls were recorded, none falling back to the extractive mode."""
-    flushes = demo_flushes(3)  # more than the endpoint's limit: a few local-model calls to record
+    # Twice the endpoint's limit: with three, one was done before the last was sent (a CI run saw no 429).
+    flushes = demo_flushes(4)
     recordings = tmp_path / "answers.jsonl"
     # Record the real model's answers to exactly the calls the worker will make: the same extractor,
     # with the worker's settings, through the replay server in record mode.
