@@ -14,6 +14,14 @@ from typing import Literal, Mapping, Sequence
 from memstream.streams.runtime import processes
 
 
+def inherited_env(service: str) -> dict[str, str]:
+    """This process's environment without ``MEMSTREAM_<SERVICE>_*`` (a user's broker or store settings
+    are not a harness cluster's), but with MEMSTREAM_KAFKA_JIT: how the JVM compiles is the
+    machine's choice, not a broker's setting."""
+    prefix = f"MEMSTREAM_{service}_"
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefix) or k == "MEMSTREAM_KAFKA_JIT"}
+
+
 @dataclass(frozen=True)
 class LocalCluster:
     """N nodes on loopback started by ``infra/kafka/kafka.sh --brokers N`` or ``infra/qdrant/qdrant.sh
@@ -32,12 +40,9 @@ class LocalCluster:
     @property
     def env(self) -> dict[str, str]:
         """The environment without the service's own MEMSTREAM_ variables (a user's broker or store
-        settings are not this cluster's), plus its data folder and base port. How the JVM compiles
-        (MEMSTREAM_KAFKA_JIT) is the machine's choice, not a broker's setting: it is kept."""
+        settings are not this cluster's: ``inherited_env``), plus its data folder and base port."""
         name = self.kind.upper()
-        inherited = {
-            k: v for k, v in os.environ.items() if not k.startswith(f"MEMSTREAM_{name}_") or k == "MEMSTREAM_KAFKA_JIT"
-        }
+        inherited = inherited_env(name)
         own = {
             f"MEMSTREAM_{name}_DATA": str(self.data),
             f"MEMSTREAM_{name}_PORT": str(self.base_port),

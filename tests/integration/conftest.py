@@ -65,10 +65,8 @@ class KafkaCluster(NodeScript):
 
     @property
     def env(self) -> dict[str, str]:
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_KAFKA_") or k == "MEMSTREAM_KAFKA_JIT"
-        }
-        return env | {"MEMSTREAM_KAFKA_DATA": str(self.data), "MEMSTREAM_KAFKA_PORT": str(self.base_port)}
+        own = {"MEMSTREAM_KAFKA_DATA": str(self.data), "MEMSTREAM_KAFKA_PORT": str(self.base_port)}
+        return clusters.inherited_env("KAFKA") | own
 
     def argv(self, args: tuple[str, ...]) -> list[str]:
         return ["--brokers", str(self.brokers), *args]
