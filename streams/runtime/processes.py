@@ -254,7 +254,9 @@ WORKER_COMMAND = (sys.executable, "-m", "memstream.streams.cli", "worker", "--no
 def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s: float = 1.0) -> int:
     """Run ``command`` (``memstream worker --no-supervise``) as a child; restart it when it exits with
     ``EXIT_RESTART`` (its watchdog found stranded messages, or the broker went away while it
-    started); pass SIGTERM/SIGINT on to it. Returns the child's last exit code."""
+    started); pass SIGTERM/SIGINT on to it, and once told to stop, never start it again (a stop can
+    land while the child exits for a restart, e.g. on an expulsion found after a pause). Returns the
+    child's last exit code."""
     from .startup import StartupClock
 
     settings = Settings()
@@ -263,8 +265,10 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
     clock.mark_start("supervisor")
     env = {**os.environ, **path_env(settings)}  # the paths as this process resolved them
     child: subprocess.Popen[bytes] | None = None
+    stopping: list[int] = []  # the stop signals received
 
     def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
@@ -275,11 +279,13 @@ def supervise_worker(command: Sequence[str] = WORKER_COMMAND, *, restart_pause_s
             clock.mark("spawn")
             child = subprocess.Popen(list(command), env=env)
             code = child.wait()
-            if code != EXIT_RESTART:
+            if code != EXIT_RESTART or stopping:
                 return code
             restarts += 1
             log.warning("worker exited for a restart (its log says why); restarting it (restart %d)", restarts)
             time.sleep(restart_pause_s)
+            if stopping:
+                return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

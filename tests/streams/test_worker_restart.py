@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -66,3 +67,25 @@ def test_the_supervisor_does_not_restart_a_failed_worker(tmp_path):
     counter = tmp_path / "starts"
     assert supervise_worker(counting_child(counter, restarts=0, final_code=1), restart_pause_s=0) == 1
     assert counter.read_text() == "1"
+
+
+def test_a_supervisor_told_to_stop_while_its_worker_exits_for_a_restart_does_not_start_it_again(tmp_path):
+    """The worker asks for a restart at the moment its supervisor is stopped (seen: a worker paused
+    past its session, expelled on waking as the SIGTERM lands): the supervisor exits, it does not run
+    a new worker that then ignores the stop until it is killed."""
+    counter = tmp_path / "starts"
+    code = (
+        "import os, pathlib, signal, sys, time\n"
+        f"p = pathlib.Path({str(counter)!r})\n"
+        "n = int(p.read_text()) if p.exists() else 0\n"
+        "p.write_text(str(n + 1))\n"
+        "if n:\n"
+        "    sys.exit(0)  # a second start: should not happen\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: sys.exit({EXIT_RESTART}))  # stopped: asks for a restart\n"
+        "os.kill(os.getppid(), signal.SIGTERM)  # the stop reaches the supervisor\n"
+        "time.sleep(60)\n"
+    )
+    before = signal.getsignal(signal.SIGTERM)
+    assert supervise_worker([sys.executable, "-c", code], restart_pause_s=0) == EXIT_RESTART
+    assert counter.read_text() == "1"
+    assert signal.getsignal(signal.SIGTERM) is before  # its handler given back
