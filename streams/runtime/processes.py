@@ -190,6 +190,13 @@ class WorkerProcess:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                # A worker that outlives its stop's grace period is a bug to see, not only a slow stop.
+                log.warning(
+                    "worker %d did not stop within %g s of SIGTERM: killed (log: %s)",
+                    self.process.pid,
+                    timeout_s,
+                    self.log_path,
+                )
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         return self.process.returncode
