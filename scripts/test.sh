@@ -28,8 +28,9 @@ done
 # group joins, drains, the one-thread LLM server), which the other worker fills. A module runs on one
 # worker, in order (--dist loadfile): its tests share module fixtures and may build on what an earlier
 # one stored. Each test has its own topic prefix and data folder, and the tests that stop or restart a
-# broker have one of their own (tests/integration/conftest.py: own_broker). (xdist_group cannot pin
-# the LLM tests to one worker: pytest 9.2's node ids ignore the group suffix xdist gives them.)
+# broker have one of their own (tests/integration/conftest.py: own_broker). The modules that call the
+# one-thread LLM server run one after another on one worker, the rest longest first on both
+# (tests/conftest.py: LlmLaneScheduling, tests/integration_seconds.json).
 # The unit tests first, their temp folders on a memory-backed /dev/shm where there is one: they open
 # many embedded Qdrant shards, whose creation waits on the disk (2.4 s a store on disk, 0.4 s there).
 # The integration tests' temp folders stay on disk (see above).
