@@ -10,16 +10,28 @@ bash scripts/test_tools.sh
 export MEMSTREAM_KAFKA_JIT="${MEMSTREAM_KAFKA_JIT:-c1}"
 
 started=()
+starting=()  # pid of each start under way
 cleanup() {
+    for pid in "${starting[@]}"; do wait "$pid" 2>/dev/null || true; done
     for svc in "${started[@]}"; do bash "infra/$svc" stop || true; done
 }
 trap cleanup EXIT
+# The services start while the unit tests run (they use neither); the integration tests wait for them.
+service_logs=$(mktemp -d)
 for svc in kafka/kafka.sh llm/llm_server.sh; do
     if ! bash "infra/$svc" status >/dev/null 2>&1; then
-        bash "infra/$svc" start >/dev/null
         started+=("$svc")
+        bash "infra/$svc" start >"$service_logs/${svc%%/*}.log" 2>&1 &
+        starting+=($!)
     fi
 done
+services_ready() {
+    local i
+    for i in "${!starting[@]}"; do
+        wait "${starting[$i]}" || { cat "$service_logs/${started[$i]%%/*}.log" >&2; echo "test: ${started[$i]} did not start" >&2; return 1; }
+    done
+    starting=()
+}
 
 # The cluster tests start a 3-broker cluster of their own: `make test-cluster` runs them. (Their temp
 # folders stay on disk: wheels, virtual environments and stores fill a memory-backed /dev/shm, and a
@@ -37,11 +49,12 @@ done
 tmp_root=/tmp
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then tmp_root=/dev/shm; fi
 basetemp=$(mktemp -d "$tmp_root/memstream-unit.XXXXXX")
-trap 'rm -rf "$basetemp"; cleanup' EXIT
+trap 'rm -rf "$basetemp" "$service_logs"; cleanup' EXIT
 passed_or_none() { "$@" || { rc=$?; (( rc == 5 )) || return "$rc"; }; }  # 5: no test selected ("$@" narrowed it)
 units=0
 passed_or_none .venv/bin/python -m pytest tests -m "not integration and not cluster" -n 2 --durations=30 \
     --basetemp="$basetemp" "$@" || units=$?
+services_ready
 # The integration tests (and the workers and brokers they start) at nice 5: the services started
 # above, the broker and the one-thread LLM server that every test waits on, go first.
 passed_or_none nice -n 5 .venv/bin/python -m pytest tests -m "integration and not cluster" -n 2 --dist loadfile \
