@@ -124,49 +124,34 @@ EARLIER_RELEASE_CRASH = "raise ValueError(offsets)"
 
 @dataclass
 class Orchestrator:
-    """Keeps the deployment's named workers, and restarts the earlier release's worker after its known
-    crash (as Kubernetes or compose would restart any crashed worker), once per crash, printed. Any other
-    exit of a worker not being stopped fails the test."""
+    """The deployment's workers by name. Like Kubernetes or compose, which restart any crashed worker, it
+    restarts the earlier release's worker (``earlier``) after that release's known crash, and prints it;
+    any other exit of a worker it is not stopping fails the test. Every wait of the test calls ``check``."""
 
     pipe: Deployment
     envs: dict[str, dict[str, str]]
+    earlier: str = "old"
     workers: dict[str, runtime.WorkerProcess] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)
-    restarts: list[str] = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    restarts: int = 0
 
-    def start(self, name: str) -> runtime.WorkerProcess:
+    def start(self, name: str) -> None:
         self.workers[name] = self.pipe.start_worker(name, env=self.envs[name])
-        return self.workers[name]
 
     def stop(self, name: str) -> int:
-        with self.lock:
-            self.stopping.add(name)
+        self.stopping.add(name)
         return self.workers[name].stop()
 
-    def check(self) -> None:
-        """Restart the earlier release after its known crash; fail on any other exit."""
-        with self.lock:
-            for name, w in list(self.workers.items()):
-                if name in self.stopping or w.alive():
-                    continue
-                log = w.log_text()
-                assert name == "old" and EARLIER_RELEASE_CRASH in log, f"{name} exited: {w.log_tail()}"
-                print(f"{name} crashed on the earlier release's empty commit after a rebalance: restarted")
-                self.restarts.append(name)
-                self.start(name)
-
-    def watch(self) -> threading.Thread:
-        """``check`` every half second until ``done`` (while the main thread waits on a drain)."""
-
-        def run() -> None:
-            while not self.done.wait(0.5):
-                self.check()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
+    def check(self, _lag: object = None) -> None:
+        """Restart the earlier release after its known crash; fail on any other exit (a drain's
+        ``progress`` too: it sees the lag, unused)."""
+        for name, w in list(self.workers.items()):
+            if name in self.stopping or w.alive():
+                continue
+            assert name == self.earlier and EARLIER_RELEASE_CRASH in w.log_text(), f"{name} exited: {w.log_tail()}"
+            print(f"{name} crashed on the earlier release's empty commit after a rebalance: restarted")
+            self.restarts += 1
+            self.start(name)
 
 
 def wait_working(orchestrator: Orchestrator, names: tuple[str, ...], stage: str, timeout_s: float = 180) -> None:
@@ -207,7 +192,6 @@ def run_mixed(
         stopped_at = time.monotonic()
         code = orchestrator.stop(first_name)  # the upgrade (or the rollback) is done
         print(f"{first_name} stopped with {code} in {time.monotonic() - stopped_at:.1f}s")
-        watcher = orchestrator.watch()
         pipe.produce(thirds[2])
         asker.wait_replies(2)  # questions while the last third flows to the one left
         if second_name == "old":
@@ -216,28 +200,27 @@ def run_mixed(
             # stranded partition then waits for ever); since then it judges each stage on its own,
             # so questions go on through the drain when the current version is the one left.
             asker.stop()
-        drained(pipe, orchestrator.workers[second_name])
+        drained(pipe, orchestrator, second_name)
         asker.stop()
-        orchestrator.done.set()
-        watcher.join()
         orchestrator.check()
         print(
             f"mixed run: {len(turns)} turns, {len(asker.replies)} questions, {time.monotonic() - t0:.1f}s, "
-            f"restarted after the earlier release's crash: {orchestrator.restarts or 'none'}"
+            f"{orchestrator.restarts} restart(s) after the earlier release's crash"
         )
         return pipe, turns, asker
     except BaseException:
-        orchestrator.done.set()
         asker.stopping.set()
         pipe.stop_workers()
         raise
 
 
-def drained(pipe: Deployment, survivor: runtime.WorkerProcess) -> None:
-    """``pipe.drain``; when it times out, what the worker left was doing (per stage) goes with the error."""
+def drained(pipe: Deployment, orchestrator: Orchestrator, survivor_name: str) -> None:
+    """``pipe.drain``, the workers checked at each poll; when it times out, what the worker left was
+    doing (per stage) goes with the error."""
     try:
-        pipe.drain(timeout_s=300)
+        pipe.drain(timeout_s=300, progress=orchestrator.check)
     except TimeoutError as e:
+        survivor = orchestrator.workers[survivor_name]
         stages = ("compress", "segment", "stm", "extract", "index", "consolidate", "query")
         handled_by_stage = {s: handled(survivor.metrics_port, s) for s in stages}
         raise AssertionError(f"{e}\nhandled by the worker left: {handled_by_stage}\n{survivor.log_tail(15)}") from e
