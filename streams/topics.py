@@ -136,6 +136,7 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
                 except TopicAlreadyExistsError:
                     pass
                 log.info("created topics: %s", ", ".join(t.name for t in wanted))
+                await _wait_listed(admin, {t.name: t.num_partitions for t in wanted}, deadline)
             present = [full for full in mine if full in existing]
             if present:
                 replicas = _replicas(await admin.describe_topics(present))
@@ -153,6 +154,30 @@ async def ensure_topics(settings: Settings, *, stages: Sequence[str] = ()) -> No
             await asyncio.sleep(1.0)
         finally:
             await admin.close()
+
+
+async def _wait_listed(admin: AIOKafkaAdminClient, partitions: dict[str, int], deadline: float) -> None:
+    """Until the metadata lists each created topic whole. A create returns once the controller has
+    the topic; a broker's metadata can lag behind (a broker still loading its logs, a cluster's
+    followers), and a consumer that joins its group meanwhile is assigned none of the topic's
+    partitions until its next metadata refresh, 5 minutes later."""
+    while unlisted := unlisted_topics(await admin.describe_topics(list(partitions)), partitions):
+        if time.monotonic() >= deadline:
+            raise asyncio.TimeoutError(f"created topics not in the metadata yet: {', '.join(unlisted)}")
+        await asyncio.sleep(0.2)
+
+
+def unlisted_topics(described: list[dict], partitions: dict[str, int]) -> list[str]:
+    """The topics of ``partitions`` (name -> partition count) that ``described`` (metadata) lacks,
+    lists in error, short of partitions, or with a partition without a leader."""
+    listed = {
+        topic["topic"]
+        for topic in described
+        if topic.get("error_code", 0) == 0
+        and len(topic.get("partitions") or ()) >= partitions.get(topic["topic"], 1)
+        and all(p.get("error_code", 0) == 0 and p.get("leader", -1) >= 0 for p in topic["partitions"])
+    }
+    return sorted(set(partitions) - listed)
 
 
 def _replicas(described: list[dict]) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from memstream.ports import StoreFilter, StoreHit, StorePoint, Vector
 
@@ -136,6 +136,7 @@ def tenant_conditions(
 
 Handle = TypeVar("Handle")  # what the engine calls a collection: a name, an open shard
 Filter = TypeVar("Filter")  # the engine's filter type
+T = TypeVar("T")
 
 
 class TenantScopedStore(Generic[Handle, Filter]):
@@ -156,6 +157,11 @@ class TenantScopedStore(Generic[Handle, Filter]):
     def _prepare(self, collection: str, full: str, dim: int) -> None:
         """Make the collection ready for ``dim``-d vectors: created, or checked and brought up to date."""
         raise NotImplementedError
+
+    def _each(self, call: Callable[[T], Any], items: Sequence[T]) -> None:
+        """``call`` on every item: one after another here; a server's store runs them side by side."""
+        for item in items:
+            call(item)
 
     def _filter(self, conditions: Conditions) -> Filter:
         raise NotImplementedError
@@ -213,11 +219,13 @@ class TenantScopedStore(Generic[Handle, Filter]):
     # -- the port -----------------------------------------------------------------------------
     def ensure_collections(self, names: Sequence[str], dim: int) -> None:
         with self._lock:
-            for name in names:
-                full = self._name(name)
-                if full not in self._ready:
-                    self._prepare(name, full, dim)
-                    self._ready.add(full)
+            pending = {self._name(name): name for name in names if self._name(name) not in self._ready}
+
+            def prepare(full: str) -> None:
+                self._prepare(pending[full], full, dim)
+                self._ready.add(full)
+
+            self._each(prepare, list(pending))
 
     def tenant_filter(
         self, tenant_id: str | None, where: StoreFilter | None, *, has_id: str | Sequence[str] | None = None

@@ -79,3 +79,21 @@ def test_an_existing_topic_with_fewer_replicas_keeps_a_writable_min_insync(caplo
     assert configs["m.turns"]["min.insync.replicas"] == "1"
     assert configs["m.cards"]["min.insync.replicas"] == "2"
     assert "m.turns (1)" in caplog.text
+
+
+def test_a_created_topic_counts_as_listed_only_with_every_partition_led():
+    from memstream.streams.topics import unlisted_topics
+
+    def partition(leader: int, error: int = 0) -> dict:
+        return {"error_code": error, "partition": 0, "leader": leader, "replicas": [1], "isr": [1]}
+
+    described = [
+        {"error_code": 0, "topic": "whole", "partitions": [partition(1), partition(2)]},
+        {"error_code": 0, "topic": "short", "partitions": [partition(1)]},
+        {"error_code": 0, "topic": "leaderless", "partitions": [partition(1), partition(-1)]},
+        {"error_code": 5, "topic": "in-error", "partitions": []},  # LEADER_NOT_AVAILABLE: still being created
+        {"error_code": 0, "topic": "partition-in-error", "partitions": [partition(1), partition(1, error=9)]},
+    ]
+    wanted = dict.fromkeys(["whole", "short", "leaderless", "in-error", "partition-in-error", "absent"], 2)
+    assert unlisted_topics(described, wanted) == sorted(set(wanted) - {"whole"})
+    assert unlisted_topics(described, {"whole": 2}) == []
