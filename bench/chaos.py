@@ -61,6 +61,7 @@ from memstream.processors.write.index import CARDS, SCENES, TRIGGERS, TURNS, is_
 from memstream.schemas import MemoryWrite, Reply, Turn, memory_writes
 from memstream.schemas.topics import DRAIN_TOPICS, Topic
 from memstream.streams import runtime
+from memstream.topology import STAGES
 
 from .toxiproxy import Proxy, Toxic, ToxicKind, Toxiproxy, ToxiproxyError, ToxiproxyServer, start_toxiproxy
 
@@ -68,6 +69,10 @@ INGEST = "compress,segment,stm,extract"
 STORE = "index,consolidate,query"
 WORKERS = {"ingest-1": INGEST, "ingest-2": INGEST, "store-1": STORE}
 CLUSTER_WORKERS = {**WORKERS, "store-2": STORE}  # --cluster: the store group scales out too
+# The run without failures: one worker of every stage. Memory is the same however the stages are
+# spread (each conversation's turns go in order through one partition of each topic), so it is also a
+# check that the run's layout changes nothing, and it costs one worker's start instead of three.
+REFERENCE_WORKERS = {"reference": ",".join(STAGES)}
 COLLECTIONS = (TURNS, CARDS, SCENES, TRIGGERS)
 SESSION_TIMEOUT_S = 10.0  # the workers' broker_session_timeout: a SIGSTOP longer than this forces a rebalance
 # --network-faults: the toxics of the schedule, and how long each stays (s). A reset or a hang of Kafka
@@ -757,10 +762,10 @@ def run_reference(
     base: Settings, options: ChaosOptions, turns: Sequence[Turn], status: Callable[[str], None]
 ) -> tuple[dict[str, set[str]], float]:
     deployment = Deployment(base, options.workdir / "reference")
-    fleet = Fleet(deployment, worker_env(options, base), status)
+    fleet = Fleet(deployment, worker_env(options, base), status, REFERENCE_WORKERS)
     t0 = time.monotonic()
     try:
-        status("reference: starting workers")
+        status("reference: starting its worker")
         fleet.start_all()
         status(f"reference: producing {len(turns)} turns")
         deployment.produce(turns)
