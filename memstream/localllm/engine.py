@@ -14,7 +14,7 @@ import codecs
 import logging
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .protocol import Completion, FinishReason, Sampling
 
@@ -33,6 +33,14 @@ class ContextLengthExceeded(ValueError):
 
 class GrammarRejected(ValueError):
     """llama.cpp could not parse the grammar made from the request's response_format."""
+
+
+class ClientGone(Exception):
+    """The request's client closed its connection: nobody reads what the model would generate."""
+
+
+def _staying() -> bool:
+    return False
 
 
 class Engine:
@@ -80,11 +88,20 @@ class Engine:
         """Tokens of plain text (no special tokens), as a completion of that text would count."""
         return len(self._llm.tokenize(text, add_special=False, parse_special=False))
 
-    def complete(self, messages: Sequence[Mapping[str, str]], sampling: Sampling) -> Completion:
+    def complete(
+        self, messages: Sequence[Mapping[str, str]], sampling: Sampling, gone: Callable[[], bool] = _staying
+    ) -> Completion:
+        """``gone``: whether the client has left. A request whose client left while it waited for the
+        model is not run, and one whose client leaves while it decodes stops there (a killed worker's
+        calls would otherwise hold the one model for the calls its successor repeats)."""
         with self._lock:
-            return self._complete(messages, sampling)
+            if gone():
+                raise ClientGone("the client left before the model was free")
+            return self._complete(messages, sampling, gone)
 
-    def _complete(self, messages: Sequence[Mapping[str, str]], sampling: Sampling) -> Completion:
+    def _complete(
+        self, messages: Sequence[Mapping[str, str]], sampling: Sampling, gone: Callable[[], bool]
+    ) -> Completion:
         llm = self._llm
         tokens = self.prompt_tokens(messages)
         room = self.n_ctx - len(tokens)
@@ -110,7 +127,7 @@ class Engine:
         )
         grammar = _Grammar(llm, sampling.grammar) if sampling.grammar is not None else None
         try:
-            return self._generate(tokens, limit, sampling.stop, grammar)
+            return self._generate(tokens, limit, sampling.stop, grammar, gone)
         except BaseException:
             llm._clear_context_state()  # the KV cache may no longer match the tokens it is said to hold
             raise
@@ -118,7 +135,9 @@ class Engine:
             if grammar is not None:
                 grammar.free()
 
-    def _generate(self, tokens: list[int], limit: int, stops: Sequence[str], grammar: _Grammar | None) -> Completion:
+    def _generate(
+        self, tokens: list[int], limit: int, stops: Sequence[str], grammar: _Grammar | None, gone: Callable[[], bool]
+    ) -> Completion:
         llm = self._llm
         started = time.perf_counter()
         # The KV cache keeps the previous request's tokens; only what follows their common prefix is
@@ -134,6 +153,8 @@ class Engine:
         finish: FinishReason = "length"
         cut: int | None = None
         while generated < limit:
+            if gone():
+                raise ClientGone(f"the client left after {generated} tokens")
             token = llm._sample_token() if grammar is None else grammar.sample()
             if self._is_eog(token):
                 finish = "stop"

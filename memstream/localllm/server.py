@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,11 +26,20 @@ log = logging.getLogger("memstream.localllm")
 
 
 class CompletionEngine(Protocol):
-    def complete(self, messages: Sequence[Mapping[str, str]], sampling: Sampling) -> Completion: ...
+    def complete(
+        self, messages: Sequence[Mapping[str, str]], sampling: Sampling, gone: Callable[[], bool]
+    ) -> Completion: ...
+
+
+async def _watch_client(request: Request, gone: threading.Event, poll_s: float = 0.2) -> None:
+    """Sets ``gone`` once the request's client has closed its connection."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(poll_s)
+    gone.set()
 
 
 def create_app(engine: CompletionEngine, *, alias: str) -> FastAPI:
-    from .engine import ContextLengthExceeded, GrammarRejected
+    from .engine import ClientGone, ContextLengthExceeded, GrammarRejected
 
     app = FastAPI(title="memstream local LLM", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
@@ -64,12 +74,20 @@ def create_app(engine: CompletionEngine, *, alias: str) -> FastAPI:
         except ValueError as exc:
             raise ApiError(f"the request body is not JSON: {exc}") from exc
         chat = protocol.parse_chat_request(body)
+        gone = threading.Event()
+        watching = asyncio.create_task(_watch_client(request, gone))
         try:
-            completion = await asyncio.to_thread(engine.complete, chat.messages, chat.sampling)
+            completion = await asyncio.to_thread(engine.complete, chat.messages, chat.sampling, gone.is_set)
+        except ClientGone as exc:
+            log.info("request dropped: %s", exc)
+            # Nobody reads it; 499 is what proxies log for a request its client closed.
+            raise ApiError(str(exc), status=499, code="client_closed_request") from exc
         except ContextLengthExceeded as exc:
             raise protocol.context_length_error(exc.prompt_tokens, exc.n_ctx) from exc
         except GrammarRejected as exc:
             raise ApiError(f"the response_format grammar was rejected: {exc}", param="response_format") from exc
+        finally:
+            watching.cancel()
         # Any model name is accepted and echoed back, as OpenAI-compatible local servers do.
         return protocol.chat_response(completion, model=chat.model or alias)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Mapping, Sequence
+import time
+from typing import Callable, Mapping, Sequence
 
 import httpx
 import pytest
@@ -22,12 +23,16 @@ class FakeEngine:
     def __init__(self, result: Completion | Exception = Completion("hello", 9, 2, "stop")):
         self.result = result
         self.calls: list[tuple[Sequence[Mapping[str, str]], Sampling]] = []
+        self.gone: Callable[[], bool] = lambda: False
         self.started = threading.Event()
         self.release = threading.Event()
         self.release.set()
 
-    def complete(self, messages: Sequence[Mapping[str, str]], sampling: Sampling) -> Completion:
+    def complete(
+        self, messages: Sequence[Mapping[str, str]], sampling: Sampling, gone: Callable[[], bool]
+    ) -> Completion:
         self.calls.append((messages, sampling))
+        self.gone = gone
         self.started.set()
         assert self.release.wait(10)
         if isinstance(self.result, Exception):
@@ -109,3 +114,43 @@ def test_models_answers_while_a_completion_runs() -> None:
             return models.status_code, (await completion).status_code
 
     assert asyncio.run(scenario()) == (200, 200)
+
+
+def test_the_engine_learns_that_a_requests_client_left() -> None:
+    """Over real HTTP (uvicorn on loopback): a client that closes its connection while its completion
+    waits makes ``gone`` true, which the engine checks before it runs the request and while it decodes."""
+    import socket
+
+    import uvicorn
+
+    engine = FakeEngine()
+    engine.release.clear()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, alias="smol"), port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            leaving = threading.Thread(
+                target=lambda: pytest.raises(
+                    httpx.ReadTimeout, http.post, "/v1/chat/completions", json={"messages": USER}, timeout=1
+                )
+            )
+            leaving.start()
+            assert engine.started.wait(10)
+            assert not engine.gone()  # the client still waits
+            leaving.join()  # timed out: the client closed the connection
+        deadline = time.monotonic() + 10
+        while not engine.gone():
+            assert time.monotonic() < deadline, "the server never saw the client leave"
+            time.sleep(0.05)
+    finally:
+        engine.release.set()
+        server.should_exit = True
+        serving.join(10)

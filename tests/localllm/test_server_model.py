@@ -257,3 +257,17 @@ def test_the_grammar_checked_after_sampling_gives_the_grammar_first_chain_s_gree
         Owner.model_validate_json(lazy.text)
     else:
         assert lazy.text.startswith("{")
+
+
+def test_a_request_whose_client_left_is_not_run_and_one_whose_client_leaves_stops(tokenizer: Engine) -> None:
+    from memstream.localllm.engine import ClientGone
+    from memstream.localllm.protocol import Sampling
+
+    sampling = Sampling(max_tokens=20, temperature=0)
+    with pytest.raises(ClientGone, match="before the model was free"):
+        tokenizer.complete(QUESTION, sampling, gone=lambda: True)
+    checks = iter([False] * 4)  # free when the model is, and for three tokens; then gone
+    with pytest.raises(ClientGone, match="after 3 tokens"):
+        tokenizer.complete(QUESTION, sampling, gone=lambda: next(checks, True))
+    # The next request runs whole on the context the dropped one left.
+    assert tokenizer.complete(QUESTION, Sampling(max_tokens=3, temperature=0)).completion_tokens == 3
