@@ -136,7 +136,12 @@ class Engine:
                 grammar.free()
 
     def _generate(
-        self, tokens: list[int], limit: int, stops: Sequence[str], grammar: _Grammar | None, gone: Callable[[], bool]
+        self,
+        tokens: list[int],
+        limit: int,
+        stops: Sequence[str],
+        grammar: _Grammar | None,
+        gone: Callable[[], bool] = _staying,
     ) -> Completion:
         llm = self._llm
         started = time.perf_counter()
