@@ -105,13 +105,14 @@ cmd_start() {
         # setsid: own session, so Ctrl-C / CI step teardown of the caller does not hit it.
         # setsid execs in place (caller is not a group leader), so $! is the server's pid.
         # cd: memstream is importable from the checkout even where it is not pip-installed.
+        # >>: each start appends, so an earlier run's calls (make test's, before make demo's) stay readable.
         (cd "$REPO_ROOT" && exec setsid "$PY" -m memstream.localllm \
             --model "$model" \
             --model_alias "$ALIAS" \
             --host "$HOST" --port "$PORT" \
             --n_ctx "$N_CTX" \
             --n_threads "$THREADS" --n_threads_batch "$THREADS" \
-            >"$LOG_FILE" 2>&1 </dev/null) &
+            >>"$LOG_FILE" 2>&1 </dev/null) &
         pid=$!
         echo "$pid" >"$PID_FILE"
     fi
