@@ -95,6 +95,10 @@ class ChaosOptions:
     packaged_tenants: int = 3  # the packaged conversation, once per tenant
     produce_share: float = 0.6  # turns are streamed over this share of the run; failures go on to its end
     kill_every_s: tuple[float, float] = (6.0, 14.0)  # between two failures
+    # The run's last seconds without failures: every failure is over this long before the end (a
+    # worker's kill or stop that would not be is left out), so the deployment recovers under load and
+    # the drain waits on delivery, not on the last failure's recovery. 0: failures until the end.
+    calm_s: float = 0.0
     restart_after_s: tuple[float, float] = (1.0, 5.0)  # a killed worker's pause before its restart
     stop_s: float = SESSION_TIMEOUT_S + 5.0  # SIGSTOP to SIGCONT
     stop_share: float = 0.3  # of the worker failures, the SIGSTOPs (the rest are kill -9)
@@ -133,21 +137,23 @@ class Event:
 
 
 def plan_events(options: ChaosOptions, workers: Sequence[str]) -> list[Event]:
-    """The seeded failure schedule over the run: worker failures every few seconds, one broker
-    restart at half time and, with an LLM, one LLM server restart at a third. With ``cluster``, instead
-    of the broker restart: kill -9 of a broker and of a Qdrant node, alternating (at least one of
-    each), and once both workers of one group at the same moment. With ``network_faults``, toxics on
-    the proxied services (``network_events``)."""
+    """The seeded failure schedule over the run (but its last ``calm_s``): worker failures every few
+    seconds, one broker restart at half time and, with an LLM, one LLM server restart at a third.
+    With ``cluster``, instead of the broker restart: kill -9 of a broker and of a Qdrant node,
+    alternating (at least one of each), and once both workers of one group at the same moment. With
+    ``network_faults``, toxics on the proxied services (``network_events``)."""
     rng = random.Random(options.seed)
-    duration = options.minutes * 60
+    duration = options.minutes * 60 - options.calm_s  # the span with failures
     events: list[Event] = []
     t = rng.uniform(*options.kill_every_s)
     while t < duration:
         target = rng.choice(list(workers))
         if rng.random() < options.stop_share:
-            events.append(Event(round(t, 2), "stop", target, options.stop_s))
+            event = Event(round(t, 2), "stop", target, options.stop_s)
         else:
-            events.append(Event(round(t, 2), "kill", target, round(rng.uniform(*options.restart_after_s), 2)))
+            event = Event(round(t, 2), "kill", target, round(rng.uniform(*options.restart_after_s), 2))
+        if not options.calm_s or event.at_s + event.pause_s <= duration:
+            events.append(event)
         t += rng.uniform(*options.kill_every_s)
     if options.cluster:
         events += cluster_events(options, rng, duration)

@@ -1,5 +1,6 @@
 """The chaos bench's schedule and its scoring (pure parts)."""
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from memstream.bench.chaos import (
@@ -46,6 +47,18 @@ def test_the_cluster_schedule_kills_a_broker_a_qdrant_node_and_a_whole_group_onc
     assert group.target in {"ingest", "store"} and 0 < group.at_s < 180
     long_run = [e.action for e in plan_events(ChaosOptions(minutes=20, cluster=True), list(options.workers))]
     assert long_run.count("broker_kill") >= 4 and long_run.count("qdrant_kill") >= 4
+
+
+def test_a_calm_end_has_no_failure_and_every_failure_is_over_before_it():
+    for cluster in (False, True):
+        base = ChaosOptions(minutes=1, seed=4, cluster=cluster, kill_every_s=(2.0, 5.0), node_down_s=(3.0, 8.0))
+        calm = replace(base, calm_s=20.0)
+        every, kept = plan_events(base, list(base.workers)), plan_events(calm, list(calm.workers))
+        assert any(e.at_s + e.pause_s > 40.0 for e in every)  # without a calm, failures run to the end
+        assert kept and all(e.at_s + e.pause_s <= 40.0 for e in kept if e.action in ("kill", "stop"))
+        assert all(e.at_s < 40.0 for e in kept)
+        nodes = [e for e in kept if e.action in ("broker_kill", "qdrant_kill", "group_kill")]
+        assert all(e.at_s + e.pause_s <= 40.0 for e in nodes) and (not cluster or len(nodes) == 3)
 
 
 def test_network_faults_add_every_kind_of_toxic_on_a_proxied_service_and_leave_the_rest_as_it_was():
