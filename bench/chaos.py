@@ -471,9 +471,8 @@ class Nodes:
         return [int(url.rpartition(":")[2]) for url in self.qdrant_url.split(",")]
 
     def stop(self) -> None:
-        for cluster in (self.qdrant, self.kafka):
-            with contextlib.suppress(RuntimeError):
-                cluster.stop()
+        with contextlib.suppress(RuntimeError):
+            clusters.stop_together([self.qdrant, self.kafka])
 
     def settings(self) -> Settings:
         return Settings(kafka_bootstrap=self.bootstrap, topic_replication_factor=3, topic_min_insync_replicas=2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
@@ -97,6 +98,15 @@ class LocalCluster:
         """Kafka: each broker's log.dirs; Qdrant: each node's collections folder."""
         sub = "data" if self.kind == "kafka" else "storage/collections"
         return [self.node_dir(i) / sub for i in range(self.size)]
+
+
+def stop_together(clusters: Sequence[LocalCluster]) -> None:
+    """Every cluster stopped side by side (neither needs the other to stop; a 3-broker cluster takes
+    ~7 s, a 3-node Qdrant cluster ~2 s); what a stop raised, raised after all of them ended."""
+    with ThreadPoolExecutor(max(1, len(clusters)), "cluster-stop") as pool:
+        stops = [pool.submit(cluster.stop) for cluster in clusters]
+    for stopped in stops:
+        stopped.result()
 
 
 def free_base_port(first: int, offsets: Sequence[int], step: int = 100) -> int:

@@ -284,6 +284,12 @@ def wait_green(urls: str, prefix: str, timeout_s: float = 1800.0) -> float:
     return round(time.monotonic() - t0, 1)
 
 
+def _stop_quietly(started: Sequence[clusters.LocalCluster]) -> None:
+    """The clusters the run started, stopped side by side; a failed stop is the scripts' to log."""
+    with contextlib.suppress(RuntimeError):
+        clusters.stop_together(started)
+
+
 def _sum(values: Iterable[float]) -> float:
     return float(sum(values))
 
@@ -522,8 +528,8 @@ class _ClusterRun:
         starting = [cluster for cluster in (self.kafka, self.qdrant) if cluster is not None]
         for cluster in starting:
             self.status(f"starting {cluster.size} {cluster.kind} nodes on {cluster.address}")
-            if not options.keep_services:
-                self.running.callback(cluster.run, "stop", check=False)
+        if not options.keep_services:
+            self.running.callback(_stop_quietly, starting)
         # Side by side: neither needs the other, and each start waits on its nodes' readiness.
         with ThreadPoolExecutor(2, "scale-cluster-start") as pool:
             for started in [pool.submit(cluster.run, "start") for cluster in starting]:

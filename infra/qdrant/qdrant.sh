@@ -176,8 +176,13 @@ stop() {
     mkdir -p "$DATA_DIR"
     exec 9>"$DATA_DIR/.lock"
     flock 9
-    local i
-    for ((i = NODES; i >= 1; i--)); do stop_node "$i"; done
+    # Every node at once: each takes ~2 s to close its storage and consensus, and none waits on another.
+    local i stopping=()
+    for ((i = NODES; i >= 1; i--)); do
+        stop_node "$i" &
+        stopping+=($!)
+    done
+    wait "${stopping[@]}"
 }
 
 urls() {
