@@ -38,8 +38,8 @@ class ServerCollections:
 
     def _each(self, call: Callable[[T], Any], items: Sequence[T]) -> None:
         """On a server, side by side: in a cluster each collection and payload index made is a
-        consensus round (~0.1-0.3 s), and a worker's first start makes ~100 of them (11 s one by one
-        on a 3-node cluster, ~2 s side by side); rounds of different collections do not wait for each
+        consensus round (~0.1-0.3 s), and a worker's first start makes ~100 of them (11-12 s one by one
+        on a 3-node cluster, 4-4.5 s side by side); rounds of different collections do not wait for each
         other. Embedded, one after another (its client is not thread-safe)."""
         if self.embedded or len(items) < 2:
             for item in items:
