@@ -367,9 +367,6 @@ $(thread_config)
 
 log.retention.hours=168
 log.segment.bytes=134217728
-# The log cleaner looks for work every second (Kafka's default is 15 s): a forget's erasure from the
-# compacted record topic (memstream bench erasure, drill) is done seconds after compaction is due.
-log.cleaner.backoff.ms=1000
 EOF
     chmod 600 "$CONF"
     write_client_config
