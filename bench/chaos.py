@@ -93,7 +93,7 @@ class ChaosOptions:
     conversations: int = 2  # LoCoMo conversations, each under its own tenant
     sessions: int | None = 2  # of each LoCoMo conversation (None: all)
     packaged_tenants: int = 3  # the packaged conversation, once per tenant
-    produce_share: float = 0.6  # turns are streamed over this share of the run; failures go on to its end
+    produce_share: float = 0.6  # turns are streamed over this share of the run; failures go on (but calm_s)
     kill_every_s: tuple[float, float] = (6.0, 14.0)  # between two failures
     # The run's last seconds without failures: every failure is over this long before the end (a
     # worker's kill or stop that would not be is left out), so the deployment recovers under load and
