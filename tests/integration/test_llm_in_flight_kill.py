@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_kill_9_with_calls_in_flight_loses_and_doubles_nothing(make_pipeline, local_llm):
-    # Twelve turns each in smaller buffers: three flushes per conversation (two at the kill), enough
-    # for a write out and three flushes in extraction, two of them calls at the server: few calls for
+    # Twelve turns each in smaller buffers: two flushes per conversation before the drain, enough for
+    # a write out and three flushes in extraction, two of them calls at the server: few calls for
     # the serial local model, which drops a call whose client (the killed worker) has gone.
     convs = {tenant: turns[:12] for tenant, turns in base.conversations().items()}
     small = {"MEMSTREAM_STM_TOKENS": "64", "MEMSTREAM_LLM_MAX_CONCURRENCY": "2"}
